@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `agentjail run`: parse flags into the policy, call aj_run, print one line
+ * on failure, mirror the payload's exit status. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentjail.h"
+#include "cli.h"
+
+enum {
+    OPT_BIND_RO = 256,
+    OPT_BIND_RW,
+    OPT_TMPFS,
+    OPT_WORKDIR,
+    OPT_ENV,
+    OPT_ENV_PASS,
+    OPT_HOSTNAME,
+    OPT_TIMEOUT,
+    OPT_RESULT,
+    OPT_NETWORK,
+    OPT_UID,
+    OPT_GID,
+    OPT_UID_RANGE,
+    OPT_TMP_SIZE,
+    OPT_ALLOW_DEGRADED,
+    OPT_HELP,
+};
+
+static const struct option run_options[] = {
+    {"bind-ro", required_argument, NULL, OPT_BIND_RO},
+    {"bind-rw", required_argument, NULL, OPT_BIND_RW},
+    {"tmpfs", required_argument, NULL, OPT_TMPFS},
+    {"workdir", required_argument, NULL, OPT_WORKDIR},
+    {"env", required_argument, NULL, OPT_ENV},
+    {"env-pass", required_argument, NULL, OPT_ENV_PASS},
+    {"hostname", required_argument, NULL, OPT_HOSTNAME},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"result", required_argument, NULL, OPT_RESULT},
+    {"network", required_argument, NULL, OPT_NETWORK},
+    {"uid", required_argument, NULL, OPT_UID},
+    {"gid", required_argument, NULL, OPT_GID},
+    {"uid-range", required_argument, NULL, OPT_UID_RANGE},
+    {"tmp-size", required_argument, NULL, OPT_TMP_SIZE},
+    {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: agentjail run [FLAGS] -- CMD [ARGS...]\n"
+          "\n"
+          "  --bind-ro HOST[:SANDBOX]  read-only bind of a host path (default SANDBOX=HOST)\n"
+          "  --bind-rw HOST[:SANDBOX]  writable bind of a host path\n"
+          "  --tmpfs PATH[:SIZE]       private tmpfs (noexec), default size 64M\n"
+          "  --tmp-size SIZE           size of /tmp and /dev/shm (default 64M)\n"
+          "  --workdir PATH            working directory inside (default /tmp)\n"
+          "  --env NAME=VALUE          set a variable (the environment starts empty\n"
+          "                            but for PATH and HOME=/tmp)\n"
+          "  --env-pass NAME           copy a variable from agentjail's environment\n"
+          "  --hostname NAME           hostname inside (default agentjail)\n"
+          "  --timeout DURATION        wall-clock limit: 10, 10s, 500ms, 2m; kills the sandbox\n"
+          "  --network none|loopback   none (default): no usable interface, TCP refused;\n"
+          "                            loopback: a private lo, nothing of the host\n"
+          "  --uid N, --gid N          ids inside the sandbox (default 1000)\n"
+          "  --uid-range BASE:COUNT    root mode: host uids for runs (default 1610612736:65536)\n"
+          "  --result FILE             write the result JSON to FILE\n"
+          "  --allow-degraded          if namespaces are refused, run with Landlock, seccomp,\n"
+          "                            rlimits and no_new_privs only (loudly reported)\n"
+          "\n"
+          "Exit status: the payload's; 128+N if it was killed by signal N (timeout: 137);\n"
+          "125 if agentjail failed; 126/127 if CMD cannot be executed / was not found;\n"
+          "2 for a bad command line.\n",
+          f);
+}
+
+static int parse_id(const char *flag, const char *s, uint32_t *ret)
+{
+    uint64_t v;
+    if (aj_parse_u64(s, 0xfffffffeULL, &v) < 0) {
+        fprintf(stderr, "agentjail: %s: '%s' is not an id (0..4294967294)\n", flag, s);
+        return -1;
+    }
+    *ret = (uint32_t)v;
+    return 0;
+}
+
+static void print_degraded_warning(const struct aj_result *res)
+{
+    fprintf(stderr, "agentjail: WARNING: DEGRADED sandbox, namespaces unavailable: %s\n", res->error);
+    fputs("agentjail: WARNING: missing layers:", stderr);
+    for (unsigned i = 0; i < AJ_LAYER_COUNT; i++)
+        if (!(res->layers & (1u << i)))
+            fprintf(stderr, " %s", aj_layer_name((enum aj_layer)(1u << i)));
+    fputc('\n', stderr);
+}
+
+int aj_cmd_run(int argc, char **argv)
+{
+    struct aj_policy pol;
+    struct aj_result res;
+    struct aj_error err = {0};
+    const char *result_path = NULL;
+    int opt, r, code;
+    uint64_t v;
+
+    aj_policy_init(&pol);
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+h", run_options, NULL)) != -1) {
+        r = 0;
+        switch (opt) {
+        case OPT_BIND_RO:
+        case OPT_BIND_RW:
+            r = aj_policy_add_bind(&pol, optarg, opt == OPT_BIND_RW, &err);
+            break;
+        case OPT_TMPFS:
+            r = aj_policy_add_tmpfs(&pol, optarg, &err);
+            break;
+        case OPT_TMP_SIZE:
+            if (aj_parse_size(optarg, &v) < 0 || v < 4096)
+                r = aj_err(&err, 0, "--tmp-size: '%s' is not a size of at least 4K (e.g. 64M)", optarg);
+            else
+                pol.tmp_size = v;
+            break;
+        case OPT_WORKDIR:
+            r = aj_policy_set_string(&pol.workdir, optarg, &err);
+            break;
+        case OPT_ENV:
+            r = aj_policy_add_env(&pol, optarg, &err);
+            break;
+        case OPT_ENV_PASS:
+            r = aj_policy_add_env_pass(&pol, optarg, &err);
+            break;
+        case OPT_HOSTNAME:
+            r = aj_policy_set_string(&pol.hostname, optarg, &err);
+            break;
+        case OPT_TIMEOUT:
+            if (aj_parse_duration_ms(optarg, &v) < 0 || v == 0 || v > 7ULL * 24 * 3600 * 1000)
+                r = aj_err(&err, 0, "--timeout: '%s' is not a duration (e.g. 10, 10s, 500ms, 2m; > 0, <= 7 days)",
+                           optarg);
+            else
+                pol.timeout_ms = v;
+            break;
+        case OPT_RESULT:
+            result_path = optarg;
+            break;
+        case OPT_NETWORK:
+            r = aj_policy_set_network(&pol, optarg, &err);
+            break;
+        case OPT_UID:
+            if (parse_id("--uid", optarg, &pol.uid) < 0)
+                goto usage_error_printed;
+            break;
+        case OPT_GID:
+            if (parse_id("--gid", optarg, &pol.gid) < 0)
+                goto usage_error_printed;
+            break;
+        case OPT_UID_RANGE:
+            r = aj_policy_set_uid_range(&pol, optarg, &err);
+            break;
+        case OPT_ALLOW_DEGRADED:
+            pol.allow_degraded = true;
+            break;
+        case OPT_HELP:
+        case 'h':
+            run_usage(stdout);
+            aj_policy_clear(&pol);
+            return 0;
+        case ':':
+            aj_err(&err, 0, "%s needs an argument", argv[optind - 1]);
+            r = -EINVAL;
+            break;
+        default:
+            aj_err(&err, 0, "unknown flag '%s' (see agentjail run --help)", argv[optind - 1]);
+            r = -EINVAL;
+            break;
+        }
+        if (r < 0)
+            goto usage_error;
+    }
+    if (optind >= argc) {
+        aj_err(&err, 0, "no command given: agentjail run [FLAGS] -- CMD [ARGS...]");
+        goto usage_error;
+    }
+    r = aj_policy_validate(&pol, &err);
+    if (r < 0)
+        goto usage_error;
+
+    r = aj_run(&pol, argv + optind, &res, &err);
+    if (res.degraded)
+        print_degraded_warning(&res);
+    if (r < 0)
+        fprintf(stderr, "agentjail: %s\n", err.msg);
+    if (result_path) {
+        struct aj_error werr = {0};
+        if (aj_result_write_file(&res, result_path, &werr) < 0) {
+            fprintf(stderr, "agentjail: %s\n", werr.msg);
+            aj_policy_clear(&pol);
+            return AJ_EXIT_SETUP;
+        }
+    }
+    aj_policy_clear(&pol);
+    if (r < 0)
+        return res.exit_code ? res.exit_code : AJ_EXIT_SETUP;
+    code = res.exit_code;
+    return code;
+
+usage_error:
+    fprintf(stderr, "agentjail: %s\n", err.msg);
+usage_error_printed:
+    aj_policy_clear(&pol);
+    return AJ_EXIT_USAGE;
+}

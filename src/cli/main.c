@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: agentjail run [FLAGS] -- CMD [ARGS...]\n"
+          "       agentjail --version | --help\n"
+          "\n"
+          "Runs CMD in a fresh sandbox: user, pid, mount, network, ipc, uts, cgroup and time\n"
+          "namespaces, a private read-only root, no capabilities, no_new_privs, a seccomp\n"
+          "allow-list and Landlock. See 'agentjail run --help' and docs/.\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return AJ_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "run") == 0)
+        return aj_cmd_run(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        puts("agentjail " AJ_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "agentjail: unknown command '%s' (try 'agentjail --help')\n", argv[1]);
+    return AJ_EXIT_USAGE;
+}

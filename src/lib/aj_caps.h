@@ -1,0 +1,10 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include "aj_error.h"
+
+/* Sandbox side: lock securebits, empty the bounding and ambient sets, then
+ * the effective, permitted and inheritable sets. Irreversible. */
+int aj_caps_child_drop_all(struct aj_error *err);
+/* Sandbox side: set no_new_privs and confirm it took (fail closed). */
+int aj_caps_child_no_new_privs(struct aj_error *err);

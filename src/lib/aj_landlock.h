@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "aj_error.h"
+#include "aj_policy.h"
+
+/* The Landlock ABI this kernel offers (0: none). Query only. */
+AJ_EXPORT int aj_landlock_abi(void);
+
+/* Sandbox side, after the mounts and before seccomp: restrict the calling
+ * process (and its future children) to the policy's filesystem view, to
+ * no TCP when the network is off, and scope abstract unix sockets and
+ * signals to the sandbox. host_paths: in degraded mode the sandbox sees
+ * the host tree, so the rules name host paths; else sandbox paths.
+ * ret_layers gets AJ_LAYER_LANDLOCK_* bits for what was applied. */
+int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
+                            uint32_t *ret_layers, struct aj_error *err);

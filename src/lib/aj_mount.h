@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "aj_error.h"
+#include "aj_policy.h"
+
+enum aj_mnt_kind {
+    AJ_MNT_BIND,    /* host path, cloned with open_tree before the root is built */
+    AJ_MNT_SYMLINK, /* replicate a host symlink (merged-/usr /bin -> usr/bin) */
+    AJ_MNT_TMPFS,
+    AJ_MNT_FILE,    /* generated content (/etc/passwd, ...) */
+    AJ_MNT_DEV,     /* bind of one host device node (keeps nodev off) */
+};
+
+struct aj_mnt_entry {
+    enum aj_mnt_kind kind;
+    char *src;     /* BIND/DEV: absolute host path; SYMLINK: link target */
+    char *dst;     /* absolute sandbox path */
+    char *content; /* FILE */
+    size_t content_len;
+    uint64_t size; /* TMPFS */
+    bool rw;
+    bool noexec;
+    bool optional; /* a missing host path is skipped, not an error */
+};
+
+/* Everything the sandbox side needs, prepared by the supervisor (malloc is
+ * allowed there), so the child only makes syscalls. */
+struct aj_mount_plan {
+    struct aj_mnt_entry *entries;
+    size_t n;
+    int *src_fds; /* child-side scratch: one slot per entry */
+};
+
+int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, struct aj_error *err);
+void aj_mount_plan_clear(struct aj_mount_plan *plan);
+
+/* Sandbox side (pid 1 of the new pid namespace, in the new mount and user
+ * namespaces, capabilities held): build the root and pivot into it. */
+int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_policy *pol,
+                         struct aj_error *err);

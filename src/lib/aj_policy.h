@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aj_error.h"
+
+/* The one normalised policy. CLI flags fill it today; policy files (JSON)
+ * fill the same struct. Every layer reads it; nothing else decides what
+ * the sandbox gets. The canonical JSON of this struct is what is hashed. */
+
+enum aj_network {
+    AJ_NET_NONE = 0,    /* empty netns, lo down, Landlock refuses TCP */
+    AJ_NET_LOOPBACK,    /* empty netns with lo up: the sandbox talks to itself */
+};
+
+struct aj_bind {
+    char *host;    /* absolute host path */
+    char *sandbox; /* absolute path inside the sandbox */
+    bool rw;
+};
+
+struct aj_tmpfs {
+    char *path;    /* absolute path inside the sandbox */
+    uint64_t size; /* bytes */
+};
+
+#define AJ_DEFAULT_TIMEOUT_MS   0ULL            /* 0: no wall-clock limit */
+#define AJ_DEFAULT_TMP_SIZE     (64ULL << 20)   /* /tmp and /dev/shm tmpfs */
+#define AJ_DEFAULT_UID          1000U
+#define AJ_DEFAULT_GID          1000U
+#define AJ_DEFAULT_UID_BASE     0x60000000U     /* root mode: host uids for runs */
+#define AJ_DEFAULT_UID_COUNT    65536U
+#define AJ_DEFAULT_NOFILE       1024ULL
+#define AJ_DEFAULT_FSIZE        (1ULL << 30)
+#define AJ_DEFAULT_HOSTNAME     "agentjail"
+#define AJ_DEFAULT_WORKDIR      "/tmp"
+#define AJ_DEFAULT_PATH         "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+struct aj_policy {
+    struct aj_bind *binds;
+    size_t n_binds;
+    struct aj_tmpfs *tmpfs;
+    size_t n_tmpfs;
+    char **env;       /* "K=V", in order; later entries override earlier */
+    size_t n_env;
+    char **env_pass;  /* names copied from the caller's environment */
+    size_t n_env_pass;
+    char *workdir;
+    char *hostname;
+    uint64_t timeout_ms;
+    uint64_t tmp_size;
+    enum aj_network network;
+    uint32_t uid, gid;          /* inside the sandbox */
+    uint32_t uid_base, uid_count; /* root mode: host uid/gid range for runs */
+    uint64_t rlimit_nofile;
+    uint64_t rlimit_fsize;
+    bool allow_degraded;        /* run without namespaces if they are refused */
+};
+
+AJ_EXPORT void aj_policy_init(struct aj_policy *pol);
+AJ_EXPORT void aj_policy_clear(struct aj_policy *pol);
+
+/* Flag-shaped setters: each validates its own argument and reports the
+ * problem in err (errnum 0: bad input). */
+AJ_EXPORT int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw,
+                                 struct aj_error *err);
+AJ_EXPORT int aj_policy_add_tmpfs(struct aj_policy *pol, const char *spec, struct aj_error *err);
+AJ_EXPORT int aj_policy_add_env(struct aj_policy *pol, const char *kv, struct aj_error *err);
+AJ_EXPORT int aj_policy_add_env_pass(struct aj_policy *pol, const char *name,
+                                     struct aj_error *err);
+AJ_EXPORT int aj_policy_set_string(char **slot, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_network(struct aj_policy *pol, const char *value,
+                                    struct aj_error *err);
+AJ_EXPORT int aj_policy_set_uid_range(struct aj_policy *pol, const char *spec,
+                                      struct aj_error *err);
+
+/* Whole-policy checks (conflicts, paths that must exist). */
+AJ_EXPORT int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err);
+
+/* Canonical JSON (sorted keys, compact) and its sha256 in hex. */
+AJ_EXPORT char *aj_policy_canonical_json(const struct aj_policy *pol);
+AJ_EXPORT int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65],
+                               struct aj_error *err);
+
+/* Strict number parsing shared by every caller (no atoi, no sscanf). */
+AJ_EXPORT int aj_parse_u64(const char *s, uint64_t max, uint64_t *ret);
+AJ_EXPORT int aj_parse_size(const char *s, uint64_t *ret);        /* 512, 64K, 512M, 1G */
+AJ_EXPORT int aj_parse_duration_ms(const char *s, uint64_t *ret); /* 10, 10s, 500ms, 2m */

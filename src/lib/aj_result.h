@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "aj_error.h"
+
+enum aj_status {
+    AJ_STATUS_OK = 0,
+    AJ_STATUS_NONZERO_EXIT,
+    AJ_STATUS_SIGNALED,
+    AJ_STATUS_TIMEOUT,
+    AJ_STATUS_SETUP_ERROR,
+};
+
+/* Which layers were actually applied: set by the code that applied them,
+ * never from the policy alone. */
+enum aj_layer {
+    AJ_LAYER_USERNS = 1u << 0,
+    AJ_LAYER_PIDNS = 1u << 1,
+    AJ_LAYER_MOUNTNS = 1u << 2,
+    AJ_LAYER_NETNS = 1u << 3,
+    AJ_LAYER_IPCNS = 1u << 4,
+    AJ_LAYER_UTSNS = 1u << 5,
+    AJ_LAYER_CGROUPNS = 1u << 6,
+    AJ_LAYER_TIMENS = 1u << 7,
+    AJ_LAYER_ROOTFS = 1u << 8,      /* tmpfs root + pivot_root, old root detached */
+    AJ_LAYER_CAPS = 1u << 9,        /* all five capability sets empty, securebits locked */
+    AJ_LAYER_NNP = 1u << 10,
+    AJ_LAYER_SECCOMP = 1u << 11,
+    AJ_LAYER_LANDLOCK_FS = 1u << 12,
+    AJ_LAYER_LANDLOCK_NET = 1u << 13,
+    AJ_LAYER_LANDLOCK_SCOPE = 1u << 14,
+    AJ_LAYER_RLIMITS = 1u << 15,
+    AJ_LAYER_UID_ISOLATION = 1u << 16, /* run has its own host uid (root mode) */
+    AJ_LAYER_ENV_CLEARED = 1u << 17,
+    AJ_LAYER_FDS_CLOSED = 1u << 18,
+    AJ_LAYER_NEW_SESSION = 1u << 19,
+    AJ_LAYER_KEYRING = 1u << 20,
+};
+#define AJ_LAYER_COUNT 21
+
+struct aj_result {
+    enum aj_status status;
+    int exit_code;   /* valid when the payload exited */
+    int signal;      /* valid when status == SIGNALED (or the kill signal) */
+    uint64_t wall_ms;
+    uint64_t cpu_ms;
+    uint64_t max_rss_kb;
+    char policy_sha256[65];
+    char sandbox_id[33];
+    uint32_t layers;          /* enum aj_layer bits */
+    int landlock_abi;         /* 0: unavailable */
+    bool degraded;            /* ran without namespaces (--allow-degraded) */
+    bool rootless;
+    uint32_t host_uid, host_gid;
+    char error[512];          /* setup_error: the one-line reason */
+};
+
+AJ_EXPORT const char *aj_status_name(enum aj_status s);
+AJ_EXPORT const char *aj_layer_name(enum aj_layer l);
+/* Result JSON (versioned, see docs/result.md); caller frees. */
+AJ_EXPORT char *aj_result_to_json(const struct aj_result *res);
+AJ_EXPORT int aj_result_write_file(const struct aj_result *res, const char *path,
+                                   struct aj_error *err);

@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <linux/filter.h>
+#include <stddef.h>
+
+#include "aj_error.h"
+#include "aj_policy.h"
+
+/* A compiled filter: built once in the supervisor with libseccomp, loaded
+ * in the sandbox with one seccomp(2) call (no malloc after clone). */
+struct aj_bpf {
+    struct sock_filter *insns;
+    size_t len;
+};
+
+AJ_EXPORT int aj_seccomp_build(const struct aj_policy *pol, struct aj_bpf *ret, struct aj_error *err);
+AJ_EXPORT void aj_seccomp_clear(struct aj_bpf *bpf);
+/* Sandbox side: needs no_new_privs set already. */
+int aj_seccomp_child_load(const struct aj_bpf *bpf, struct aj_error *err);
+
+/* Names of syscalls the filter refuses with EPERM on purpose (escape
+ * indicative); NULL-terminated. Exposed for docs and tests. */
+AJ_EXPORT extern const char *const aj_seccomp_denied_syscalls[];

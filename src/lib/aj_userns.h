@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "aj_error.h"
+#include "aj_policy.h"
+
+/* Root mode: a host uid/gid of its own for this run, from the policy's
+ * range, held (an OFD lock on one byte of /run/agentjail/uids.lock) until
+ * released. Two live sandboxes never share a host uid, so one cannot
+ * signal, ptrace or read the files of another even if both escaped their
+ * namespaces. */
+struct aj_uid_lease {
+    int lock_fd;
+    uid_t host_uid;
+    gid_t host_gid;
+};
+
+int aj_userns_lease_host_id(const struct aj_policy *pol, struct aj_uid_lease *ret,
+                            struct aj_error *err);
+void aj_userns_lease_release(struct aj_uid_lease *lease);
+
+/* Supervisor side: write the child's uid/gid maps (one line each: inside id
+ * -> host id). Rootless: setgroups is denied first (CVE-2014-8989: an
+ * unprivileged map writer must not be able to drop supplementary groups
+ * that deny it access). */
+int aj_userns_parent_write_maps(pid_t child, uid_t inside_uid, gid_t inside_gid, uid_t host_uid,
+                                gid_t host_gid, bool rootless, struct aj_error *err);
+
+/* Sandbox side, after the maps exist: drop the host's supplementary groups
+ * (root mode) and switch to the inside ids, keeping capabilities for the
+ * rest of the setup. */
+int aj_userns_child_become(uid_t uid, gid_t gid, bool rootless, struct aj_error *err);
+
+/* After clone(CLONE_NEWUSER) failed with errnum: fill err with the exact
+ * cause on this host and the fix. */
+int aj_userns_explain_failure(int errnum, struct aj_error *err);

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "aj_limits.h"
+
+#include <errno.h>
+#include <sys/resource.h>
+
+static int set_both(int resource, rlim_t v, const char *name, struct aj_error *err)
+{
+    struct rlimit cur, rl = {.rlim_cur = v, .rlim_max = v};
+
+    /* Never raise: if the caller already runs with a lower hard limit,
+     * keep it (raising needs CAP_SYS_RESOURCE, and lower is safer). */
+    if (getrlimit(resource, &cur) == 0 && cur.rlim_max != RLIM_INFINITY && cur.rlim_max < v)
+        rl.rlim_cur = rl.rlim_max = cur.rlim_max;
+    if (setrlimit(resource, &rl) < 0)
+        return aj_err(err, errno, "setrlimit %s", name);
+    return 0;
+}
+
+int aj_limits_child_apply_rlimits(const struct aj_policy *pol, struct aj_error *err)
+{
+    int r = set_both(RLIMIT_CORE, 0, "core", err);
+    if (r == 0)
+        r = set_both(RLIMIT_NOFILE, (rlim_t)pol->rlimit_nofile, "nofile", err);
+    if (r == 0)
+        r = set_both(RLIMIT_FSIZE, (rlim_t)pol->rlimit_fsize, "fsize", err);
+    return r;
+}

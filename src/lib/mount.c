@@ -1,0 +1,574 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The sandbox's root filesystem.
+ *
+ * Sequence (sandbox side, all in the new mount namespace):
+ *  1. make every mount private: nothing propagates back to the host;
+ *  2. clone each host source with open_tree() *before* anything is
+ *     overmounted, and set its attributes (ro, nosuid, nodev) on the
+ *     detached tree, recursively (mount_setattr), so submounts of a
+ *     read-only bind are read-only too;
+ *  3. mount a fresh tmpfs over /tmp as the new root, create mount points
+ *     with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) and attach each
+ *     clone by fd (move_mount): no path is checked and then used;
+ *  4. fresh /proc of the pid namespace with sensitive entries masked or
+ *     read-only, a minimal /dev, private /tmp and /dev/shm;
+ *  5. make the root tmpfs read-only, pivot_root into it and detach the old
+ *     root, so nothing of the host but the named binds stays reachable. */
+#include "aj_mount.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "aj_missing.h"
+#include "aj_util.h"
+
+/* ---- supervisor side: the plan ----------------------------------------- */
+
+static int plan_push(struct aj_mount_plan *plan, struct aj_mnt_entry e, struct aj_error *err)
+{
+    struct aj_mnt_entry *ne = realloc(plan->entries, (plan->n + 1) * sizeof(*ne));
+    if (!ne) {
+        free(e.src);
+        free(e.dst);
+        free(e.content);
+        return aj_err(err, ENOMEM, "mount plan");
+    }
+    plan->entries = ne;
+    plan->entries[plan->n++] = e;
+    return 0;
+}
+
+static int plan_add(struct aj_mount_plan *plan, enum aj_mnt_kind kind, const char *src, const char *dst,
+                    bool rw, bool optional, struct aj_error *err)
+{
+    struct aj_mnt_entry e = {.kind = kind, .rw = rw, .optional = optional};
+    e.src = src ? strdup(src) : NULL;
+    e.dst = strdup(dst);
+    if ((src && !e.src) || !e.dst) {
+        free(e.src);
+        free(e.dst);
+        return aj_err(err, ENOMEM, "mount plan");
+    }
+    return plan_push(plan, e, err);
+}
+
+static int plan_add_file(struct aj_mount_plan *plan, const char *dst, char *content,
+                         struct aj_error *err)
+{
+    struct aj_mnt_entry e = {.kind = AJ_MNT_FILE, .content = content};
+    if (!content)
+        return aj_err(err, ENOMEM, "generate %s", dst);
+    e.content_len = strlen(content);
+    e.dst = strdup(dst);
+    if (!e.dst) {
+        free(content);
+        return aj_err(err, ENOMEM, "mount plan");
+    }
+    return plan_push(plan, e, err);
+}
+
+/* A system path: replicate it if it is a symlink (merged /usr: /bin ->
+ * usr/bin), bind it read-only if it is a directory or file, skip it if
+ * absent. The target of a replicated symlink is inside the sandbox view. */
+static int plan_add_system(struct aj_mount_plan *plan, const char *path, struct aj_error *err)
+{
+    struct stat st;
+    char target[4096];
+    ssize_t n;
+
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : aj_err(err, errno, "stat %s", path);
+    if (S_ISLNK(st.st_mode)) {
+        n = readlink(path, target, sizeof(target) - 1);
+        if (n < 0)
+            return aj_err(err, errno, "readlink %s", path);
+        target[n] = '\0';
+        return plan_add(plan, AJ_MNT_SYMLINK, target, path, false, false, err);
+    }
+    return plan_add(plan, AJ_MNT_BIND, path, path, false, true, err);
+}
+
+static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static int cmp_entry_dst(const void *a, const void *b)
+{
+    return strcmp(((const struct aj_mnt_entry *)a)->dst, ((const struct aj_mnt_entry *)b)->dst);
+}
+
+int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, struct aj_error *err)
+{
+    static const char *const system_paths[] = {"/usr",   "/bin",   "/sbin",  "/lib",
+                                               "/lib32", "/lib64", "/libx32"};
+    static const char *const etc_paths[] = {"/etc/ld.so.cache", "/etc/ssl/certs", "/etc/alternatives",
+                                            "/etc/localtime"};
+    static const char *const dev_nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                            "/dev/urandom"};
+    const char *host = pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME;
+    struct aj_mount_plan plan = {0};
+    size_t user_start;
+    bool tmp_listed = false;
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(system_paths); i++)
+        r = plan_add_system(&plan, system_paths[i], err);
+    for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(etc_paths); i++)
+        r = plan_add_system(&plan, etc_paths[i], err);
+    /* A generated /etc, never the host's: no shadow, no ssh keys, no
+     * sudoers, no cloud-init secrets, just what name lookups need. */
+    if (r == 0)
+        r = plan_add_file(&plan, "/etc/passwd",
+                          pol->uid == 0
+                              ? xasprintf("root:x:0:%u:root:/tmp:/bin/sh\n"
+                                          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+                                          pol->gid)
+                              : xasprintf("root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                                          "agent:x:%u:%u:agent:/tmp:/bin/sh\n"
+                                          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+                                          pol->uid, pol->gid),
+                          err);
+    if (r == 0)
+        r = plan_add_file(&plan, "/etc/group",
+                          pol->gid == 0 ? xasprintf("root:x:0:\nnogroup:x:65534:\n")
+                                        : xasprintf("root:x:0:\nagent:x:%u:\nnogroup:x:65534:\n", pol->gid),
+                          err);
+    if (r == 0)
+        r = plan_add_file(&plan, "/etc/hosts",
+                          xasprintf("127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost %s\n", host, host),
+                          err);
+    if (r == 0)
+        r = plan_add_file(&plan, "/etc/hostname", xasprintf("%s\n", host), err);
+    if (r == 0)
+        r = plan_add_file(&plan, "/etc/nsswitch.conf",
+                          xasprintf("passwd: files\ngroup: files\nshadow: files\nhosts: files\n"
+                                    "networks: files\nprotocols: files\nservices: files\n"),
+                          err);
+    if (r == 0)
+        r = plan_add_file(&plan, "/etc/resolv.conf", xasprintf("# no DNS inside agentjail\n"), err);
+    for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(dev_nodes); i++)
+        r = plan_add(&plan, AJ_MNT_DEV, dev_nodes[i], dev_nodes[i], true, false, err);
+    if (r < 0)
+        goto fail;
+
+    /* The policy's own mounts, parents before children. */
+    user_start = plan.n;
+    for (size_t i = 0; r == 0 && i < pol->n_binds; i++)
+        r = plan_add(&plan, AJ_MNT_BIND, pol->binds[i].host, pol->binds[i].sandbox, pol->binds[i].rw,
+                     false, err);
+    for (size_t i = 0; r == 0 && i < pol->n_tmpfs; i++) {
+        r = plan_add(&plan, AJ_MNT_TMPFS, NULL, pol->tmpfs[i].path, true, false, err);
+        if (r == 0) {
+            plan.entries[plan.n - 1].size = pol->tmpfs[i].size;
+            plan.entries[plan.n - 1].noexec = true;
+        }
+        if (strcmp(pol->tmpfs[i].path, "/tmp") == 0)
+            tmp_listed = true;
+    }
+    if (r == 0 && !tmp_listed) {
+        r = plan_add(&plan, AJ_MNT_TMPFS, NULL, "/tmp", true, false, err);
+        if (r == 0) {
+            plan.entries[plan.n - 1].size = pol->tmp_size;
+            plan.entries[plan.n - 1].noexec = true;
+        }
+    }
+    if (r < 0)
+        goto fail;
+    qsort(plan.entries + user_start, plan.n - user_start, sizeof(*plan.entries), cmp_entry_dst);
+    plan.src_fds = calloc(plan.n, sizeof(int));
+    if (!plan.src_fds) {
+        r = aj_err(err, ENOMEM, "mount plan");
+        goto fail;
+    }
+    *ret = plan;
+    return 0;
+fail:
+    aj_mount_plan_clear(&plan);
+    return r;
+}
+
+void aj_mount_plan_clear(struct aj_mount_plan *plan)
+{
+    if (!plan)
+        return;
+    for (size_t i = 0; i < plan->n; i++) {
+        free(plan->entries[i].src);
+        free(plan->entries[i].dst);
+        free(plan->entries[i].content);
+    }
+    free(plan->entries);
+    free(plan->src_fds);
+    plan->entries = NULL;
+    plan->src_fds = NULL;
+    plan->n = 0;
+}
+
+/* ---- sandbox side ---------------------------------------------------------- */
+
+static int set_tree_attrs(int fd, uint64_t attrs, struct aj_error *err, const char *what)
+{
+    struct aj_mount_attr a = {.attr_set = attrs};
+    if (aj_sys_mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a) < 0)
+        return aj_err(err, errno, "set mount attributes on %s", what);
+    return 0;
+}
+
+static int attach(int srcfd, int rootfd, const char *dst, bool is_file, struct aj_error *err)
+{
+    _cleanup_close_ int dfd = aj_mkdir_beneath(rootfd, dst, is_file, err);
+    if (dfd < 0)
+        return aj_err_prefix(err, dfd, "mount point %s", dst);
+    if (aj_sys_move_mount(srcfd, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        return aj_err(err, errno, "attach %s", dst);
+    return 0;
+}
+
+static int new_fs(const char *type, const char *size, const char *mode, uint64_t attrs,
+                  struct aj_error *err)
+{
+    _cleanup_close_ int fsfd = aj_sys_fsopen(type, AJ_FSOPEN_CLOEXEC);
+    int mfd;
+
+    if (fsfd < 0)
+        return aj_err(err, errno, "fsopen %s", type);
+    if (size && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "size", size, 0) < 0)
+        return aj_err(err, errno, "%s size=%s", type, size);
+    if (mode && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "mode", mode, 0) < 0)
+        return aj_err(err, errno, "%s mode=%s", type, mode);
+    if (aj_sys_fsconfig(fsfd, AJ_FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        return aj_err(err, errno, "create %s", type);
+    mfd = aj_sys_fsmount(fsfd, AJ_FSMOUNT_CLOEXEC, (unsigned int)attrs);
+    if (mfd < 0)
+        return aj_err(err, errno, "fsmount %s", type);
+    return mfd;
+}
+
+static int mount_tmpfs_at(int rootfd, const char *dst, uint64_t size, const char *mode, bool noexec,
+                          struct aj_error *err)
+{
+    char sz[32];
+    _cleanup_close_ int mfd = -1;
+
+    (void)snprintf(sz, sizeof(sz), "%llu", (unsigned long long)size);
+    mfd = new_fs("tmpfs", sz, mode,
+                 AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV | (noexec ? AJ_MOUNT_ATTR_NOEXEC : 0), err);
+    if (mfd < 0)
+        return aj_err_prefix(err, mfd, "tmpfs %s", dst);
+    return attach(mfd, rootfd, dst, false, err);
+}
+
+/* /proc entries that leak host state or accept writes that reach the host
+ * kernel. Masked: replaced by an empty read-only file or directory.
+ * Read-only: visible, not writable (same lists as Docker/runc, plus
+ * kallsyms: kernel addresses help an exploit beat KASLR). */
+static const char *const proc_masked[] = {
+    "proc/kcore",        "proc/kallsyms",   "proc/keys",        "proc/timer_list",
+    "proc/sched_debug",  "proc/latency_stats", "proc/timer_stats", "proc/acpi",
+    "proc/asound",       "proc/scsi",       "proc/sysvipc",     "proc/config.gz",
+    "proc/kpagecount",   "proc/kpageflags", "proc/kpagecgroup", "proc/vmallocinfo",
+};
+static const char *const proc_readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/bus",
+                                            "proc/fs", "proc/irq"};
+
+static int setup_proc(int rootfd, struct aj_error *err)
+{
+    _cleanup_close_ int procfd = -1, emptyfs = -1;
+    int r;
+
+    procfd = new_fs("proc", NULL, NULL, AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV | AJ_MOUNT_ATTR_NOEXEC,
+                    err);
+    if (procfd < 0)
+        return aj_err_prefix(err, procfd, "/proc");
+    r = attach(procfd, rootfd, "proc", false, err);
+    if (r < 0)
+        return r;
+
+    /* An empty read-only tmpfs holding one empty file and one empty dir:
+     * the source of every mask. */
+    emptyfs = new_fs("tmpfs", "4096", "0555", AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV | AJ_MOUNT_ATTR_NOEXEC,
+                     err);
+    if (emptyfs < 0)
+        return aj_err_prefix(err, emptyfs, "mask source");
+    if (mkdirat(emptyfs, "d", 0555) < 0)
+        return aj_err(err, errno, "mask dir");
+    {
+        int fd = openat(emptyfs, "f", O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+        if (fd < 0)
+            return aj_err(err, errno, "mask file");
+        (void)close(fd);
+    }
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(proc_masked); i++) {
+        struct aj_open_how how = {.flags = O_PATH | O_CLOEXEC,
+                                  .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+        _cleanup_close_ int target = aj_sys_openat2(rootfd, proc_masked[i], &how);
+        _cleanup_close_ int src = -1;
+        struct stat st;
+
+        if (target < 0) {
+            if (errno == ENOENT)
+                continue; /* this kernel has no such entry */
+            return aj_err(err, errno, "open %s", proc_masked[i]);
+        }
+        if (fstat(target, &st) < 0)
+            return aj_err(err, errno, "stat %s", proc_masked[i]);
+        src = aj_sys_open_tree(emptyfs, S_ISDIR(st.st_mode) ? "d" : "f", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (src < 0)
+            return aj_err(err, errno, "clone mask for %s", proc_masked[i]);
+        if (set_tree_attrs(src, AJ_MOUNT_ATTR_RDONLY, err, proc_masked[i]) < 0)
+            return -EPERM;
+        if (aj_sys_move_mount(src, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+            return aj_err(err, errno, "mask %s", proc_masked[i]);
+    }
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(proc_readonly); i++) {
+        struct aj_open_how how = {.flags = O_PATH | O_CLOEXEC,
+                                  .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+        _cleanup_close_ int target = aj_sys_openat2(rootfd, proc_readonly[i], &how);
+        _cleanup_close_ int src = -1;
+
+        if (target < 0) {
+            if (errno == ENOENT)
+                continue;
+            return aj_err(err, errno, "open %s", proc_readonly[i]);
+        }
+        src = aj_sys_open_tree(target, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+        if (src < 0)
+            return aj_err(err, errno, "clone %s", proc_readonly[i]);
+        r = set_tree_attrs(src, AJ_MOUNT_ATTR_RDONLY | AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV |
+                                    AJ_MOUNT_ATTR_NOEXEC,
+                           err, proc_readonly[i]);
+        if (r < 0)
+            return r;
+        if (aj_sys_move_mount(src, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+            return aj_err(err, errno, "make %s read-only", proc_readonly[i]);
+    }
+    return 0;
+}
+
+static int setup_dev(const struct aj_mount_plan *plan, int rootfd, uint64_t shm_size,
+                     struct aj_error *err)
+{
+    static const struct {
+        const char *name, *target;
+    } links[] = {{"fd", "/proc/self/fd"},
+                 {"stdin", "/proc/self/fd/0"},
+                 {"stdout", "/proc/self/fd/1"},
+                 {"stderr", "/proc/self/fd/2"}};
+    _cleanup_close_ int devfd = -1;
+    int r;
+
+    r = mount_tmpfs_at(rootfd, "dev", 65536, "0755", true, err);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < plan->n; i++) {
+        if (plan->entries[i].kind != AJ_MNT_DEV)
+            continue;
+        r = attach(plan->src_fds[i], rootfd, plan->entries[i].dst + 1, true, err);
+        if (r < 0)
+            return r;
+    }
+    devfd = openat(rootfd, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (devfd < 0)
+        return aj_err(err, errno, "open /dev");
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(links); i++)
+        if (symlinkat(links[i].target, devfd, links[i].name) < 0)
+            return aj_err(err, errno, "symlink /dev/%s", links[i].name);
+    /* Private /dev/shm: POSIX shared memory of one sandbox is invisible to
+     * every other sandbox and to the host. */
+    return mount_tmpfs_at(rootfd, "dev/shm", shm_size, "1777", true, err);
+}
+
+static int split_parent(int rootfd, const char *dst, char *name, size_t name_size, struct aj_error *err)
+{
+    char parent[4096];
+    const char *slash = strrchr(dst, '/');
+    size_t plen;
+
+    if (!slash) {
+        if (strlen(dst) >= name_size)
+            return aj_err(err, ENAMETOOLONG, "%s", dst);
+        strcpy(name, dst);
+        return aj_mkdir_beneath(rootfd, "", false, err);
+    }
+    if (strlen(slash + 1) >= name_size)
+        return aj_err(err, EINVAL, "bad sandbox path %s", dst);
+    plen = (size_t)(slash - dst);
+    if (plen >= sizeof(parent))
+        return aj_err(err, ENAMETOOLONG, "%s", dst);
+    memcpy(parent, dst, plen);
+    parent[plen] = '\0';
+    strcpy(name, slash + 1);
+    return aj_mkdir_beneath(rootfd, parent, false, err);
+}
+
+static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
+{
+    for (size_t i = 0; i < plan->n; i++) {
+        const struct aj_mnt_entry *e = &plan->entries[i];
+        uint64_t attrs = AJ_MOUNT_ATTR_NOSUID;
+        struct stat st;
+        int fd;
+
+        plan->src_fds[i] = -1;
+        if (e->kind != AJ_MNT_BIND && e->kind != AJ_MNT_DEV)
+            continue;
+        /* The source is resolved here, once, as the policy names it; from now
+         * on only the fd is used. */
+        fd = aj_sys_open_tree(AT_FDCWD, e->src,
+                              OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (e->kind == AJ_MNT_BIND ? AT_RECURSIVE : 0));
+        if (fd < 0) {
+            if (e->optional && errno == ENOENT)
+                continue;
+            return aj_err(err, errno, "bind source %s", e->src);
+        }
+        plan->src_fds[i] = fd;
+        if (e->kind == AJ_MNT_BIND)
+            attrs |= AJ_MOUNT_ATTR_NODEV | (e->rw ? 0 : AJ_MOUNT_ATTR_RDONLY);
+        else
+            attrs |= AJ_MOUNT_ATTR_NOEXEC;
+        if (set_tree_attrs(fd, attrs, err, e->src) < 0)
+            return -EPERM;
+        if (e->kind == AJ_MNT_DEV) {
+            /* Only character devices from the fixed list: a block device or
+             * /dev/mem reached by a swapped path would be game over. */
+            if (fstat(fd, &st) < 0 || !S_ISCHR(st.st_mode))
+                return aj_err(err, EINVAL, "%s is not a character device", e->src);
+        }
+    }
+    return 0;
+}
+
+int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_policy *pol,
+                         struct aj_error *err)
+{
+    _cleanup_close_ int rootfd = -1;
+    struct aj_mount_attr ro = {.attr_set = AJ_MOUNT_ATTR_RDONLY};
+    int r;
+
+    for (size_t i = 0; i < plan->n; i++)
+        plan->src_fds[i] = -1;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return aj_err(err, errno, "make / private");
+    r = clone_sources(plan, err);
+    if (r < 0)
+        goto out;
+
+    /* The new root: a small tmpfs over /tmp of this (private) namespace.
+     * Every host source is already cloned, so hiding /tmp hides nothing. */
+    if (mount("agentjail", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=2m") < 0) {
+        r = aj_err(err, errno, "mount root tmpfs");
+        goto out;
+    }
+    rootfd = open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (rootfd < 0) {
+        r = aj_err(err, errno, "open new root");
+        goto out;
+    }
+
+    for (size_t i = 0; i < plan->n; i++) {
+        const struct aj_mnt_entry *e = &plan->entries[i];
+        char name[256];
+        _cleanup_close_ int parent = -1;
+        struct stat st;
+
+        switch (e->kind) {
+        case AJ_MNT_BIND:
+            if (plan->src_fds[i] < 0)
+                continue; /* optional and absent */
+            if (fstat(plan->src_fds[i], &st) < 0) {
+                r = aj_err(err, errno, "stat %s", e->src);
+                goto out;
+            }
+            r = attach(plan->src_fds[i], rootfd, e->dst + 1, !S_ISDIR(st.st_mode), err);
+            break;
+        case AJ_MNT_SYMLINK:
+            parent = split_parent(rootfd, e->dst + 1, name, sizeof(name), err);
+            if (parent < 0) {
+                r = parent;
+                goto out;
+            }
+            r = symlinkat(e->src, parent, name) < 0 ? aj_err(err, errno, "symlink %s", e->dst) : 0;
+            break;
+        case AJ_MNT_FILE:
+            parent = split_parent(rootfd, e->dst + 1, name, sizeof(name), err);
+            if (parent < 0) {
+                r = parent;
+                goto out;
+            }
+            {
+                /* O_PATH parent: reopen as a real directory for openat. */
+                char p[64];
+                _cleanup_close_ int dir = -1;
+                (void)snprintf(p, sizeof(p), "/proc/self/fd/%d", parent);
+                dir = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+                if (dir < 0) {
+                    r = aj_err(err, errno, "open parent of %s", e->dst);
+                    goto out;
+                }
+                r = aj_write_file_at(dir, name, e->content, e->content_len, O_CREAT | O_EXCL, 0644, err);
+            }
+            break;
+        case AJ_MNT_TMPFS:
+            r = mount_tmpfs_at(rootfd, e->dst + 1, e->size, "1777", e->noexec, err);
+            break;
+        case AJ_MNT_DEV:
+            continue; /* in setup_dev */
+        }
+        if (r < 0)
+            goto out;
+    }
+    r = setup_proc(rootfd, err);
+    if (r < 0)
+        goto out;
+    r = setup_dev(plan, rootfd, pol->tmp_size, err);
+    if (r < 0)
+        goto out;
+
+    /* The root tmpfs itself: read-only from here on (binds keep their own). */
+    if (aj_sys_mount_setattr(rootfd, "", AT_EMPTY_PATH, &ro) < 0) {
+        r = aj_err(err, errno, "make the root read-only");
+        goto out;
+    }
+    /* pivot_root(".", ".") stacks the old root under the new one; detaching
+     * "." then drops the whole host tree from this namespace (no
+     * /proc/1/root or .. walk can reach it). */
+    if (fchdir(rootfd) < 0) {
+        r = aj_err(err, errno, "chdir new root");
+        goto out;
+    }
+    if (syscall(SYS_pivot_root, ".", ".") < 0) {
+        r = aj_err(err, errno, "pivot_root");
+        goto out;
+    }
+    if (umount2(".", MNT_DETACH) < 0) {
+        r = aj_err(err, errno, "detach old root");
+        goto out;
+    }
+    if (chdir("/") < 0) {
+        r = aj_err(err, errno, "chdir /");
+        goto out;
+    }
+    r = 0;
+out:
+    for (size_t i = 0; i < plan->n; i++)
+        if (plan->src_fds[i] >= 0) {
+            (void)close(plan->src_fds[i]);
+            plan->src_fds[i] = -1;
+        }
+    return r;
+}

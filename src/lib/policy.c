@@ -1,0 +1,510 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "aj_policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <linux/limits.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "aj_util.h"
+
+void aj_policy_init(struct aj_policy *pol)
+{
+    memset(pol, 0, sizeof(*pol));
+    pol->timeout_ms = AJ_DEFAULT_TIMEOUT_MS;
+    pol->tmp_size = AJ_DEFAULT_TMP_SIZE;
+    pol->network = AJ_NET_NONE;
+    pol->uid = AJ_DEFAULT_UID;
+    pol->gid = AJ_DEFAULT_GID;
+    pol->uid_base = AJ_DEFAULT_UID_BASE;
+    pol->uid_count = AJ_DEFAULT_UID_COUNT;
+    pol->rlimit_nofile = AJ_DEFAULT_NOFILE;
+    pol->rlimit_fsize = AJ_DEFAULT_FSIZE;
+}
+
+static void free_strv(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void aj_policy_clear(struct aj_policy *pol)
+{
+    if (!pol)
+        return;
+    for (size_t i = 0; i < pol->n_binds; i++) {
+        free(pol->binds[i].host);
+        free(pol->binds[i].sandbox);
+    }
+    free(pol->binds);
+    for (size_t i = 0; i < pol->n_tmpfs; i++)
+        free(pol->tmpfs[i].path);
+    free(pol->tmpfs);
+    free_strv(pol->env, pol->n_env);
+    free_strv(pol->env_pass, pol->n_env_pass);
+    free(pol->workdir);
+    free(pol->hostname);
+    aj_policy_init(pol);
+}
+
+/* ---- numbers ------------------------------------------------------------ */
+
+int aj_parse_u64(const char *s, uint64_t max, uint64_t *ret)
+{
+    char *end = NULL;
+    unsigned long long v;
+
+    /* strtoull accepts leading space and '-' (and wraps "-1" to ULLONG_MAX):
+     * refuse both before calling it. */
+    if (!s || !isdigit((unsigned char)s[0]))
+        return -EINVAL;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    if (errno != 0 || end == s || *end != '\0')
+        return -EINVAL;
+    if (v > max)
+        return -ERANGE;
+    *ret = v;
+    return 0;
+}
+
+/* Split "123abc" into the number and its suffix. */
+static int split_number(const char *s, uint64_t *num, const char **suffix)
+{
+    char digits[32];
+    size_t n = 0;
+
+    if (!s)
+        return -EINVAL;
+    while (isdigit((unsigned char)s[n]))
+        n++;
+    if (n == 0 || n >= sizeof(digits))
+        return n == 0 ? -EINVAL : -ERANGE;
+    memcpy(digits, s, n);
+    digits[n] = '\0';
+    *suffix = s + n;
+    return aj_parse_u64(digits, UINT64_MAX, num);
+}
+
+int aj_parse_size(const char *s, uint64_t *ret)
+{
+    const char *suf;
+    uint64_t v, mult;
+    int r = split_number(s, &v, &suf);
+
+    if (r < 0)
+        return r;
+    if (strcmp(suf, "") == 0 || strcmp(suf, "B") == 0)
+        mult = 1;
+    else if (strcmp(suf, "K") == 0 || strcmp(suf, "k") == 0)
+        mult = 1ULL << 10;
+    else if (strcmp(suf, "M") == 0 || strcmp(suf, "m") == 0)
+        mult = 1ULL << 20;
+    else if (strcmp(suf, "G") == 0 || strcmp(suf, "g") == 0)
+        mult = 1ULL << 30;
+    else if (strcmp(suf, "T") == 0 || strcmp(suf, "t") == 0)
+        mult = 1ULL << 40;
+    else
+        return -EINVAL;
+    if (v > UINT64_MAX / mult)
+        return -ERANGE;
+    *ret = v * mult;
+    return 0;
+}
+
+int aj_parse_duration_ms(const char *s, uint64_t *ret)
+{
+    const char *suf;
+    uint64_t v, mult;
+    int r = split_number(s, &v, &suf);
+
+    if (r < 0)
+        return r;
+    if (strcmp(suf, "ms") == 0)
+        mult = 1;
+    else if (strcmp(suf, "") == 0 || strcmp(suf, "s") == 0)
+        mult = 1000;
+    else if (strcmp(suf, "m") == 0)
+        mult = 60 * 1000;
+    else if (strcmp(suf, "h") == 0)
+        mult = 3600 * 1000;
+    else
+        return -EINVAL;
+    if (v > UINT64_MAX / mult)
+        return -ERANGE;
+    *ret = v * mult;
+    return 0;
+}
+
+/* ---- paths ---------------------------------------------------------------- */
+
+/* Normalise an absolute path: collapse "//" and "/./", strip a trailing
+ * "/". ".." is refused, not resolved: a policy names paths literally. */
+static int normalise_abs_path(const char *in, char **ret, const char *what, struct aj_error *err)
+{
+    _cleanup_free_ char *out = NULL;
+    size_t len, o = 0;
+    const char *p;
+
+    if (!in || in[0] == '\0')
+        return aj_err(err, 0, "%s: empty path", what);
+    if (in[0] != '/')
+        return aj_err(err, 0, "%s: '%s' is not an absolute path (it must start with /)", what, in);
+    len = strlen(in);
+    if (len >= PATH_MAX)
+        return aj_err(err, 0, "%s: path too long", what);
+    out = malloc(len + 1);
+    if (!out)
+        return aj_err(err, ENOMEM, "%s", what);
+    p = in;
+    while (*p) {
+        const char *start;
+        size_t n;
+        while (*p == '/')
+            p++;
+        start = p;
+        while (*p && *p != '/')
+            p++;
+        n = (size_t)(p - start);
+        if (n == 0 || (n == 1 && start[0] == '.'))
+            continue;
+        if (n == 2 && start[0] == '.' && start[1] == '.')
+            return aj_err(err, 0, "%s: '%s' contains '..'; name the path without it", what, in);
+        out[o++] = '/';
+        memcpy(out + o, start, n);
+        o += n;
+    }
+    if (o == 0)
+        out[o++] = '/';
+    out[o] = '\0';
+    for (size_t i = 0; i < o; i++)
+        if (iscntrl((unsigned char)out[i]))
+            return aj_err(err, 0, "%s: '%s' contains a control character", what, in);
+    *ret = TAKE_PTR(out);
+    return 0;
+}
+
+static bool path_is_or_under(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strcmp(prefix, "/") == 0)
+        return true;
+    return strncmp(path, prefix, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* Sandbox paths agentjail itself builds: a bind there would replace or
+ * shadow a protection (a host /proc over the masked one, say). */
+static const char *const reserved_sandbox_paths[] = {"/", "/proc", "/dev", "/etc"};
+
+static int check_sandbox_path(const char *path, const char *what, struct aj_error *err)
+{
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(reserved_sandbox_paths); i++) {
+        const char *res = reserved_sandbox_paths[i];
+        bool hit = strcmp(res, "/") == 0 ? strcmp(path, "/") == 0 : path_is_or_under(path, res);
+        if (hit)
+            return aj_err(err, 0,
+                          "%s: '%s' is reserved (agentjail builds / /proc /dev /etc itself); "
+                          "choose another sandbox path",
+                          what, path);
+    }
+    return 0;
+}
+
+static int push(void **arr, size_t *n, size_t elem, const void *item)
+{
+    void *na = realloc(*arr, (*n + 1) * elem);
+    if (!na)
+        return -ENOMEM;
+    memcpy((char *)na + *n * elem, item, elem);
+    *arr = na;
+    (*n)++;
+    return 0;
+}
+
+int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw, struct aj_error *err)
+{
+    const char *what = rw ? "--bind-rw" : "--bind-ro";
+    _cleanup_free_ char *copy = NULL, *host = NULL, *sandbox = NULL;
+    struct aj_bind b;
+    char *colon;
+    int r;
+
+    if (!spec || !*spec)
+        return aj_err(err, 0, "%s: empty argument (expected HOST[:SANDBOX])", what);
+    copy = strdup(spec);
+    if (!copy)
+        return aj_err(err, ENOMEM, "%s", what);
+    colon = strchr(copy, ':');
+    if (colon)
+        *colon = '\0';
+    r = normalise_abs_path(copy, &host, what, err);
+    if (r < 0)
+        return r;
+    r = normalise_abs_path(colon ? colon + 1 : host, &sandbox, what, err);
+    if (r < 0)
+        return r;
+    r = check_sandbox_path(sandbox, what, err);
+    if (r < 0)
+        return r;
+    b = (struct aj_bind){.host = host, .sandbox = sandbox, .rw = rw};
+    if (push((void **)&pol->binds, &pol->n_binds, sizeof(b), &b) < 0)
+        return aj_err(err, ENOMEM, "%s", what);
+    host = sandbox = NULL;
+    return 0;
+}
+
+int aj_policy_add_tmpfs(struct aj_policy *pol, const char *spec, struct aj_error *err)
+{
+    _cleanup_free_ char *copy = NULL, *path = NULL;
+    struct aj_tmpfs t = {.size = AJ_DEFAULT_TMP_SIZE};
+    char *colon;
+    int r;
+
+    if (!spec || !*spec)
+        return aj_err(err, 0, "--tmpfs: empty argument (expected PATH[:SIZE])");
+    copy = strdup(spec);
+    if (!copy)
+        return aj_err(err, ENOMEM, "--tmpfs");
+    colon = strchr(copy, ':');
+    if (colon) {
+        *colon = '\0';
+        r = aj_parse_size(colon + 1, &t.size);
+        if (r < 0 || t.size < 4096)
+            return aj_err(err, 0, "--tmpfs: size '%s' is not valid (use e.g. 512K, 64M, 1G; at least 4K)",
+                          colon + 1);
+    }
+    r = normalise_abs_path(copy, &path, "--tmpfs", err);
+    if (r < 0)
+        return r;
+    if (strcmp(path, "/tmp") != 0) {
+        r = check_sandbox_path(path, "--tmpfs", err);
+        if (r < 0)
+            return r;
+    }
+    t.path = path;
+    if (push((void **)&pol->tmpfs, &pol->n_tmpfs, sizeof(t), &t) < 0)
+        return aj_err(err, ENOMEM, "--tmpfs");
+    path = NULL;
+    return 0;
+}
+
+static bool valid_env_name(const char *s, size_t n)
+{
+    if (n == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+            return false;
+    return true;
+}
+
+int aj_policy_add_env(struct aj_policy *pol, const char *kv, struct aj_error *err)
+{
+    const char *eq = kv ? strchr(kv, '=') : NULL;
+    char *dup;
+
+    if (!eq || !valid_env_name(kv, (size_t)(eq - kv)))
+        return aj_err(err, 0, "--env: '%s' is not NAME=VALUE with NAME matching [A-Za-z_][A-Za-z0-9_]*",
+                      kv ? kv : "");
+    dup = strdup(kv);
+    if (!dup || push((void **)&pol->env, &pol->n_env, sizeof(dup), &dup) < 0) {
+        free(dup);
+        return aj_err(err, ENOMEM, "--env");
+    }
+    return 0;
+}
+
+int aj_policy_add_env_pass(struct aj_policy *pol, const char *name, struct aj_error *err)
+{
+    char *dup;
+
+    if (!name || !valid_env_name(name, strlen(name)))
+        return aj_err(err, 0, "--env-pass: '%s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                      name ? name : "");
+    dup = strdup(name);
+    if (!dup || push((void **)&pol->env_pass, &pol->n_env_pass, sizeof(dup), &dup) < 0) {
+        free(dup);
+        return aj_err(err, ENOMEM, "--env-pass");
+    }
+    return 0;
+}
+
+int aj_policy_set_string(char **slot, const char *value, struct aj_error *err)
+{
+    char *dup = strdup(value ? value : "");
+    if (!dup)
+        return aj_err(err, ENOMEM, "strdup");
+    free(*slot);
+    *slot = dup;
+    return 0;
+}
+
+int aj_policy_set_network(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    if (value && strcmp(value, "none") == 0)
+        pol->network = AJ_NET_NONE;
+    else if (value && strcmp(value, "loopback") == 0)
+        pol->network = AJ_NET_LOOPBACK;
+    else
+        return aj_err(err, 0, "--network: '%s' is not one of: none, loopback", value ? value : "");
+    return 0;
+}
+
+int aj_policy_set_uid_range(struct aj_policy *pol, const char *spec, struct aj_error *err)
+{
+    char buf[64];
+    char *colon;
+    uint64_t base, count;
+
+    if (!spec || strlen(spec) >= sizeof(buf))
+        return aj_err(err, 0, "--uid-range: expected BASE:COUNT");
+    strcpy(buf, spec);
+    colon = strchr(buf, ':');
+    if (!colon)
+        return aj_err(err, 0, "--uid-range: '%s' is not BASE:COUNT", spec);
+    *colon = '\0';
+    if (aj_parse_u64(buf, UINT32_MAX, &base) < 0 || aj_parse_u64(colon + 1, UINT32_MAX, &count) < 0 ||
+        count == 0)
+        return aj_err(err, 0, "--uid-range: '%s' is not BASE:COUNT with positive integers", spec);
+    /* Below 65536 live the host's real users and system accounts: sharing
+     * one of their uids would hand the sandbox their files. */
+    if (base < 65536 || base + count > 0xfffffffeULL)
+        return aj_err(err, 0, "--uid-range: '%s' must lie within 65536..4294967294", spec);
+    pol->uid_base = (uint32_t)base;
+    pol->uid_count = (uint32_t)count;
+    return 0;
+}
+
+/* ---- whole policy ----------------------------------------------------------- */
+
+int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err)
+{
+    struct stat st;
+
+    for (size_t i = 0; i < pol->n_binds; i++) {
+        const struct aj_bind *b = &pol->binds[i];
+        /* Existence only, for an early clear error. The mount layer resolves
+         * the path again, once, and uses the fd (no check-then-use). */
+        if (stat(b->host, &st) < 0)
+            return aj_err(err, errno, "%s %s: host path", b->rw ? "--bind-rw" : "--bind-ro", b->host);
+        for (size_t j = 0; j < i; j++) {
+            const struct aj_bind *o = &pol->binds[j];
+            if (strcmp(o->sandbox, b->sandbox) == 0)
+                return aj_err(err, 0, "binds %s and %s both target %s; keep one", o->host, b->host,
+                              b->sandbox);
+            /* A rw bind nested inside a ro one would reopen for writing
+             * what the ro bind promised to protect. */
+            if (b->rw && !o->rw && path_is_or_under(b->sandbox, o->sandbox))
+                return aj_err(err, 0,
+                              "--bind-rw %s lies under the read-only bind %s; a writable path "
+                              "inside a read-only bind is not allowed",
+                              b->sandbox, o->sandbox);
+        }
+    }
+    for (size_t i = 0; i < pol->n_tmpfs; i++)
+        for (size_t j = 0; j < pol->n_binds; j++)
+            if (strcmp(pol->tmpfs[i].path, pol->binds[j].sandbox) == 0)
+                return aj_err(err, 0, "--tmpfs %s and a bind both target %s", pol->tmpfs[i].path,
+                              pol->tmpfs[i].path);
+    if (pol->workdir && pol->workdir[0] != '/')
+        return aj_err(err, 0, "--workdir: '%s' is not an absolute path", pol->workdir);
+    if (pol->hostname) {
+        size_t n = strlen(pol->hostname);
+        if (n == 0 || n > 63)
+            return aj_err(err, 0, "--hostname: must be 1..63 characters");
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)pol->hostname[i];
+            if (!(isalnum(c) || c == '-' || c == '.'))
+                return aj_err(err, 0, "--hostname: '%s' may contain only letters, digits, '-' and '.'",
+                              pol->hostname);
+        }
+    }
+    if (pol->uid == UINT32_MAX || pol->gid == UINT32_MAX)
+        return aj_err(err, 0, "--uid/--gid: 4294967295 is not a valid id");
+    if (pol->tmp_size < 4096)
+        return aj_err(err, 0, "tmp size must be at least 4K");
+    if (pol->rlimit_nofile < 16 || pol->rlimit_nofile > 1048576)
+        return aj_err(err, 0, "open files limit must be within 16..1048576");
+    return 0;
+}
+
+static json_t *strv_json(char **v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        (void)json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
+char *aj_policy_canonical_json(const struct aj_policy *pol)
+{
+    json_t *root, *fs, *binds, *tmpfs, *envset;
+    char *out;
+
+    binds = json_array();
+    for (size_t i = 0; i < pol->n_binds; i++)
+        (void)json_array_append_new(binds, json_pack("{s:s, s:s, s:s}", "host", pol->binds[i].host,
+                                                     "sandbox", pol->binds[i].sandbox, "mode",
+                                                     pol->binds[i].rw ? "rw" : "ro"));
+    tmpfs = json_array();
+    for (size_t i = 0; i < pol->n_tmpfs; i++)
+        (void)json_array_append_new(tmpfs, json_pack("{s:s, s:I}", "path", pol->tmpfs[i].path, "size",
+                                                     (json_int_t)pol->tmpfs[i].size));
+    fs = json_pack("{s:o, s:o, s:I, s:s}", "binds", binds, "tmpfs", tmpfs, "tmp_size",
+                   (json_int_t)pol->tmp_size, "workdir", pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR);
+    /* Later --env entries override earlier ones: hash the effective map. */
+    envset = json_object();
+    for (size_t i = 0; i < pol->n_env; i++) {
+        const char *eq = strchr(pol->env[i], '=');
+        char name[256];
+        size_t n = (size_t)(eq - pol->env[i]);
+        if (n >= sizeof(name))
+            n = sizeof(name) - 1;
+        memcpy(name, pol->env[i], n);
+        name[n] = '\0';
+        (void)json_object_set_new(envset, name, json_string(eq + 1));
+    }
+    root = json_pack("{s:i, s:o, s:{s:o, s:o}, s:{s:s}, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:s, s:{s:I, s:I}}, "
+                     "s:{s:b}}",
+                     "version", 1, "filesystem", fs, "environment", "set", envset, "pass",
+                     strv_json(pol->env_pass, pol->n_env_pass), "network", "mode",
+                     pol->network == AJ_NET_LOOPBACK ? "loopback" : "none", "limits", "timeout_ms",
+                     (json_int_t)pol->timeout_ms, "open_files", (json_int_t)pol->rlimit_nofile,
+                     "file_size", (json_int_t)pol->rlimit_fsize, "identity", "uid", (json_int_t)pol->uid, "gid",
+                     (json_int_t)pol->gid, "hostname", pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME,
+                     "uid_range", "base", (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count,
+                     "degraded", "allow", pol->allow_degraded);
+    if (!root)
+        return NULL;
+    out = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(root);
+    return out;
+}
+
+int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65], struct aj_error *err)
+{
+    _cleanup_free_ char *json = aj_policy_canonical_json(pol);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    static const char hex[] = "0123456789abcdef";
+
+    if (!json)
+        return aj_err(err, ENOMEM, "canonical policy json");
+    if (EVP_Digest(json, strlen(json), md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
+        return aj_err(err, EIO, "sha256 of policy");
+    for (unsigned i = 0; i < 32; i++) {
+        ret_hex[2 * i] = hex[md[i] >> 4];
+        ret_hex[2 * i + 1] = hex[md[i] & 0xf];
+    }
+    ret_hex[64] = '\0';
+    return 0;
+}

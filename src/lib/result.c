@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "aj_result.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "aj_util.h"
+
+const char *aj_status_name(enum aj_status s)
+{
+    switch (s) {
+    case AJ_STATUS_OK:
+        return "ok";
+    case AJ_STATUS_NONZERO_EXIT:
+        return "nonzero_exit";
+    case AJ_STATUS_SIGNALED:
+        return "signaled";
+    case AJ_STATUS_TIMEOUT:
+        return "timeout";
+    case AJ_STATUS_SETUP_ERROR:
+        return "setup_error";
+    }
+    return "unknown";
+}
+
+const char *aj_layer_name(enum aj_layer l)
+{
+    switch (l) {
+    case AJ_LAYER_USERNS:
+        return "user_namespace";
+    case AJ_LAYER_PIDNS:
+        return "pid_namespace";
+    case AJ_LAYER_MOUNTNS:
+        return "mount_namespace";
+    case AJ_LAYER_NETNS:
+        return "network_namespace";
+    case AJ_LAYER_IPCNS:
+        return "ipc_namespace";
+    case AJ_LAYER_UTSNS:
+        return "uts_namespace";
+    case AJ_LAYER_CGROUPNS:
+        return "cgroup_namespace";
+    case AJ_LAYER_TIMENS:
+        return "time_namespace";
+    case AJ_LAYER_ROOTFS:
+        return "private_root";
+    case AJ_LAYER_CAPS:
+        return "capabilities_dropped";
+    case AJ_LAYER_NNP:
+        return "no_new_privs";
+    case AJ_LAYER_SECCOMP:
+        return "seccomp";
+    case AJ_LAYER_LANDLOCK_FS:
+        return "landlock_fs";
+    case AJ_LAYER_LANDLOCK_NET:
+        return "landlock_net";
+    case AJ_LAYER_LANDLOCK_SCOPE:
+        return "landlock_scope";
+    case AJ_LAYER_RLIMITS:
+        return "rlimits";
+    case AJ_LAYER_UID_ISOLATION:
+        return "per_run_host_uid";
+    case AJ_LAYER_ENV_CLEARED:
+        return "environment_cleared";
+    case AJ_LAYER_FDS_CLOSED:
+        return "fds_closed";
+    case AJ_LAYER_NEW_SESSION:
+        return "new_session";
+    case AJ_LAYER_KEYRING:
+        return "fresh_keyring";
+    }
+    return NULL;
+}
+
+char *aj_result_to_json(const struct aj_result *res)
+{
+    json_t *root, *layers;
+    char *out;
+
+    layers = json_object();
+    for (unsigned i = 0; i < AJ_LAYER_COUNT; i++) {
+        const char *name = aj_layer_name((enum aj_layer)(1u << i));
+        if (name)
+            (void)json_object_set_new(layers, name, json_boolean(res->layers & (1u << i)));
+    }
+    root = json_pack("{s:i, s:s, s:s, s:i, s:i, s:I, s:I, s:I, s:s, s:o, s:i, s:b, s:s, s:I, s:I}",
+                     "version", 1, "sandbox_id", res->sandbox_id, "status", aj_status_name(res->status),
+                     "exit_code", res->exit_code, "signal", res->signal, "wall_ms",
+                     (json_int_t)res->wall_ms, "cpu_ms", (json_int_t)res->cpu_ms, "max_rss_kb",
+                     (json_int_t)res->max_rss_kb, "policy_sha256", res->policy_sha256, "layers", layers,
+                     "landlock_abi", res->landlock_abi, "degraded", res->degraded, "mode",
+                     res->rootless ? "rootless" : "root", "host_uid", (json_int_t)res->host_uid,
+                     "host_gid", (json_int_t)res->host_gid);
+    if (!root)
+        return NULL;
+    if (res->status == AJ_STATUS_SETUP_ERROR)
+        (void)json_object_set_new(root, "error", json_string(res->error));
+    out = json_dumps(root, JSON_SORT_KEYS | JSON_INDENT(2));
+    json_decref(root);
+    return out;
+}
+
+int aj_result_write_file(const struct aj_result *res, const char *path, struct aj_error *err)
+{
+    _cleanup_free_ char *json = aj_result_to_json(res);
+    _cleanup_close_ int fd = -1;
+    int r;
+
+    if (!json)
+        return aj_err(err, ENOMEM, "result json");
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644);
+    if (fd < 0)
+        return aj_err(err, errno, "open result file %s", path);
+    r = aj_write_all(fd, json, strlen(json));
+    if (r == 0)
+        r = aj_write_all(fd, "\n", 1);
+    if (r < 0)
+        return aj_err(err, -r, "write result file %s", path);
+    return 0;
+}

@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The seccomp allow-list. A syscall not listed answers ENOSYS (as the
+ * kernel does for one it does not know, so libc falls back where it can);
+ * the escape-indicative ones are listed explicitly and answer EPERM.
+ *
+ * Layout choices:
+ *  - Only the native x86_64 ABI is in the filter. libseccomp makes the
+ *    filter check the arch first and, for x86_64, refuse syscall numbers
+ *    with the x32 bit; both go to the bad-arch action, which kills the
+ *    process (SIGSYS). That closes the "int 0x80 / x32 numbers bypass a
+ *    native-only deny-list" class.
+ *  - Unconditional allows dominate; argument checks exist only where the
+ *    syscall is dangerous with some arguments (clone flags, ioctl
+ *    TIOCSTI/TIOCLINUX, socket families, mknod types, personality). */
+#include "aj_seccomp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <linux/netlink.h>
+#include <linux/seccomp.h>
+#include <unistd.h>
+
+#include "aj_missing.h"
+#include "aj_util.h"
+
+/* What a Python interpreter, a POSIX shell and coreutils use. */
+static const char *const allowed_syscalls[] = {
+    "read", "write", "open", "close", "stat", "fstat", "lstat", "poll", "lseek", "mmap",
+    "mprotect", "munmap", "brk", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "pread64",
+    "pwrite64", "readv", "writev", "access", "pipe", "select", "sched_yield", "mremap", "msync",
+    "mincore", "madvise", "shmget", "shmat", "shmctl", "dup", "dup2", "pause", "nanosleep",
+    "getitimer", "alarm", "setitimer", "getpid", "sendfile", "connect", "accept", "sendto",
+    "recvfrom", "sendmsg", "recvmsg", "shutdown", "bind", "listen", "getsockname", "getpeername",
+    "setsockopt", "getsockopt", "fork", "vfork", "execve", "exit", "wait4", "kill", "uname",
+    "semget", "semop", "semctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "fcntl", "flock",
+    "fsync", "fdatasync", "truncate", "ftruncate", "getdents", "getcwd", "chdir", "fchdir", "rename",
+    "mkdir", "rmdir", "creat", "link", "unlink", "symlink", "readlink", "chmod", "fchmod", "chown",
+    "fchown", "lchown", "umask", "gettimeofday", "getrlimit", "getrusage", "sysinfo", "times",
+    "getuid", "getgid", "setuid", "setgid", "geteuid", "getegid", "setpgid", "getppid", "getpgrp",
+    "setsid", "setreuid", "setregid", "getgroups", "setgroups", "setresuid", "getresuid",
+    "setresgid", "getresgid", "getpgid", "setfsuid", "setfsgid", "getsid", "capget", "capset",
+    "rt_sigpending", "rt_sigtimedwait", "rt_sigqueueinfo", "rt_sigsuspend", "sigaltstack", "utime",
+    "statfs", "fstatfs", "getpriority", "setpriority", "sched_setparam", "sched_getparam",
+    "sched_setscheduler", "sched_getscheduler", "sched_get_priority_max", "sched_get_priority_min",
+    "sched_rr_get_interval", "mlock", "munlock", "mlockall", "munlockall", "prctl", "arch_prctl",
+    "setrlimit", "sync", "gettid", "readahead", "setxattr", "lsetxattr", "fsetxattr", "getxattr",
+    "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr", "removexattr",
+    "lremovexattr", "fremovexattr", "tkill", "time", "futex", "sched_setaffinity",
+    "sched_getaffinity", "epoll_create", "getdents64", "set_tid_address", "restart_syscall",
+    "semtimedop", "fadvise64", "timer_create", "timer_settime", "timer_gettime", "timer_getoverrun",
+    "timer_delete", "clock_gettime", "clock_getres", "clock_nanosleep", "exit_group", "epoll_wait",
+    "epoll_ctl", "tgkill", "utimes", "get_mempolicy", "mq_open", "mq_unlink", "mq_timedsend",
+    "mq_timedreceive", "mq_notify", "mq_getsetattr", "waitid", "inotify_init", "inotify_add_watch",
+    "inotify_rm_watch", "openat", "mkdirat", "fchownat", "futimesat", "newfstatat", "unlinkat",
+    "renameat", "linkat", "symlinkat", "readlinkat", "fchmodat", "faccessat", "pselect6", "ppoll",
+    "set_robust_list", "get_robust_list", "splice", "tee", "sync_file_range", "vmsplice",
+    "utimensat", "epoll_pwait", "signalfd", "timerfd_create", "eventfd", "fallocate",
+    "timerfd_settime", "timerfd_gettime", "accept4", "signalfd4", "eventfd2", "epoll_create1",
+    "dup3", "pipe2", "inotify_init1", "preadv", "pwritev", "rt_tgsigqueueinfo", "recvmmsg",
+    "prlimit64", "syncfs", "sendmmsg", "getcpu", "sched_setattr", "sched_getattr", "renameat2",
+    "getrandom", "memfd_create", "execveat", "membarrier", "copy_file_range", "preadv2", "pwritev2",
+    "pkey_mprotect", "pkey_alloc", "pkey_free", "statx", "rseq", "pidfd_send_signal", "pidfd_open",
+    "close_range", "openat2", "faccessat2", "epoll_pwait2", "futex_waitv",
+    /* Landlock can only ever add restrictions. */
+    "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
+};
+
+/* Newer than libseccomp 2.5.4's table: allowed by number. */
+static const struct {
+    const char *name;
+    int nr;
+} allowed_by_number[] = {
+    {"fchmodat2", 452},
+    {"map_shadow_stack", 453},
+    {"futex_wake", 454},
+    {"futex_wait", 455},
+    {"futex_requeue", 456},
+};
+
+/* Refused with EPERM on purpose: each is a known escape or recon step in a
+ * container (namespace re-entry, mount games, kernel attack surface,
+ * cross-process access, host state). EPERM, not ENOSYS, so that libc does
+ * not fall back to something else and the refusal is unambiguous. */
+const char *const aj_seccomp_denied_syscalls[] = {
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount",
+    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "userfaultfd", "bpf", "perf_event_open", "keyctl",
+    "add_key", "request_key", "ptrace", "process_vm_readv", "process_vm_writev",
+    "open_by_handle_at", "name_to_handle_at", "kexec_load", "kexec_file_load", "init_module",
+    "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
+    "quotactl_fd", "iopl", "ioperm", "modify_ldt", "clock_settime", "clock_adjtime", "settimeofday",
+    "adjtimex", "syslog", "lookup_dcookie", "vhangup", "kcmp", "pidfd_getfd", "process_madvise",
+    "fanotify_init", "uselib", "ustat", "sysfs", "_sysctl", "move_pages", "migrate_pages",
+    "mbind", "set_mempolicy", "sethostname", "setdomainname", "nfsservctl", "vserver",
+    "create_module", "get_kernel_syms", "query_module", "afs_syscall", "tuxcall", "security",
+    "memfd_secret", NULL,
+};
+
+#define NS_CLONE_FLAGS                                                                             \
+    (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |  \
+     CLONE_NEWNET | CLONE_NEWTIME)
+
+#define DEFAULT_ACTION SCMP_ACT_ERRNO(ENOSYS)
+
+static int rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n,
+                const struct scmp_arg_cmp *args, struct aj_error *err)
+{
+    int nr = seccomp_syscall_resolve_name(name);
+    int r;
+
+    if (nr == __NR_SCMP_ERROR)
+        return 0; /* unknown to this libseccomp: the default (ENOSYS) covers it */
+    if (action == DEFAULT_ACTION && n == 0)
+        return 0; /* libseccomp refuses a rule that repeats the default */
+    r = seccomp_rule_add_array(ctx, action, nr, n, args);
+    if (r < 0)
+        return aj_err(err, -r, "seccomp rule for %s", name);
+    return 0;
+}
+
+static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
+{
+    const uint32_t allow = SCMP_ACT_ALLOW;
+    int r = 0;
+
+    /* clone: plain fork/thread creation only. CLONE_NEWUSER is how an
+     * attacker regains a full capability set; the other namespace flags
+     * open kernel surface (mount, net) the sandbox closed. */
+    {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, NS_CLONE_FLAGS, 0)};
+        r = rule(ctx, allow, "clone", 1, a, err);
+        if (r < 0)
+            return r;
+    }
+    /* clone3 passes flags in memory the filter cannot read: ENOSYS makes
+     * glibc fall back to clone(), whose flags we can check. */
+    r = rule(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err);
+    if (r < 0)
+        return r;
+
+    /* ioctl: all but terminal injection. TIOCSTI pushes input into the
+     * terminal the sandbox shares with the host (CVE-2017-5226, bwrap);
+     * TIOCLINUX can do the same on a VT. The kernel compares only the low
+     * 32 bits of the command, so mask before comparing. */
+    {
+        struct scmp_arg_cmp a1[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)};
+        struct scmp_arg_cmp a2[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, a1, err);
+        if (r == 0)
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, a2, err);
+        if (r == 0)
+            r = rule(ctx, allow, "ioctl", 0, NULL, err);
+        if (r < 0)
+            return r;
+    }
+
+    /* socket: unix, inet and inet6 stream/dgram, netlink route (getaddrinfo
+     * and `ip addr` read interfaces with it). No AF_PACKET, no raw sockets
+     * (traffic injection), no AF_VSOCK (reaches the hypervisor host, the
+     * channel namespaces do not close). */
+    {
+        static const int inet_families[] = {AF_INET, AF_INET6};
+        static const int inet_types[] = {SOCK_STREAM, SOCK_DGRAM};
+        struct scmp_arg_cmp u[] = {SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX)};
+        struct scmp_arg_cmp nl[] = {SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
+                                    SCMP_A2_32(SCMP_CMP_EQ, NETLINK_ROUTE)};
+
+        /* Refused loudly (EPERM) rather than by the ENOSYS default. */
+        static const int denied_families[] = {AF_PACKET, AF_VSOCK};
+        for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(denied_families); f++) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)denied_families[f])};
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, a, err);
+        }
+        for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
+                                       SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW)};
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, a, err);
+        }
+        if (r == 0)
+            r = rule(ctx, allow, "socket", 1, u, err);
+        if (r == 0)
+            r = rule(ctx, allow, "socketpair", 1, u, err);
+        if (r == 0)
+            r = rule(ctx, allow, "socket", 2, nl, err);
+        for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
+            for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
+                /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in its
+                 * high bits; compare the low nibble (the socket type). */
+                struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
+                                           SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t])};
+                r = rule(ctx, allow, "socket", 2, a, err);
+            }
+        if (r < 0)
+            return r;
+    }
+
+    /* mknod: fifos, sockets and plain files only; device nodes would give
+     * direct access to hardware or kernel memory (/dev/mem, disks). */
+    {
+        static const uint32_t types[] = {S_IFIFO, S_IFREG, S_IFSOCK, 0};
+        for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(types); i++) {
+            struct scmp_arg_cmp m[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
+            struct scmp_arg_cmp mat[] = {SCMP_A2_32(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
+            r = rule(ctx, allow, "mknod", 1, m, err);
+            if (r == 0)
+                r = rule(ctx, allow, "mknodat", 1, mat, err);
+        }
+        static const uint32_t devtypes[] = {S_IFCHR, S_IFBLK};
+        for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(devtypes); i++) {
+            struct scmp_arg_cmp m[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
+            struct scmp_arg_cmp mat[] = {SCMP_A2_32(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "mknod", 1, m, err);
+            if (r == 0)
+                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "mknodat", 1, mat, err);
+        }
+        if (r < 0)
+            return r;
+    }
+
+    /* personality: reading it, or setting plain Linux. READ_IMPLIES_EXEC,
+     * ADDR_NO_RANDOMIZE and friends weaken exploit mitigations. */
+    {
+        struct scmp_arg_cmp q[] = {SCMP_A0_32(SCMP_CMP_EQ, 0xffffffffU)};
+        struct scmp_arg_cmp l[] = {SCMP_A0_32(SCMP_CMP_EQ, 0)};
+        r = rule(ctx, allow, "personality", 1, q, err);
+        if (r == 0)
+            r = rule(ctx, allow, "personality", 1, l, err);
+        if (r == 0)
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "personality", 0, NULL, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int aj_seccomp_build(const struct aj_policy *pol, struct aj_bpf *ret, struct aj_error *err)
+{
+    scmp_filter_ctx ctx;
+    _cleanup_close_ int memfd = -1;
+    struct stat st;
+    void *buf = NULL;
+    int r;
+
+    (void)pol; /* same filter for every policy today; policy.seccomp comes later */
+    ctx = seccomp_init(DEFAULT_ACTION);
+    if (!ctx)
+        return aj_err(err, ENOMEM, "seccomp_init");
+    /* Kill the whole process on a foreign ABI (i386 int 0x80, x32): there is
+     * no legitimate reason for it here, and it is a classic filter bypass. */
+    r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+    if (r == 0)
+        r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0); /* we set it ourselves, and check */
+    /* Binary-tree layout: fewer comparisons per syscall than a linear list. */
+    if (r == 0)
+        r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+    if (r < 0) {
+        seccomp_release(ctx);
+        return aj_err(err, -r, "seccomp attributes");
+    }
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(allowed_syscalls); i++) {
+        r = rule(ctx, SCMP_ACT_ALLOW, allowed_syscalls[i], 0, NULL, err);
+        if (r < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(allowed_by_number); i++) {
+        if (seccomp_syscall_resolve_name(allowed_by_number[i].name) != __NR_SCMP_ERROR)
+            r = rule(ctx, SCMP_ACT_ALLOW, allowed_by_number[i].name, 0, NULL, err);
+        else
+            r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed_by_number[i].nr, 0);
+        if (r < 0) {
+            r = aj_err(err, -r, "seccomp rule for %s", allowed_by_number[i].name);
+            goto out;
+        }
+    }
+    for (size_t i = 0; aj_seccomp_denied_syscalls[i]; i++) {
+        r = rule(ctx, SCMP_ACT_ERRNO(EPERM), aj_seccomp_denied_syscalls[i], 0, NULL, err);
+        if (r < 0)
+            goto out;
+    }
+    r = add_conditional_rules(ctx, err);
+    if (r < 0)
+        goto out;
+
+    memfd = memfd_create("agentjail-bpf", MFD_CLOEXEC);
+    if (memfd < 0) {
+        r = aj_err(err, errno, "memfd_create");
+        goto out;
+    }
+    r = seccomp_export_bpf(ctx, memfd);
+    if (r < 0) {
+        r = aj_err(err, -r, "seccomp_export_bpf");
+        goto out;
+    }
+    if (fstat(memfd, &st) < 0 || st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter)) {
+        r = aj_err(err, EIO, "exported seccomp filter has a bad size");
+        goto out;
+    }
+    buf = malloc((size_t)st.st_size);
+    if (!buf) {
+        r = aj_err(err, ENOMEM, "seccomp filter buffer");
+        goto out;
+    }
+    if (pread(memfd, buf, (size_t)st.st_size, 0) != st.st_size) {
+        free(buf);
+        r = aj_err(err, EIO, "read back seccomp filter");
+        goto out;
+    }
+    ret->insns = buf;
+    ret->len = (size_t)st.st_size / sizeof(struct sock_filter);
+    r = 0;
+out:
+    seccomp_release(ctx);
+    return r;
+}
+
+void aj_seccomp_clear(struct aj_bpf *bpf)
+{
+    if (!bpf)
+        return;
+    free(bpf->insns);
+    bpf->insns = NULL;
+    bpf->len = 0;
+}
+
+int aj_seccomp_child_load(const struct aj_bpf *bpf, struct aj_error *err)
+{
+    struct sock_fprog prog = {.len = (unsigned short)bpf->len, .filter = bpf->insns};
+
+    if (bpf->len == 0 || bpf->len > 4096)
+        return aj_err(err, EINVAL, "seccomp filter length %zu", bpf->len);
+    /* TSYNC is not needed: the payload is single-threaded here. SPEC_ALLOW is
+     * deliberately not set: keep the kernel's speculation mitigations. */
+    if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+        return aj_err(err, errno, "load seccomp filter");
+    return 0;
+}

@@ -1,0 +1,702 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The supervisor: the only module that knows the order of steps.
+ *
+ *   supervisor ── clone3(NEWUSER|NEWPID|NEWNS|NEWNET|NEWIPC|NEWUTS|NEWCGROUP)
+ *        │            └─ init (pid 1): wait for id maps, become the inside
+ *        │               user, hostname, lo, root filesystem + pivot_root,
+ *        │               time namespace, fresh keyring, fork payload, drop
+ *        │               its own privileges, reap, report the exit status
+ *        │                   └─ payload: setsid, workdir, rlimits, caps,
+ *        │                      no_new_privs, Landlock, close fds, seccomp,
+ *        │                      execve
+ *        └─ poll: sync socket (errors, layers, exit status), pidfd of init,
+ *           signals, wall-clock deadline → result
+ *
+ * Between clone and execve the sandbox side does not malloc: everything it
+ * needs (mount plan, BPF program, envp) is built before the clone. */
+#include "agentjail.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "aj_caps.h"
+#include "aj_landlock.h"
+#include "aj_limits.h"
+#include "aj_missing.h"
+#include "aj_mount.h"
+#include "aj_netns.h"
+#include "aj_seccomp.h"
+#include "aj_userns.h"
+#include "aj_util.h"
+
+enum aj_msg_type {
+    AJ_MSG_GO = 1,   /* supervisor → init: id maps are written */
+    AJ_MSG_ERROR,    /* sandbox → supervisor: setup failed, err says why */
+    AJ_MSG_READY,    /* payload → supervisor: every layer applied, about to exec */
+    AJ_MSG_EXIT,     /* init → supervisor: the payload's wait status */
+};
+
+struct aj_sync_msg {
+    uint32_t type;
+    int32_t wstatus;
+    uint32_t layers;
+    int32_t landlock_abi;
+    struct aj_error err;
+};
+
+#define NS_FLAGS                                                                                   \
+    (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |     \
+     CLONE_NEWCGROUP)
+
+/* Everything the sandbox side reads. Built before clone, never freed by
+ * the child (it execs or _exits). */
+struct run_ctx {
+    const struct aj_policy *pol;
+    char *const *argv;
+    char **envp;
+    const char *path_env; /* PATH value used for the command search */
+    struct aj_mount_plan plan;
+    struct aj_bpf bpf;
+    sigset_t orig_mask;
+    int sock;             /* sandbox end of the sync socket */
+    int landlock_abi;
+    bool rootless;
+    bool degraded;
+    uid_t host_uid;
+    gid_t host_gid;
+    uint32_t layers;      /* accumulated on the sandbox side */
+};
+
+/* ---- sandbox side ------------------------------------------------------------ */
+
+static void send_msg(int sock, uint32_t type, int wstatus, uint32_t layers, int abi,
+                     const struct aj_error *err)
+{
+    struct aj_sync_msg m = {.type = type, .wstatus = wstatus, .layers = layers, .landlock_abi = abi};
+    if (err)
+        m.err = *err;
+    /* Nothing to do on failure: the supervisor sees EOF and reports it. */
+    (void)aj_write_all(sock, &m, sizeof(m));
+}
+
+static __attribute__((noreturn)) void child_fail(struct run_ctx *c, struct aj_error *err, int code)
+{
+    send_msg(c->sock, AJ_MSG_ERROR, 0, c->layers, c->landlock_abi, err);
+    _exit(code);
+}
+
+/* execvpe without malloc: try each PATH entry, prefer EACCES over ENOENT
+ * as execvp does. */
+static int exec_command(struct run_ctx *c)
+{
+    const char *cmd = c->argv[0];
+    const char *p = c->path_env;
+    int saved = ENOENT;
+    char buf[4096];
+
+    if (strchr(cmd, '/')) {
+        execve(cmd, c->argv, c->envp);
+        return errno;
+    }
+    while (p && *p) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        if (n > 0 && n + 1 + strlen(cmd) < sizeof(buf)) {
+            memcpy(buf, p, n);
+            buf[n] = '/';
+            strcpy(buf + n + 1, cmd);
+            execve(buf, c->argv, c->envp);
+            if (errno == EACCES)
+                saved = EACCES;
+            else if (errno != ENOENT && errno != ENOTDIR)
+                return errno;
+        }
+        p = colon ? colon + 1 : NULL;
+    }
+    return saved;
+}
+
+static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
+{
+    const struct aj_policy *pol = c->pol;
+    struct aj_error err = {0};
+    uint32_t ll_layers = 0;
+    int e;
+
+    if (sigprocmask(SIG_SETMASK, &c->orig_mask, NULL) < 0)
+        child_fail(c, &err, 125);
+    /* A new session: no controlling terminal of the host, so TIOCSTI on an
+     * inherited tty fails in the kernel too (CVE-2017-5226), and the
+     * payload cannot signal the caller's process group. */
+    if (setsid() < 0) {
+        aj_err(&err, errno, "setsid");
+        child_fail(c, &err, 125);
+    }
+    c->layers |= AJ_LAYER_NEW_SESSION;
+    if (c->degraded && !c->rootless) {
+        /* No user namespace: become this run's own unprivileged host user. */
+        if (setgroups(0, NULL) < 0 || prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 ||
+            setresgid(c->host_gid, c->host_gid, c->host_gid) < 0 ||
+            setresuid(c->host_uid, c->host_uid, c->host_uid) < 0) {
+            aj_err(&err, errno, "switch to host uid %u", (unsigned)c->host_uid);
+            child_fail(c, &err, 125);
+        }
+    }
+    if (chdir(pol->workdir ? pol->workdir : (c->degraded ? "/" : AJ_DEFAULT_WORKDIR)) < 0) {
+        aj_err(&err, errno, "workdir %s", pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR);
+        child_fail(c, &err, 125);
+    }
+    if (aj_limits_child_apply_rlimits(pol, &err) < 0)
+        child_fail(c, &err, 125);
+    c->layers |= AJ_LAYER_RLIMITS;
+    if (aj_caps_child_drop_all(&err) < 0)
+        child_fail(c, &err, 125);
+    c->layers |= AJ_LAYER_CAPS;
+    if (aj_caps_child_no_new_privs(&err) < 0)
+        child_fail(c, &err, 125);
+    c->layers |= AJ_LAYER_NNP;
+    if (aj_landlock_child_apply(pol, c->landlock_abi, c->degraded, &ll_layers, &err) < 0)
+        child_fail(c, &err, 125);
+    c->layers |= ll_layers;
+    /* Every inherited fd but 0-2 goes at exec, including ones leaked to
+     * agentjail by whoever started it (CVE-2024-21626: a leaked host
+     * directory fd let runc's payload walk out of its root). Before seccomp,
+     * so the filter need not allow close_range. */
+    if (aj_sys_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+        aj_err(&err, errno, "close_range");
+        child_fail(c, &err, 125);
+    }
+    c->layers |= AJ_LAYER_FDS_CLOSED | AJ_LAYER_ENV_CLEARED;
+    if (aj_seccomp_child_load(&c->bpf, &err) < 0)
+        child_fail(c, &err, 125);
+    c->layers |= AJ_LAYER_SECCOMP;
+    send_msg(c->sock, AJ_MSG_READY, 0, c->layers, c->landlock_abi, NULL);
+    e = exec_command(c);
+    aj_err(&err, e, "cannot execute '%s'", c->argv[0]);
+    err.exit_hint = (e == ENOENT || e == ENOTDIR) ? 127 : 126;
+    child_fail(c, &err, err.exit_hint);
+}
+
+/* Close every fd but 0-2 and keep: init must not hold what agentjail's
+ * caller leaked to it either. */
+static int close_all_but(int keep)
+{
+    if (keep > 3 && aj_sys_close_range(3, (unsigned)keep - 1, 0) < 0)
+        return -errno;
+    if (aj_sys_close_range((unsigned)keep + 1, ~0U, 0) < 0)
+        return -errno;
+    return 0;
+}
+
+static __attribute__((noreturn)) void init_main(struct run_ctx *c)
+{
+    const struct aj_policy *pol = c->pol;
+    struct aj_error err = {0};
+    struct aj_sync_msg go;
+    const char *hostname = pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME;
+    pid_t payload;
+    ssize_t n;
+
+    /* Backstop only (it fires when the parent *thread* exits, and is lost if
+     * the parent died before this line): the GO read below catches the
+     * latter as EOF. pid-namespace init death is the real guarantee. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        _exit(125);
+    do
+        n = read(c->sock, &go, sizeof(go));
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(go) || go.type != AJ_MSG_GO)
+        _exit(125);
+
+    if (aj_userns_child_become(pol->uid, pol->gid, c->rootless, &err) < 0)
+        child_fail(c, &err, 125);
+    if (sethostname(hostname, strlen(hostname)) < 0) {
+        aj_err(&err, errno, "sethostname");
+        child_fail(c, &err, 125);
+    }
+    if (aj_netns_child_setup(pol, &err) < 0)
+        child_fail(c, &err, 125);
+    if (aj_mount_child_setup(&c->plan, pol, &err) < 0)
+        child_fail(c, &err, 125);
+    c->layers |= AJ_LAYER_ROOTFS;
+    /* Time namespace (5.6+): only children created after unshare enter it,
+     * which is exactly the payload. Optional: older kernels lack it. */
+    if (unshare(CLONE_NEWTIME) == 0)
+        c->layers |= AJ_LAYER_TIMENS;
+    /* A fresh anonymous session keyring: the host session keyring (and any
+     * tokens cached in it) is not inherited. */
+    if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0) {
+        aj_err(&err, errno, "join a fresh session keyring");
+        child_fail(c, &err, 125);
+    }
+    c->layers |= AJ_LAYER_KEYRING;
+    if (close_all_but(c->sock) < 0) {
+        aj_err(&err, errno, "close inherited fds");
+        child_fail(c, &err, 125);
+    }
+
+    payload = fork();
+    if (payload < 0) {
+        aj_err(&err, errno, "fork payload");
+        child_fail(c, &err, 125);
+    }
+    if (payload == 0)
+        payload_main(c);
+
+    /* init keeps no privilege while the payload runs, and is not dumpable:
+     * the payload (same uid) cannot open /proc/1/mem, /proc/1/fd or
+     * /proc/1/exe (CVE-2019-5736's way to the runtime binary). */
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (aj_caps_child_drop_all(&err) < 0 || aj_caps_child_no_new_privs(&err) < 0) {
+        (void)kill(payload, SIGKILL);
+        child_fail(c, &err, 125);
+    }
+    for (;;) {
+        int st;
+        pid_t p = waitpid(-1, &st, 0);
+        if (p < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(125);
+        }
+        if (p == payload) {
+            /* Returning kills every other process of the namespace. */
+            send_msg(c->sock, AJ_MSG_EXIT, st, 0, 0, NULL);
+            _exit(0);
+        }
+    }
+}
+
+/* ---- supervisor side ------------------------------------------------------------ */
+
+static char **build_envp(const struct aj_policy *pol, const char **ret_path, struct aj_error *err)
+{
+    size_t cap = 2 + pol->n_env_pass + pol->n_env + 1, n = 0;
+    char **envp = calloc(cap, sizeof(char *));
+    const char *path = AJ_DEFAULT_PATH;
+
+    if (!envp) {
+        aj_err(err, ENOMEM, "environment");
+        return NULL;
+    }
+    /* Later entries override earlier ones with the same name. */
+#define ENV_PUT(str)                                                                               \
+    do {                                                                                           \
+        char *_s = (str);                                                                          \
+        size_t _k = strcspn(_s, "=");                                                              \
+        size_t _i;                                                                                 \
+        if (!_s)                                                                                   \
+            goto oom;                                                                              \
+        for (_i = 0; _i < n; _i++)                                                                 \
+            if (strncmp(envp[_i], _s, _k + 1) == 0)                                                \
+                break;                                                                             \
+        if (_i < n) {                                                                              \
+            free(envp[_i]);                                                                        \
+            envp[_i] = _s;                                                                         \
+        } else {                                                                                   \
+            envp[n++] = _s;                                                                        \
+        }                                                                                          \
+    } while (0)
+    ENV_PUT(strdup("PATH=" AJ_DEFAULT_PATH));
+    ENV_PUT(strdup("HOME=/tmp"));
+    for (size_t i = 0; i < pol->n_env_pass; i++) {
+        const char *v = getenv(pol->env_pass[i]);
+        char *s;
+        if (!v)
+            continue;
+        if (asprintf(&s, "%s=%s", pol->env_pass[i], v) < 0)
+            goto oom;
+        ENV_PUT(s);
+    }
+    for (size_t i = 0; i < pol->n_env; i++)
+        ENV_PUT(strdup(pol->env[i]));
+#undef ENV_PUT
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(envp[i], "PATH=", 5) == 0)
+            path = envp[i] + 5;
+    *ret_path = path;
+    return envp;
+oom:
+    for (size_t i = 0; i < n; i++)
+        free(envp[i]);
+    free(envp);
+    aj_err(err, ENOMEM, "environment");
+    return NULL;
+}
+
+static void free_envp(char **envp)
+{
+    for (size_t i = 0; envp && envp[i]; i++)
+        free(envp[i]);
+    free(envp);
+}
+
+static pid_t clone_sandbox(uint64_t flags, int *ret_pidfd)
+{
+    struct aj_clone_args args = {
+        .flags = flags | CLONE_PIDFD,
+        .pidfd = (uint64_t)(uintptr_t)ret_pidfd,
+        .exit_signal = SIGCHLD,
+    };
+    long pid = syscall(__NR_clone3, &args, sizeof(args));
+
+    /* clone3: ENOSYS before 5.3, and under filters (Docker's) that answer
+     * ENOSYS so libc falls back: use clone(), where CLONE_PIDFD (5.2)
+     * returns the pidfd through the parent_tid argument. */
+    if (pid < 0 && errno == ENOSYS)
+        pid = syscall(__NR_clone, (unsigned long)(flags | CLONE_PIDFD | SIGCHLD), NULL, ret_pidfd, NULL, 0);
+    return (pid_t)pid;
+}
+
+static void kill_and_reap(pid_t pid, int pidfd)
+{
+    if (pid <= 0)
+        return;
+    if (pidfd < 0 || aj_sys_pidfd_send_signal(pidfd, SIGKILL) < 0)
+        (void)kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* Degraded runs have no pid namespace: the supervisor is a subreaper and
+ * kills every process that was reparented to it when the payload ends. */
+static void kill_orphans(void)
+{
+    for (int round = 0; round < 100; round++) {
+        pid_t p = waitpid(-1, NULL, WNOHANG);
+        bool found = false;
+        char path[64], buf[512];
+        char self[16];
+        _cleanup_close_ int dfd = -1;
+
+        (void)snprintf(self, sizeof(self), "%d", (int)getpid());
+        /* Children are listed in /proc/self/task/<tid>/children (3.5+). */
+        (void)snprintf(path, sizeof(path), "/proc/self/task/%s/children", self);
+        if (aj_read_small_file(path, buf, sizeof(buf)) > 0) {
+            char *s = buf, *end;
+            while (*s) {
+                long c = strtol(s, &end, 10);
+                if (end == s)
+                    break;
+                if (c > 0) {
+                    (void)kill((pid_t)c, SIGKILL);
+                    found = true;
+                }
+                s = end;
+            }
+        }
+        if (!found && p <= 0)
+            return;
+        if (found)
+            (void)waitpid(-1, NULL, 0);
+    }
+}
+
+static void fill_layers_from_ns(struct aj_result *res, bool degraded)
+{
+    if (!degraded)
+        res->layers |= AJ_LAYER_USERNS | AJ_LAYER_PIDNS | AJ_LAYER_MOUNTNS | AJ_LAYER_NETNS |
+                       AJ_LAYER_IPCNS | AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS;
+}
+
+int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res,
+           struct aj_error *err)
+{
+    struct run_ctx c = {.pol = pol, .argv = argv, .sock = -1};
+    struct aj_uid_lease lease = {.lock_fd = -1};
+    struct aj_sync_msg msg;
+    struct aj_error child_err = {0};
+    bool have_exit = false, have_child_err = false, timed_out = false;
+    int exit_wstatus = 0, init_status = 0, interrupted = 0;
+    int socks[2] = {-1, -1}, pidfd = -1, sigfd = -1;
+    uint64_t start = aj_now_ms(), deadline;
+    sigset_t mask;
+    struct rusage ru;
+    pid_t pid = -1;
+    int r;
+
+    memset(res, 0, sizeof(*res));
+    res->status = AJ_STATUS_SETUP_ERROR;
+    (void)aj_random_hex(res->sandbox_id, 32);
+    if (!argv || !argv[0])
+        return aj_err(err, 0, "no command given");
+
+    r = aj_policy_validate(pol, err);
+    if (r < 0)
+        goto out;
+    r = aj_policy_sha256(pol, res->policy_sha256, err);
+    if (r < 0)
+        goto out;
+    c.rootless = geteuid() != 0;
+    res->rootless = c.rootless;
+    if (c.rootless) {
+        c.host_uid = geteuid();
+        c.host_gid = getegid();
+    } else {
+        r = aj_userns_lease_host_id(pol, &lease, err);
+        if (r < 0)
+            goto out;
+        c.host_uid = lease.host_uid;
+        c.host_gid = lease.host_gid;
+        res->layers |= AJ_LAYER_UID_ISOLATION;
+    }
+    res->host_uid = c.host_uid;
+    res->host_gid = c.host_gid;
+    c.landlock_abi = aj_landlock_abi();
+    res->landlock_abi = c.landlock_abi;
+    if (c.landlock_abi < 1) {
+        /* Fail closed: Landlock is the layer that holds if a mount is wrong. */
+        r = aj_err(err, EOPNOTSUPP,
+                   "Landlock is not enabled on this kernel; enable CONFIG_SECURITY_LANDLOCK and add "
+                   "'landlock' to the lsm= boot parameter");
+        goto out;
+    }
+    r = aj_seccomp_build(pol, &c.bpf, err);
+    if (r < 0)
+        goto out;
+    r = aj_mount_plan_build(pol, &c.plan, err);
+    if (r < 0)
+        goto out;
+    c.envp = build_envp(pol, &c.path_env, err);
+    if (!c.envp) {
+        r = -ENOMEM;
+        goto out;
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, socks) < 0) {
+        r = aj_err(err, errno, "socketpair");
+        goto out;
+    }
+    c.sock = socks[1];
+
+    /* Signals that end a run arrive through a signalfd: the supervisor
+     * kills the sandbox, reports, and exits 128+N. */
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGQUIT);
+    if (sigprocmask(SIG_BLOCK, &mask, &c.orig_mask) < 0) {
+        r = aj_err(err, errno, "sigprocmask");
+        goto out;
+    }
+    sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0) {
+        r = aj_err(err, errno, "signalfd");
+        goto out_mask;
+    }
+
+    pid = clone_sandbox(NS_FLAGS, &pidfd);
+    if (pid < 0) {
+        int e = errno;
+        struct aj_error why;
+        aj_userns_explain_failure(e, &why);
+        if (!pol->allow_degraded) {
+            *err = why;
+            r = -e;
+            goto out_mask;
+        }
+        /* Degraded: no namespaces at all. Landlock confines the filesystem
+         * to the named host paths, seccomp and no_new_privs stay, the
+         * supervisor becomes a subreaper to kill leftovers. */
+        c.degraded = true;
+        res->degraded = true;
+        snprintf(res->error, sizeof(res->error), "%s", why.msg);
+        for (size_t i = 0; i < pol->n_binds; i++)
+            if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0) {
+                r = aj_err(err, 0,
+                           "degraded mode cannot remap %s to %s (no mount namespace); bind it at the "
+                           "same path",
+                           pol->binds[i].host, pol->binds[i].sandbox);
+                goto out_mask;
+            }
+        if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
+            r = aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
+            goto out_mask;
+        }
+        pid = clone_sandbox(0, &pidfd);
+        if (pid < 0) {
+            r = aj_err(err, errno, "fork");
+            goto out_mask;
+        }
+    }
+    if (pid == 0) {
+        (void)close(socks[0]);
+        if (c.degraded) {
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+                _exit(125);
+            payload_main(&c);
+        }
+        init_main(&c);
+    }
+    (void)close(socks[1]);
+    socks[1] = -1;
+    fill_layers_from_ns(res, c.degraded);
+
+    if (!c.degraded) {
+        struct aj_sync_msg go = {.type = AJ_MSG_GO};
+        r = aj_userns_parent_write_maps(pid, pol->uid, pol->gid, c.host_uid, c.host_gid, c.rootless, err);
+        if (r < 0)
+            goto out_kill;
+        r = aj_write_all(socks[0], &go, sizeof(go));
+        if (r < 0) {
+            r = aj_err(err, -r, "release the sandbox");
+            goto out_kill;
+        }
+    }
+
+    deadline = pol->timeout_ms ? start + pol->timeout_ms : 0;
+    for (;;) {
+        struct pollfd pfd[3] = {
+            {.fd = socks[0], .events = POLLIN},
+            {.fd = pidfd, .events = POLLIN},
+            {.fd = sigfd, .events = POLLIN},
+        };
+        int timeout = -1;
+        if (deadline && !timed_out) {
+            uint64_t now = aj_now_ms();
+            timeout = now >= deadline ? 0 : (int)(deadline - now);
+        }
+        r = poll(pfd, 3, timeout);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            r = aj_err(err, errno, "poll");
+            goto out_kill;
+        }
+        if (r == 0 && deadline && !timed_out) {
+            timed_out = true;
+            (void)aj_sys_pidfd_send_signal(pidfd, SIGKILL);
+            continue;
+        }
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t n = recv(socks[0], &msg, sizeof(msg), MSG_DONTWAIT);
+            if (n == (ssize_t)sizeof(msg)) {
+                if (msg.type == AJ_MSG_ERROR && !have_child_err) {
+                    child_err = msg.err;
+                    child_err.msg[sizeof(child_err.msg) - 1] = '\0';
+                    have_child_err = true;
+                    res->layers |= msg.layers;
+                } else if (msg.type == AJ_MSG_READY) {
+                    res->layers |= msg.layers;
+                } else if (msg.type == AJ_MSG_EXIT) {
+                    exit_wstatus = msg.wstatus;
+                    have_exit = true;
+                }
+            } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                (void)close(socks[0]); /* every sandbox end is closed */
+                socks[0] = -1;
+            }
+        }
+        if (pfd[2].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si) && !interrupted) {
+                interrupted = (int)si.ssi_signo;
+                (void)aj_sys_pidfd_send_signal(pidfd, SIGKILL);
+            }
+        }
+        if (pfd[1].revents & POLLIN) {
+            pid_t w;
+            do
+                w = wait4(pid, &init_status, 0, &ru);
+            while (w < 0 && errno == EINTR);
+            if (w == pid)
+                break;
+        }
+    }
+    pid = -1;
+    /* Messages sent just before init exited are still queued. */
+    while (socks[0] >= 0 && recv(socks[0], &msg, sizeof(msg), MSG_DONTWAIT) == (ssize_t)sizeof(msg)) {
+        if (msg.type == AJ_MSG_ERROR && !have_child_err) {
+            child_err = msg.err;
+            have_child_err = true;
+        } else if (msg.type == AJ_MSG_READY) {
+            res->layers |= msg.layers;
+        } else if (msg.type == AJ_MSG_EXIT) {
+            exit_wstatus = msg.wstatus;
+            have_exit = true;
+        }
+    }
+    if (c.degraded)
+        kill_orphans();
+
+    res->wall_ms = aj_now_ms() - start;
+    res->cpu_ms = (uint64_t)ru.ru_utime.tv_sec * 1000 + (uint64_t)ru.ru_utime.tv_usec / 1000 +
+                  (uint64_t)ru.ru_stime.tv_sec * 1000 + (uint64_t)ru.ru_stime.tv_usec / 1000;
+    res->max_rss_kb = (uint64_t)ru.ru_maxrss;
+    if (c.degraded && !have_exit) {
+        /* The payload is the direct child: its status is init_status. */
+        exit_wstatus = init_status;
+        have_exit = !have_child_err;
+    }
+    if (timed_out) {
+        res->status = AJ_STATUS_TIMEOUT;
+        res->signal = SIGKILL;
+        res->exit_code = 128 + SIGKILL;
+    } else if (interrupted) {
+        res->status = AJ_STATUS_SIGNALED;
+        res->signal = interrupted;
+        res->exit_code = 128 + interrupted;
+    } else if (have_child_err) {
+        res->status = AJ_STATUS_SETUP_ERROR;
+        res->exit_code = child_err.exit_hint ? child_err.exit_hint : 125;
+        *err = child_err;
+        snprintf(res->error, sizeof(res->error), "%s", child_err.msg);
+        r = child_err.errnum ? -child_err.errnum : -EINVAL;
+        goto out_mask;
+    } else if (have_exit && WIFEXITED(exit_wstatus)) {
+        res->exit_code = WEXITSTATUS(exit_wstatus);
+        res->status = res->exit_code == 0 ? AJ_STATUS_OK : AJ_STATUS_NONZERO_EXIT;
+    } else if (have_exit && WIFSIGNALED(exit_wstatus)) {
+        res->status = AJ_STATUS_SIGNALED;
+        res->signal = WTERMSIG(exit_wstatus);
+        res->exit_code = 128 + res->signal;
+    } else {
+        /* init died without reporting (killed from outside, or crashed). */
+        res->status = AJ_STATUS_SIGNALED;
+        res->signal = WIFSIGNALED(init_status) ? WTERMSIG(init_status) : SIGKILL;
+        res->exit_code = 128 + res->signal;
+    }
+    r = 0;
+    goto out_mask;
+
+out_kill:
+    kill_and_reap(pid, pidfd);
+    pid = -1;
+out_mask:
+    if (pid > 0)
+        kill_and_reap(pid, pidfd);
+    (void)sigprocmask(SIG_SETMASK, &c.orig_mask, NULL);
+out:
+    if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err)
+        snprintf(res->error, sizeof(res->error), "%s", err->msg);
+    if (r < 0 && !res->wall_ms)
+        res->wall_ms = aj_now_ms() - start;
+    if (sigfd >= 0)
+        (void)close(sigfd);
+    if (pidfd >= 0)
+        (void)close(pidfd);
+    if (socks[0] >= 0)
+        (void)close(socks[0]);
+    if (socks[1] >= 0)
+        (void)close(socks[1]);
+    aj_userns_lease_release(&lease);
+    aj_mount_plan_clear(&c.plan);
+    aj_seccomp_clear(&c.bpf);
+    free_envp(c.envp);
+    return r;
+}

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "aj_userns.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "aj_util.h"
+
+#define AJ_RUN_DIR "/run/agentjail"
+#define AJ_UID_LOCK AJ_RUN_DIR "/uids.lock"
+
+int aj_userns_lease_host_id(const struct aj_policy *pol, struct aj_uid_lease *ret,
+                            struct aj_error *err)
+{
+    _cleanup_close_ int fd = -1;
+    uint32_t start;
+
+    ret->lock_fd = -1;
+    if (mkdir(AJ_RUN_DIR, 0700) < 0 && errno != EEXIST)
+        return aj_err(err, errno, "create %s", AJ_RUN_DIR);
+    fd = open(AJ_UID_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return aj_err(err, errno, "open %s", AJ_UID_LOCK);
+    /* Start at a random slot: concurrent supervisors rarely collide, and a
+     * uid is not predictable to a payload planning a cross-run attack. */
+    if (getrandom(&start, sizeof(start), 0) != sizeof(start))
+        start = (uint32_t)getpid();
+    for (uint32_t i = 0; i < pol->uid_count; i++) {
+        uint32_t slot = (start + i) % pol->uid_count;
+        struct flock fl = {
+            .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1, .l_pid = 0};
+        /* OFD locks belong to the open file, not the process: released when
+         * the supervisor's fd closes, including when it is SIGKILLed. */
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+            ret->host_uid = pol->uid_base + slot;
+            ret->host_gid = pol->uid_base + slot;
+            ret->lock_fd = TAKE_FD(fd);
+            return 0;
+        }
+        if (errno != EAGAIN && errno != EACCES)
+            return aj_err(err, errno, "lock uid slot");
+    }
+    return aj_err(err, EBUSY, "all %u host uids of the range starting at %u are in use",
+                  pol->uid_count, pol->uid_base);
+}
+
+void aj_userns_lease_release(struct aj_uid_lease *lease)
+{
+    if (lease && lease->lock_fd >= 0) {
+        (void)close(lease->lock_fd);
+        lease->lock_fd = -1;
+    }
+}
+
+static int write_proc_file(pid_t pid, const char *name, const char *content, struct aj_error *err)
+{
+    char path[64];
+    _cleanup_close_ int fd = -1;
+    int r;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return aj_err(err, errno, "open %s", path);
+    r = aj_write_all(fd, content, strlen(content));
+    if (r < 0)
+        return aj_err(err, -r, "write %s", path);
+    return 0;
+}
+
+int aj_userns_parent_write_maps(pid_t child, uid_t inside_uid, gid_t inside_gid, uid_t host_uid,
+                                gid_t host_gid, bool rootless, struct aj_error *err)
+{
+    char line[64];
+    int r;
+
+    if (rootless) {
+        r = write_proc_file(child, "setgroups", "deny", err);
+        if (r < 0)
+            return r;
+    }
+    (void)snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)inside_gid, (unsigned)host_gid);
+    r = write_proc_file(child, "gid_map", line, err);
+    if (r < 0)
+        return r;
+    (void)snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)inside_uid, (unsigned)host_uid);
+    return write_proc_file(child, "uid_map", line, err);
+}
+
+int aj_userns_child_become(uid_t uid, gid_t gid, bool rootless, struct aj_error *err)
+{
+    /* Root mode: the supervisor's supplementary groups (root's, often 0)
+     * would otherwise follow the sandbox as host gids. */
+    if (!rootless && setgroups(0, NULL) < 0)
+        return aj_err(err, errno, "drop supplementary groups");
+    /* Keep the capabilities of the new user namespace across the uid change:
+     * mounts come next. They are dropped for good before the payload runs. */
+    if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
+        return aj_err(err, errno, "PR_SET_KEEPCAPS");
+    if (setresgid(gid, gid, gid) < 0)
+        return aj_err(err, errno, "setresgid %u", (unsigned)gid);
+    if (setresuid(uid, uid, uid) < 0)
+        return aj_err(err, errno, "setresuid %u", (unsigned)uid);
+    return 0;
+}
+
+static long read_long(const char *path, long dflt)
+{
+    char buf[64];
+    char *end;
+    long v;
+
+    if (aj_read_small_file(path, buf, sizeof(buf)) <= 0)
+        return dflt;
+    errno = 0;
+    v = strtol(buf, &end, 10);
+    if (errno || end == buf)
+        return dflt;
+    return v;
+}
+
+static bool self_has_seccomp_filter(void)
+{
+    char buf[4096];
+    const char *p;
+
+    if (aj_read_small_file("/proc/self/status", buf, sizeof(buf)) <= 0)
+        return false;
+    p = strstr(buf, "\nSeccomp:");
+    return p && strtol(p + 9, NULL, 10) == 2;
+}
+
+int aj_userns_explain_failure(int errnum, struct aj_error *err)
+{
+    const char *fix = " (or run with --allow-degraded: Landlock + seccomp + rlimits + no_new_privs, no namespaces)";
+
+    if (read_long("/proc/sys/user/max_user_namespaces", 1) == 0)
+        return aj_err(err, errnum,
+                      "cannot create a user namespace: user.max_user_namespaces is 0 on this host; "
+                      "fix: sysctl -w user.max_user_namespaces=15000%s",
+                      fix);
+    if (read_long("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", 0) == 1 && geteuid() != 0)
+        return aj_err(err, errnum,
+                      "cannot create a user namespace: AppArmor restricts unprivileged user namespaces "
+                      "(kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu 23.10+); fix: install "
+                      "an AppArmor profile granting 'userns,' to agentjail, or run as root%s",
+                      fix);
+    if (read_long("/proc/sys/kernel/unprivileged_userns_clone", 1) == 0 && geteuid() != 0)
+        return aj_err(err, errnum,
+                      "cannot create a user namespace: kernel.unprivileged_userns_clone is 0; fix: "
+                      "sysctl -w kernel.unprivileged_userns_clone=1, or run as root%s",
+                      fix);
+    if (self_has_seccomp_filter() && (errnum == EPERM || errnum == ENOSYS))
+        return aj_err(err, errnum,
+                      "cannot create namespaces: a seccomp filter on agentjail itself refuses them "
+                      "(typical inside Docker with its default profile, or a Kubernetes pod with "
+                      "RuntimeDefault); fix: run the container with --security-opt seccomp=unconfined "
+                      "or a profile allowing clone/unshare with namespace flags%s",
+                      fix);
+    if (errnum == ENOSPC)
+        return aj_err(err, errnum,
+                      "cannot create a namespace: a namespace count limit is reached "
+                      "(/proc/sys/user/max_*_namespaces); fix: raise it%s",
+                      fix);
+    if (errnum == EPERM)
+        return aj_err(err, errnum,
+                      "cannot create namespaces: the kernel refused (nested in a container without "
+                      "CAP_SYS_ADMIN, or an LSM policy); fix: run agentjail on the host or grant the "
+                      "container user namespaces%s",
+                      fix);
+    return aj_err(err, errnum, "cannot create the sandbox namespaces%s", fix);
+}

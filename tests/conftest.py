@@ -1,0 +1,89 @@
+"""Shared pytest fixtures: locate the binaries, run agentjail, check leaks.
+
+Environment:
+  AJ_BIN       agentjail binary (default: build/agentjail)
+  AJ_HELPERS   directory with aj-try and aj-nouserns (default: build/tests)
+  AJ_MUST_WORK=1  turn every skip into a failure (CI)
+"""
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AJ_BIN = os.path.abspath(os.environ.get("AJ_BIN", os.path.join(ROOT, "build", "agentjail")))
+AJ_HELPERS = os.path.abspath(os.environ.get("AJ_HELPERS", os.path.join(ROOT, "build", "tests")))
+IS_ROOT = os.geteuid() == 0
+
+
+class Run:
+    """Outcome of one `agentjail run`."""
+
+    def __init__(self, proc, result):
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.result = result
+
+    def __repr__(self):
+        return "Run(rc=%r, stdout=%r, stderr=%r, result=%r)" % (
+            self.returncode, self.stdout[-2000:], self.stderr[-2000:], self.result)
+
+
+def run_aj(args, cmd, timeout=60, input=None, pass_fds=(), env=None, prefix=()):
+    """Run `agentjail run ARGS -- CMD` and return a Run with the parsed result JSON."""
+    with tempfile.TemporaryDirectory(prefix="ajtest-res-") as d:
+        res_path = os.path.join(d, "result.json")
+        full = list(prefix) + [AJ_BIN, "run", "--result", res_path] + list(args) + ["--"] + list(cmd)
+        proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout,
+                              input=input, pass_fds=pass_fds, env=env)
+        result = None
+        if os.path.exists(res_path):
+            with open(res_path) as f:
+                result = json.load(f)
+        return Run(proc, result)
+
+
+def helper(name):
+    return os.path.join(AJ_HELPERS, name)
+
+
+def try_args():
+    """Flags that make /opt/aj-try available inside the sandbox."""
+    return ["--bind-ro", "%s:/opt/aj-try" % helper("aj-try")]
+
+
+def must_skip(reason):
+    if os.environ.get("AJ_MUST_WORK") == "1":
+        pytest.fail("skip not allowed with AJ_MUST_WORK=1: " + reason)
+    pytest.skip(reason)
+
+
+def _snapshot():
+    mounts = open("/proc/self/mountinfo").read().count("agentjail")
+    procs = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv0 = f.read().split(b"\0")[0]
+        except OSError:
+            continue
+        if argv0.endswith(b"/agentjail"):
+            procs.add(pid)
+    tmp = {n for n in os.listdir("/tmp") if n.startswith("agentjail")}
+    return mounts, procs, tmp
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """After every test: no agentjail mounts, processes or temp dirs remain."""
+    before = _snapshot()
+    yield
+    after = _snapshot()
+    assert after[0] <= before[0], "agentjail mounts leaked into the host namespace"
+    assert not (after[1] - before[1]), "agentjail processes left running: %r" % (after[1] - before[1])
+    assert not (after[2] - before[2]), "agentjail temp dirs left in /tmp: %r" % (after[2] - before[2])

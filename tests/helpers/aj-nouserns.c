@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* aj-nouserns CMD [ARGS...]: run CMD under a seccomp filter that refuses
+ * namespace creation the way restrictive hosts do (Docker's default
+ * profile: clone3 -> ENOSYS, clone/unshare with namespace flags -> EPERM).
+ * Used by the tests to exercise agentjail's diagnosis and --allow-degraded
+ * path without changing the host's configuration. */
+#include <errno.h>
+#include <linux/sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+#define NS_FLAGS                                                                                   \
+    (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |  \
+     CLONE_NEWNET | CLONE_NEWTIME)
+
+int main(int argc, char **argv)
+{
+    scmp_filter_ctx ctx;
+    int r;
+
+    if (argc < 2) {
+        fprintf(stderr, "usage: aj-nouserns CMD [ARGS...]\n");
+        return 2;
+    }
+    ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return 1;
+    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    if (r == 0)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                             SCMP_A0_64(SCMP_CMP_MASKED_EQ, NS_FLAGS, CLONE_NEWUSER));
+    /* Any namespace flag: one rule per flag (libseccomp ANDs conditions). */
+    for (unsigned bit = 0; r == 0 && bit < 64; bit++) {
+        unsigned long long f = 1ULL << bit;
+        if (!(f & NS_FLAGS) || f == CLONE_NEWUSER)
+            continue;
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                             SCMP_A0_64(SCMP_CMP_MASKED_EQ, f, f));
+    }
+    if (r == 0)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(unshare), 0);
+    if (r == 0)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setns), 0);
+    if (r == 0)
+        r = seccomp_load(ctx);
+    seccomp_release(ctx);
+    if (r < 0) {
+        fprintf(stderr, "aj-nouserns: seccomp: %d\n", r);
+        return 1;
+    }
+    execvp(argv[1], argv + 1);
+    perror("aj-nouserns: exec");
+    return 127;
+}
