@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build agentjail and run the demo: a Python payload that tries the first
+# moves of a container escape, inside the default sandbox. Run as root on
+# Debian 12 (installs build dependencies with apt when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh build
+scripts/build.sh
+tmp=$(mktemp -d /tmp/ajdemo.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+echo "+ AWS_SECRET_ACCESS_KEY=demo-not-a-real-key build/agentjail run --bind-ro $(pwd)/examples:/demo --timeout 30s --result $tmp/result.json -- python3 /demo/escape_attempt.py"
+set +e
+AWS_SECRET_ACCESS_KEY=demo-not-a-real-key build/agentjail run --bind-ro "$(pwd)/examples:/demo" \
+  --timeout 30s --result "$tmp/result.json" -- python3 /demo/escape_attempt.py
+rc=$?
+set -e
+echo
+echo "result ($tmp/result.json):"
+python3 - "$tmp/result.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("  status=%s exit_code=%s wall_ms=%s mode=%s host_uid=%s landlock_abi=%s" % (
+    r["status"], r["exit_code"], r["wall_ms"], r["mode"], r["host_uid"], r["landlock_abi"]))
+print("  layers applied: " + ", ".join(k for k, v in sorted(r["layers"].items()) if v))
+missing = [k for k, v in sorted(r["layers"].items()) if not v]
+print("  layers missing: " + (", ".join(missing) if missing else "none"))
+print("  policy sha256: " + r["policy_sha256"])
+PY
+exit $rc

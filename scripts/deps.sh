@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what agentjail needs to build and test, with apt, when missing.
+# Usage: scripts/deps.sh [build|test|bench]   (default: test, which implies build)
+set -euo pipefail
+what=${1:-test}
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libssl-dev python3)
+case "$what" in
+  test) pkgs+=(libcmocka-dev python3-pytest util-linux) ;;
+  bench) pkgs+=(bubblewrap firejail) ;;
+  build) ;;
+  *) echo "usage: $0 [build|test|bench]" >&2; exit 2 ;;
+esac
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "agentjail: missing packages: ${missing[*]} (run this script as root to install them)" >&2
+    exit 1
+  fi
+  echo "agentjail: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

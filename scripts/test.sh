@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this):
+#   1. unit tests (cmocka) of the release and the ASan/UBSan build;
+#   2. integration + escape tests (pytest, real kernel) against the release
+#      build as root, then as nobody (setpriv), then against the ASan/UBSan
+#      build as root.
+# Ends with one line "N passed, N failed" covering every suite.
+# Env: AJ_LEAK_RUNS (runs in the leak test, default 1000 here),
+#      AJ_QUICK=1 (skip the ASan and nobody passes).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+if [ "$(id -u)" != 0 ]; then
+  echo "scripts/test.sh must run as root (it also runs every suite as nobody itself)" >&2
+  exit 2
+fi
+scripts/deps.sh test
+scripts/build.sh --with-asan || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+out=$(mktemp -d /tmp/ajtest-run.XXXXXX)
+chmod 0755 "$out"
+trap 'rm -rf "$out"' EXIT
+export AJ_LEAK_RUNS=${AJ_LEAK_RUNS:-1000}
+status=0
+
+unit() { # build dir
+  local dir=$1 t
+  for t in "$dir"/tests/test-unit-*; do
+    [ -x "$t" ] || continue
+    echo "== unit: $t"
+    CMOCKA_MESSAGE_OUTPUT=TAP "$t" > "$out/$(basename "$dir")-$(basename "$t").tap" 2>&1 || status=1
+    cat "$out/$(basename "$dir")-$(basename "$t").tap"
+  done
+}
+
+pytest_as() { # name, bin dir, runner prefix...
+  local name=$1 dir=$2; shift 2
+  echo "== pytest: $name"
+  AJ_BIN="$root/$dir/agentjail" AJ_HELPERS="$root/build/tests" \
+    "$@" /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs \
+    --junitxml="$out/$name.xml" tests/ || status=1
+}
+
+unit build
+unit build-asan
+pytest_as root build env
+if [ "${AJ_QUICK:-0}" != 1 ]; then
+  pytest_as nobody build setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp AJ_LEAK_RUNS=100
+  pytest_as asan build-asan env AJ_LEAK_RUNS=50 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+fi
+
+/usr/bin/python3 - "$out" <<'PY'
+import glob, os, re, sys
+import xml.etree.ElementTree as ET
+out = sys.argv[1]
+passed = failed = skipped = 0
+for tap in glob.glob(os.path.join(out, "*.tap")):
+    for line in open(tap, errors="replace"):
+        if re.match(r"^ok \d+", line): passed += 1
+        elif re.match(r"^not ok \d+", line): failed += 1
+for xml in glob.glob(os.path.join(out, "*.xml")):
+    for suite in ET.parse(xml).getroot().iter("testsuite"):
+        t, f, e, s = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+        passed += t - f - e - s; failed += f + e; skipped += s
+print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+sys.exit(1 if failed else 0)
+PY
+rc=$?
+[ $status -ne 0 ] && rc=1
+exit $rc
