@@ -6,7 +6,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <linux/limits.h>
-#include <openssl/evp.h>
+#include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,14 +493,17 @@ char *aj_policy_canonical_json(const struct aj_policy *pol)
 int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65], struct aj_error *err)
 {
     _cleanup_free_ char *json = aj_policy_canonical_json(pol);
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
+    unsigned char md[SHA256_DIGEST_SIZE];
+    struct sha256_ctx ctx;
     static const char hex[] = "0123456789abcdef";
 
     if (!json)
         return aj_err(err, ENOMEM, "canonical policy json");
-    if (EVP_Digest(json, strlen(json), md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
-        return aj_err(err, EIO, "sha256 of policy");
+    /* nettle, not OpenSSL: same digest, without OpenSSL's provider set-up
+     * (~0.8 ms per process, paid on every sandbox start). */
+    sha256_init(&ctx);
+    sha256_update(&ctx, strlen(json), (const uint8_t *)json);
+    sha256_digest(&ctx, sizeof(md), md);
     for (unsigned i = 0; i < 32; i++) {
         ret_hex[2 * i] = hex[md[i] >> 4];
         ret_hex[2 * i + 1] = hex[md[i] & 0xf];
