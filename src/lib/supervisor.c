@@ -157,6 +157,15 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
             child_fail(c, &err, 125);
         }
     }
+    if (c->degraded) {
+        /* init does this in a full sandbox; here the payload is the first
+         * process of the run. */
+        if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0) {
+            aj_err(&err, errno, "join a fresh session keyring");
+            child_fail(c, &err, 125);
+        }
+        c->layers |= AJ_LAYER_KEYRING;
+    }
     if (chdir(pol->workdir ? pol->workdir : (c->degraded ? "/" : AJ_DEFAULT_WORKDIR)) < 0) {
         aj_err(&err, errno, "workdir %s", pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR);
         child_fail(c, &err, 125);
