@@ -32,13 +32,13 @@ class Run:
             self.returncode, self.stdout[-2000:], self.stderr[-2000:], self.result)
 
 
-def run_aj(args, cmd, timeout=60, input=None, pass_fds=(), env=None, prefix=()):
+def run_aj(args, cmd, timeout=60, input=None, pass_fds=(), env=None, prefix=(), stdin=None):
     """Run `agentjail run ARGS -- CMD` and return a Run with the parsed result JSON."""
     with tempfile.TemporaryDirectory(prefix="ajtest-res-") as d:
         res_path = os.path.join(d, "result.json")
         full = list(prefix) + [AJ_BIN, "run", "--result", res_path] + list(args) + ["--"] + list(cmd)
         proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout,
-                              input=input, pass_fds=pass_fds, env=env)
+                              input=input, pass_fds=pass_fds, env=env, stdin=stdin)
         result = None
         if os.path.exists(res_path):
             with open(res_path) as f:
@@ -56,9 +56,41 @@ def try_args():
 
 
 def must_skip(reason):
+    """Skip because this machine lacks something: a failure in CI (AJ_MUST_WORK=1)."""
     if os.environ.get("AJ_MUST_WORK") == "1":
         pytest.fail("skip not allowed with AJ_MUST_WORK=1: " + reason)
     pytest.skip(reason)
+
+
+def root_only(reason):
+    """Skip a check that only means something as root (the suite also runs
+    as nobody, where the root pass already covered it)."""
+    if not IS_ROOT:
+        pytest.skip("as root only: " + reason)
+
+
+def _ppid(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _ours(pid):
+    """A descendant of this test process, or an orphan (reparented to pid 1:
+    what a supervisor that died without killing its sandbox leaves).
+    Other users' agentjail runs on the same machine are not ours."""
+    me = os.getpid()
+    p = pid
+    for _ in range(64):
+        pp = _ppid(p)
+        if pp == me:
+            return True
+        if pp <= 1:
+            return pp == 1 and p == pid
+        p = pp
+    return False
 
 
 def _snapshot():
@@ -72,7 +104,8 @@ def _snapshot():
                 argv0 = f.read().split(b"\0")[0]
         except OSError:
             continue
-        if argv0.endswith(b"/agentjail"):
+        # The sandbox init is a fork of the supervisor: same argv0.
+        if argv0.endswith(b"/agentjail") and _ours(pid):
             procs.add(pid)
     tmp = {n for n in os.listdir("/tmp") if n.startswith("agentjail")}
     return mounts, procs, tmp

@@ -3,6 +3,7 @@
  * on failure, mirror the payload's exit status. */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,18 @@ static void run_usage(FILE *f)
           f);
 }
 
+/* getopt_long reports a long option missing its argument as '?' here;
+ * tell that apart from an unknown flag for a useful message. */
+static bool flag_needs_argument(const char *arg)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return false;
+    for (const struct option *o = run_options; o->name; o++)
+        if (o->has_arg == required_argument && strcmp(arg + 2, o->name) == 0)
+            return true;
+    return false;
+}
+
 static int parse_id(const char *flag, const char *s, uint32_t *ret)
 {
     uint64_t v;
@@ -90,7 +103,8 @@ static int parse_id(const char *flag, const char *s, uint32_t *ret)
 
 static void print_degraded_warning(const struct aj_result *res)
 {
-    fprintf(stderr, "agentjail: WARNING: DEGRADED sandbox, namespaces unavailable: %s\n", res->error);
+    fprintf(stderr, "agentjail: WARNING: DEGRADED sandbox, namespaces unavailable: %s\n",
+            res->degraded_reason);
     fputs("agentjail: WARNING: missing layers:", stderr);
     for (unsigned i = 0; i < AJ_LAYER_COUNT; i++)
         if (!(res->layers & (1u << i)))
@@ -110,7 +124,7 @@ int aj_cmd_run(int argc, char **argv)
     aj_policy_init(&pol);
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+h", run_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:h", run_options, NULL)) != -1) {
         r = 0;
         switch (opt) {
         case OPT_BIND_RO:
@@ -175,7 +189,10 @@ int aj_cmd_run(int argc, char **argv)
             r = -EINVAL;
             break;
         default:
-            aj_err(&err, 0, "unknown flag '%s' (see agentjail run --help)", argv[optind - 1]);
+            if (flag_needs_argument(argv[optind - 1]))
+                aj_err(&err, 0, "%s needs an argument", argv[optind - 1]);
+            else
+                aj_err(&err, 0, "unknown flag '%s' (see agentjail run --help)", argv[optind - 1]);
             r = -EINVAL;
             break;
         }

@@ -56,6 +56,7 @@ struct aj_result {
     bool rootless;
     uint32_t host_uid, host_gid;
     char error[512];          /* setup_error: the one-line reason */
+    char degraded_reason[512]; /* degraded: why namespaces were unavailable */
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);

@@ -2,6 +2,7 @@
 #include "aj_caps.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <linux/capability.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -24,7 +25,7 @@ int aj_caps_child_drop_all(struct aj_error *err)
     data[1].effective = data[1].permitted;
     if (syscall(__NR_capset, &hdr, data) < 0)
         return aj_err(err, errno, "raise effective capabilities");
-    memset(data, 0, sizeof(data));
+    bool bounding_kept = false;
 
     /* Lock root's special treatment off for good: even a uid-0 process
      * inside gains nothing at exec, and no later setuid fixup or ambient
@@ -40,16 +41,23 @@ int aj_caps_child_drop_all(struct aj_error *err)
      * user): there is nothing to lock, the sets below are already empty and
      * no_new_privs stops exec from granting any. */
     /* Bounding set: loop until the kernel says the cap does not exist, so a
-     * newer kernel's extra capabilities are dropped too. */
+     * newer kernel's extra capabilities are dropped too. Without
+     * CAP_SETPCAP (only a degraded run as an ordinary user) it cannot be
+     * emptied: say so with 1 rather than fail a run that holds no caps. */
     for (cap = 0; cap < 64; cap++) {
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
             if (errno == EINVAL)
                 break;
+            if (errno == EPERM && !(data[0].permitted & (1u << CAP_SETPCAP))) {
+                bounding_kept = true;
+                break;
+            }
             return aj_err(err, errno, "drop capability %d from the bounding set", cap);
         }
     }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return aj_err(err, errno, "clear ambient capabilities");
+    memset(data, 0, sizeof(data));
     if (syscall(__NR_capset, &hdr, data) < 0)
         return aj_err(err, errno, "clear capability sets");
     /* Verify, rather than trust, that every set is empty. */
@@ -58,9 +66,9 @@ int aj_caps_child_drop_all(struct aj_error *err)
     for (int i = 0; i < 2; i++)
         if (data[i].effective || data[i].permitted || data[i].inheritable)
             return aj_err(err, EPERM, "capabilities still present after drop");
-    if (prctl(PR_CAPBSET_READ, 0, 0, 0, 0) != 0)
+    if (!bounding_kept && prctl(PR_CAPBSET_READ, 0, 0, 0, 0) != 0)
         return aj_err(err, EPERM, "bounding set not empty after drop");
-    return 0;
+    return bounding_kept ? 1 : 0;
 }
 
 int aj_caps_child_no_new_privs(struct aj_error *err)

@@ -138,7 +138,10 @@ int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
         static const char *const devs[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
                                            "/dev/urandom"};
         for (size_t i = 0; i < AJ_ARRAY_SIZE(devs); i++) {
-            r = add_path_rule(ruleset, devs[i], LL_READ | AJ_LL_FS_WRITE_FILE, handled, true, err);
+            /* IOCTL_DEV: harmless on these nodes, and without it isatty()
+             * and stty see EACCES instead of ENOTTY. */
+            r = add_path_rule(ruleset, devs[i], LL_READ | AJ_LL_FS_WRITE_FILE | AJ_LL_FS_IOCTL_DEV,
+                              handled, true, err);
             if (r < 0)
                 return r;
         }

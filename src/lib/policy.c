@@ -147,6 +147,16 @@ int aj_parse_duration_ms(const char *s, uint64_t *ret)
 
 /* ---- paths ---------------------------------------------------------------- */
 
+/* Everything in the policy must survive the canonical JSON intact, or two
+ * different policies could hash alike: refuse what JSON cannot carry. */
+static bool is_utf8(const char *s)
+{
+    json_t *j = json_string(s);
+    bool ok = j != NULL;
+    json_decref(j);
+    return ok;
+}
+
 /* Normalise an absolute path: collapse "//" and "/./", strip a trailing
  * "/". ".." is refused, not resolved: a policy names paths literally. */
 static int normalise_abs_path(const char *in, char **ret, const char *what, struct aj_error *err)
@@ -156,7 +166,7 @@ static int normalise_abs_path(const char *in, char **ret, const char *what, stru
     const char *p;
 
     if (!in || in[0] == '\0')
-        return aj_err(err, 0, "%s: empty path", what);
+        return aj_err(err, 0, "%s: empty path (expected an absolute path)", what);
     if (in[0] != '/')
         return aj_err(err, 0, "%s: '%s' is not an absolute path (it must start with /)", what, in);
     len = strlen(in);
@@ -189,6 +199,8 @@ static int normalise_abs_path(const char *in, char **ret, const char *what, stru
     for (size_t i = 0; i < o; i++)
         if (iscntrl((unsigned char)out[i]))
             return aj_err(err, 0, "%s: '%s' contains a control character", what, in);
+    if (!is_utf8(out))
+        return aj_err(err, 0, "%s: path is not valid UTF-8", what);
     *ret = TAKE_PTR(out);
     return 0;
 }
@@ -216,6 +228,25 @@ static int check_sandbox_path(const char *path, const char *what, struct aj_erro
                           "choose another sandbox path",
                           what, path);
     }
+    return 0;
+}
+
+/* Host paths that would hand the sandbox the host itself: the whole tree,
+ * the host's procfs and sysfs (kernel knobs, other processes), its device
+ * nodes, and agentjail's own state. */
+static const char *const refused_host_sources[] = {"/proc", "/sys", "/dev", "/run/agentjail"};
+
+static int check_host_source(const char *host, const char *what, struct aj_error *err)
+{
+    if (strcmp(host, "/") == 0)
+        return aj_err(err, 0, "%s: binding the host's whole root '/' would undo the sandbox; bind the "
+                      "directories the payload needs", what);
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(refused_host_sources); i++)
+        if (path_is_or_under(host, refused_host_sources[i]))
+            return aj_err(err, 0,
+                          "%s: '%s' is under %s, which would expose the host kernel or other processes; "
+                          "agentjail provides its own /proc and /dev",
+                          what, host, refused_host_sources[i]);
     return 0;
 }
 
@@ -253,6 +284,9 @@ int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw, struct 
     if (r < 0)
         return r;
     r = check_sandbox_path(sandbox, what, err);
+    if (r < 0)
+        return r;
+    r = check_host_source(host, what, err);
     if (r < 0)
         return r;
     b = (struct aj_bind){.host = host, .sandbox = sandbox, .rw = rw};
@@ -315,6 +349,8 @@ int aj_policy_add_env(struct aj_policy *pol, const char *kv, struct aj_error *er
     if (!eq || !valid_env_name(kv, (size_t)(eq - kv)))
         return aj_err(err, 0, "--env: '%s' is not NAME=VALUE with NAME matching [A-Za-z_][A-Za-z0-9_]*",
                       kv ? kv : "");
+    if (!is_utf8(kv))
+        return aj_err(err, 0, "--env: the value of %.*s is not valid UTF-8", (int)(eq - kv), kv);
     dup = strdup(kv);
     if (!dup || push((void **)&pol->env, &pol->n_env, sizeof(dup), &dup) < 0) {
         free(dup);
@@ -483,8 +519,12 @@ char *aj_policy_canonical_json(const struct aj_policy *pol)
                      (json_int_t)pol->gid, "hostname", pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME,
                      "uid_range", "base", (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count,
                      "degraded", "allow", pol->allow_degraded);
-    if (!root)
+    if (!root || !fs || json_array_size(binds) != pol->n_binds ||
+        json_array_size(tmpfs) != pol->n_tmpfs || json_object_size(envset) > pol->n_env) {
+        /* A part that could not be encoded must not vanish from the hash. */
+        json_decref(root);
         return NULL;
+    }
     out = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
     return out;

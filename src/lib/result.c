@@ -75,6 +75,22 @@ const char *aj_layer_name(enum aj_layer l)
     return NULL;
 }
 
+/* Error texts can carry bytes from paths (not always UTF-8); jansson
+ * refuses those, which would silently drop the field. Replace them. */
+static json_t *json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    char buf[512];
+    size_t i;
+
+    if (j)
+        return j;
+    for (i = 0; s[i] && i + 1 < sizeof(buf); i++)
+        buf[i] = ((unsigned char)s[i] < 0x80 && (unsigned char)s[i] >= 0x20) ? s[i] : '?';
+    buf[i] = '\0';
+    return json_string(buf);
+}
+
 char *aj_result_to_json(const struct aj_result *res)
 {
     json_t *root, *layers;
@@ -96,8 +112,12 @@ char *aj_result_to_json(const struct aj_result *res)
                      "host_gid", (json_int_t)res->host_gid);
     if (!root)
         return NULL;
-    if (res->status == AJ_STATUS_SETUP_ERROR)
-        (void)json_object_set_new(root, "error", json_string(res->error));
+    if ((res->status == AJ_STATUS_SETUP_ERROR &&
+         json_object_set_new(root, "error", json_text(res->error)) < 0) ||
+        (res->degraded && json_object_set_new(root, "degraded_reason", json_text(res->degraded_reason)) < 0)) {
+        json_decref(root);
+        return NULL;
+    }
     out = json_dumps(root, JSON_SORT_KEYS | JSON_INDENT(2));
     json_decref(root);
     return out;

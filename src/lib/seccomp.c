@@ -140,6 +140,14 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
     {
         struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, NS_CLONE_FLAGS, 0)};
         r = rule(ctx, allow, "clone", 1, a, err);
+        /* ...and an explicit EPERM (not the ENOSYS default) for any flag. */
+        for (unsigned bit = 0; r == 0 && bit < 64; bit++) {
+            uint64_t f = 1ULL << bit;
+            if (f & NS_CLONE_FLAGS) {
+                struct scmp_arg_cmp d[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, f, f)};
+                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "clone", 1, d, err);
+            }
+        }
         if (r < 0)
             return r;
     }
@@ -151,16 +159,28 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
 
     /* ioctl: all but terminal injection. TIOCSTI pushes input into the
      * terminal the sandbox shares with the host (CVE-2017-5226, bwrap);
-     * TIOCLINUX can do the same on a VT. The kernel compares only the low
-     * 32 bits of the command, so mask before comparing. */
+     * TIOCLINUX can do the same on a VT. The kernel reads only the low 32
+     * bits of the command, so every comparison is on those (SCMP_A1_32): a
+     * command with junk in the high bits is still TIOCSTI to the kernel.
+     * libseccomp lets an unconditional allow override conditional denials,
+     * so the allowed commands are spelled as ranges around the two. */
     {
-        struct scmp_arg_cmp a1[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)};
-        struct scmp_arg_cmp a2[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)};
-        r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, a1, err);
+        struct scmp_arg_cmp below[] = {SCMP_A1_32(SCMP_CMP_LT, TIOCSTI)};
+        struct scmp_arg_cmp above[] = {SCMP_A1_32(SCMP_CMP_GT, TIOCLINUX)};
+        struct scmp_arg_cmp sti[] = {SCMP_A1_32(SCMP_CMP_EQ, TIOCSTI)};
+        struct scmp_arg_cmp linux_[] = {SCMP_A1_32(SCMP_CMP_EQ, TIOCLINUX)};
+
+        r = rule(ctx, allow, "ioctl", 1, below, err);
         if (r == 0)
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, a2, err);
+            r = rule(ctx, allow, "ioctl", 1, above, err);
+        for (uint32_t cmd = TIOCSTI + 1; r == 0 && cmd < TIOCLINUX; cmd++) {
+            struct scmp_arg_cmp eq[] = {SCMP_A1_32(SCMP_CMP_EQ, cmd)};
+            r = rule(ctx, allow, "ioctl", 1, eq, err);
+        }
         if (r == 0)
-            r = rule(ctx, allow, "ioctl", 0, NULL, err);
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, sti, err);
+        if (r == 0)
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, linux_, err);
         if (r < 0)
             return r;
     }
@@ -228,16 +248,18 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
             return r;
     }
 
-    /* personality: reading it, or setting plain Linux. READ_IMPLIES_EXEC,
-     * ADDR_NO_RANDOMIZE and friends weaken exploit mitigations. */
+    /* personality: reading it (0xffffffff), or setting plain Linux (0).
+     * READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE and friends weaken exploit
+     * mitigations: EPERM for 1..0xfffffffe. */
     {
         struct scmp_arg_cmp q[] = {SCMP_A0_32(SCMP_CMP_EQ, 0xffffffffU)};
         struct scmp_arg_cmp l[] = {SCMP_A0_32(SCMP_CMP_EQ, 0)};
+        struct scmp_arg_cmp other[] = {SCMP_A0_32(SCMP_CMP_GT, 0)};
         r = rule(ctx, allow, "personality", 1, q, err);
         if (r == 0)
             r = rule(ctx, allow, "personality", 1, l, err);
         if (r == 0)
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "personality", 0, NULL, err);
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "personality", 1, other, err);
         if (r < 0)
             return r;
     }

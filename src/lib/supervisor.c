@@ -67,7 +67,7 @@ struct aj_sync_msg {
  * the child (it execs or _exits). */
 struct run_ctx {
     const struct aj_policy *pol;
-    char *const *argv;
+    char **argv;          /* a copy: see copy_argv */
     char **envp;
     const char *path_env; /* PATH value used for the command search */
     struct aj_mount_plan plan;
@@ -83,6 +83,8 @@ struct run_ctx {
 };
 
 /* ---- sandbox side ------------------------------------------------------------ */
+
+static int arm_death_signal(int sock);
 
 static void send_msg(int sock, uint32_t type, int wstatus, uint32_t layers, int abi,
                      const struct aj_error *err)
@@ -136,7 +138,7 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
     const struct aj_policy *pol = c->pol;
     struct aj_error err = {0};
     uint32_t ll_layers = 0;
-    int e;
+    int e, r;
 
     if (sigprocmask(SIG_SETMASK, &c->orig_mask, NULL) < 0)
         child_fail(c, &err, 125);
@@ -156,6 +158,9 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
             aj_err(&err, errno, "switch to host uid %u", (unsigned)c->host_uid);
             child_fail(c, &err, 125);
         }
+        /* The euid change cleared the death signal: arm it again. */
+        if (arm_death_signal(c->sock) < 0)
+            _exit(125);
     }
     if (c->degraded) {
         /* init does this in a full sandbox; here the payload is the first
@@ -173,9 +178,14 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
     if (aj_limits_child_apply_rlimits(pol, &err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_RLIMITS;
-    if (aj_caps_child_drop_all(&err) < 0)
+    r = aj_caps_child_drop_all(&err);
+    if (r < 0)
         child_fail(c, &err, 125);
-    c->layers |= AJ_LAYER_CAPS;
+    /* r == 1: a degraded run as an ordinary user could not empty the
+     * bounding set (no CAP_SETPCAP). It holds no capability and no_new_privs
+     * stops exec from granting any, but the result must not say "dropped". */
+    if (r == 0)
+        c->layers |= AJ_LAYER_CAPS;
     if (aj_caps_child_no_new_privs(&err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_NNP;
@@ -201,6 +211,56 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
     child_fail(c, &err, err.exit_hint);
 }
 
+/* SIGKILL this process when the supervisor dies. A backstop only: it
+ * fires when the parent *thread* exits, is lost if the parent died before
+ * the prctl, and is cleared by a change of euid. So after arming it, check
+ * the supervisor is still there: its end of the sync socket is open (a
+ * closed end reads as POLLHUP). The pid-namespace init dying, which kills
+ * everything inside, is the real guarantee. */
+static int arm_death_signal(int sock)
+{
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        return -errno;
+    if (sock >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)))
+        return -EPIPE;
+    return 0;
+}
+
+/* Blank this process's command line: init is a fork of the supervisor, and
+ * /proc/1/cmdline inside would otherwise show agentjail's host command line
+ * (host paths, result file) to the payload. Its own memory, so no
+ * privilege is needed; arg_start/arg_end are fields 48 and 49 of stat. */
+static void scrub_cmdline(void)
+{
+    static const char name[] = "agentjail-init";
+    char buf[1024];
+    const char *p;
+    unsigned long start = 0, end = 0;
+    int field = 2;
+
+    if (aj_read_small_file("/proc/self/stat", buf, sizeof(buf)) <= 0)
+        return;
+    p = strrchr(buf, ')'); /* comm may contain spaces */
+    if (!p)
+        return;
+    for (p++; *p && field < 49; p++) {
+        if (*p != ' ')
+            continue;
+        field++;
+        if (field == 48)
+            start = strtoul(p + 1, NULL, 10);
+        else if (field == 49)
+            end = strtoul(p + 1, NULL, 10);
+    }
+    if (start == 0 || end <= start || end - start > (1UL << 20))
+        return;
+    memset((void *)start, 0, end - start);
+    if (end - start > sizeof(name))
+        memcpy((void *)start, name, sizeof(name));
+}
+
 /* Close every fd but 0-2 and keep: init must not hold what agentjail's
  * caller leaked to it either. */
 static int close_all_but(int keep)
@@ -221,10 +281,7 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     pid_t payload;
     ssize_t n;
 
-    /* Backstop only (it fires when the parent *thread* exits, and is lost if
-     * the parent died before this line): the GO read below catches the
-     * latter as EOF. pid-namespace init death is the real guarantee. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+    if (arm_death_signal(-1) < 0)
         _exit(125);
     do
         n = read(c->sock, &go, sizeof(go));
@@ -234,6 +291,11 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
 
     if (aj_userns_child_become(pol->uid, pol->gid, c->rootless, &err) < 0)
         child_fail(c, &err, 125);
+    /* The kernel clears the death signal when the euid changes (root mode
+     * maps init to another host uid): arm it again, then make sure the
+     * supervisor did not die in between. */
+    if (arm_death_signal(c->sock) < 0)
+        _exit(125);
     if (sethostname(hostname, strlen(hostname)) < 0) {
         aj_err(&err, errno, "sethostname");
         child_fail(c, &err, 125);
@@ -254,6 +316,8 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_KEYRING;
+    /* Before the payload exists (c->argv is a copy, not this memory). */
+    scrub_cmdline();
     if (close_all_but(c->sock) < 0) {
         aj_err(&err, errno, "close inherited fds");
         child_fail(c, &err, 125);
@@ -348,6 +412,28 @@ oom:
     return NULL;
 }
 
+/* argv as the caller gave it usually lives in the process's argument
+ * area, which init blanks (scrub_cmdline): the payload gets a copy. */
+static char **copy_argv(char *const argv[])
+{
+    size_t n = 0;
+    char **v;
+
+    while (argv[n])
+        n++;
+    v = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; v && i < n; i++) {
+        v[i] = strdup(argv[i]);
+        if (!v[i]) {
+            for (size_t j = 0; j < i; j++)
+                free(v[j]);
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
 static void free_envp(char **envp)
 {
     for (size_t i = 0; envp && envp[i]; i++)
@@ -426,7 +512,7 @@ static void fill_layers_from_ns(struct aj_result *res, bool degraded)
 int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res,
            struct aj_error *err)
 {
-    struct run_ctx c = {.pol = pol, .argv = argv, .sock = -1};
+    struct run_ctx c = {.pol = pol, .sock = -1};
     struct aj_uid_lease lease = {.lock_fd = -1};
     struct aj_sync_msg msg;
     struct aj_error child_err = {0};
@@ -481,6 +567,11 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
     r = aj_mount_plan_build(pol, &c.plan, err);
     if (r < 0)
         goto out;
+    c.argv = copy_argv(argv);
+    if (!c.argv) {
+        r = aj_err(err, ENOMEM, "copy argv");
+        goto out;
+    }
     c.envp = build_envp(pol, &c.path_env, err);
     if (!c.envp) {
         r = -ENOMEM;
@@ -524,7 +615,7 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
          * supervisor becomes a subreaper to kill leftovers. */
         c.degraded = true;
         res->degraded = true;
-        snprintf(res->error, sizeof(res->error), "%s", why.msg);
+        snprintf(res->degraded_reason, sizeof(res->degraded_reason), "%s", why.msg);
         for (size_t i = 0; i < pol->n_binds; i++)
             if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0) {
                 r = aj_err(err, 0,
@@ -691,8 +782,11 @@ out_mask:
         kill_and_reap(pid, pidfd);
     (void)sigprocmask(SIG_SETMASK, &c.orig_mask, NULL);
 out:
-    if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err)
+    if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
         snprintf(res->error, sizeof(res->error), "%s", err->msg);
+        if (res->exit_code == 0)
+            res->exit_code = 125;
+    }
     if (r < 0 && !res->wall_ms)
         res->wall_ms = aj_now_ms() - start;
     if (sigfd >= 0)
@@ -707,5 +801,6 @@ out:
     aj_mount_plan_clear(&c.plan);
     aj_seccomp_clear(&c.bpf);
     free_envp(c.envp);
+    free_envp(c.argv);
     return r;
 }

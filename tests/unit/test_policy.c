@@ -1,0 +1,854 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests for the pure logic in policy.h: strict number parsing, the
+ * flag-shaped setters, and the canonical JSON / sha256 of a policy.
+ *
+ * Every rejection is paired with an acceptance of the nearest good input,
+ * so a parser that rejects everything fails here as surely as one that
+ * accepts everything. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+
+#include "aj_policy.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static void freep(void *p)
+{
+    free(*(void **)p);
+}
+#define _cleanup_free_ __attribute__((cleanup(freep)))
+
+static void check_msg_names(const struct aj_error *err, const char *what)
+{
+    if (!strstr(err->msg, what))
+        fail_msg("error message \"%s\" does not name \"%s\"", err->msg, what);
+}
+
+/* A rejected flag: negative return, errnum 0 ("bad input"), a message that
+ * names the offending value, and nothing appended to the policy. */
+static void check_rejected(int r, const struct aj_error *err, const char *what)
+{
+    if (r >= 0)
+        fail_msg("\"%s\" was accepted (r=%d)", what, r);
+    assert_int_equal(r, -EINVAL);
+    assert_int_equal(err->errnum, 0);
+    check_msg_names(err, what);
+}
+
+static void fresh(struct aj_policy *pol, struct aj_error *err)
+{
+    aj_policy_init(pol);
+    memset(err, 0, sizeof(*err));
+}
+
+/* ---- aj_parse_u64 ------------------------------------------------------ */
+
+static void test_u64_accepts(void **state)
+{
+    uint64_t v = 12345;
+    (void)state;
+
+    assert_int_equal(aj_parse_u64("0", 100, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(aj_parse_u64("42", 100, &v), 0);
+    assert_int_equal(v, 42);
+    /* max is inclusive */
+    assert_int_equal(aj_parse_u64("100", 100, &v), 0);
+    assert_int_equal(v, 100);
+    assert_int_equal(aj_parse_u64("18446744073709551615", UINT64_MAX, &v), 0);
+    assert_true(v == UINT64_MAX);
+}
+
+static void test_u64_decimal_only(void **state)
+{
+    uint64_t v = 0;
+    int r;
+    (void)state;
+
+    /* Base 0 would read "010" as 8 and "0x10" as 16: a policy author who
+     * writes 010 means ten. Either reject or read decimal, never octal. */
+    r = aj_parse_u64("010", 1000, &v);
+    if (r == 0)
+        assert_int_equal(v, 10);
+    assert_int_not_equal(aj_parse_u64("0x10", 1000, &v), 0);
+}
+
+static void test_u64_rejects(void **state)
+{
+    static const char *const bad[] = {
+        "", "-1", "-0", " 1", "1 ", "\t1", "+1", "1x", "x1", "1.0", "1e3",
+        "18446744073709551616",      /* UINT64_MAX + 1: strtoull ERANGE */
+        "99999999999999999999999",
+    };
+    uint64_t v;
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = 777;
+        int r = aj_parse_u64(bad[i], UINT64_MAX, &v);
+        if (r >= 0)
+            fail_msg("aj_parse_u64(\"%s\") accepted, value %llu", bad[i],
+                     (unsigned long long)v);
+        assert_true(r == -EINVAL || r == -ERANGE);
+        assert_int_equal(v, 777); /* *ret untouched on failure */
+    }
+}
+
+static void test_u64_rejects_above_max(void **state)
+{
+    uint64_t v = 0;
+    (void)state;
+
+    assert_int_equal(aj_parse_u64("100", 100, &v), 0);
+    assert_true(aj_parse_u64("101", 100, &v) < 0);
+    assert_true(aj_parse_u64("1", 0, &v) < 0);
+    assert_int_equal(aj_parse_u64("0", 0, &v), 0);
+    /* "-1" must not wrap to UINT64_MAX and then pass a max of UINT64_MAX */
+    assert_true(aj_parse_u64("-1", UINT64_MAX, &v) < 0);
+}
+
+/* ---- aj_parse_size ----------------------------------------------------- */
+
+static void test_size_accepts(void **state)
+{
+    static const struct {
+        const char *in;
+        uint64_t want;
+    } ok[] = {
+        {"0", 0},
+        {"512", 512},
+        {"64K", 64ULL << 10},
+        {"512M", 512ULL << 20},
+        {"512B", 512},
+        {"64k", 64ULL << 10},
+        {"1G", 1ULL << 30},
+        {"1g", 1ULL << 30},
+        {"16G", 16ULL << 30},
+        {"1T", 1ULL << 40},
+        /* largest G that fits: (2^64-1) >> 30 */
+        {"17179869183G", 17179869183ULL << 30},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t v = 1;
+        int r = aj_parse_size(ok[i].in, &v);
+        if (r != 0)
+            fail_msg("aj_parse_size(\"%s\") = %d", ok[i].in, r);
+        if (v != ok[i].want)
+            fail_msg("aj_parse_size(\"%s\") = %llu, want %llu", ok[i].in,
+                     (unsigned long long)v, (unsigned long long)ok[i].want);
+    }
+}
+
+static void test_size_rejects(void **state)
+{
+    static const char *const bad[] = {
+        "", "M", "K", "-1", "-1M", " 1M", "1M ", "1.5G", "1 M", "1MM", "1MB",
+        "1KiB", "1P", "1b", "0x10M", "+1M", "1K\n",
+        "17179869184G",              /* 2^34 G = 2^64: overflow after shift */
+        "18446744073709551615K",     /* overflow after shift */
+        "18446744073709551616",      /* overflow before any suffix */
+    };
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint64_t v = 777;
+        int r = aj_parse_size(bad[i], &v);
+        if (r >= 0)
+            fail_msg("aj_parse_size(\"%s\") accepted, value %llu", bad[i],
+                     (unsigned long long)v);
+        assert_int_equal(v, 777);
+    }
+}
+
+/* ---- aj_parse_duration_ms ---------------------------------------------- */
+
+static void test_duration_accepts(void **state)
+{
+    static const struct {
+        const char *in;
+        uint64_t want;
+    } ok[] = {
+        {"0", 0},
+        {"10", 10000},      /* bare number: seconds */
+        {"10s", 10000},
+        {"500ms", 500},
+        {"0ms", 0},
+        {"2m", 120000},
+        {"1h", 3600000},
+        {"1ms", 1},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t v = 1;
+        int r = aj_parse_duration_ms(ok[i].in, &v);
+        if (r != 0)
+            fail_msg("aj_parse_duration_ms(\"%s\") = %d", ok[i].in, r);
+        if (v != ok[i].want)
+            fail_msg("aj_parse_duration_ms(\"%s\") = %llu, want %llu", ok[i].in,
+                     (unsigned long long)v, (unsigned long long)ok[i].want);
+    }
+}
+
+static void test_duration_rejects(void **state)
+{
+    static const char *const bad[] = {
+        "", "s", "ms", "m", "-1", "-1s", " 1s", "1s ", "1.5s", "1x", "1sm",
+        "1msec", "1 s", "+1s", "1d", "1S", "1M",
+        "18446744073709551615",      /* seconds * 1000 overflows */
+        "18446744073709551615s",
+        "307445734561825861m",       /* * 60000 overflows */
+    };
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint64_t v = 777;
+        int r = aj_parse_duration_ms(bad[i], &v);
+        if (r >= 0)
+            fail_msg("aj_parse_duration_ms(\"%s\") accepted, value %llu", bad[i],
+                     (unsigned long long)v);
+        assert_int_equal(v, 777);
+    }
+}
+
+/* ---- aj_policy_add_bind ------------------------------------------------ */
+
+static void test_bind_same_path(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_add_bind(&pol, "/usr", false, &err), 0);
+    assert_int_equal(pol.n_binds, 1);
+    assert_string_equal(pol.binds[0].host, "/usr");
+    assert_string_equal(pol.binds[0].sandbox, "/usr");
+    assert_false(pol.binds[0].rw);
+    aj_policy_clear(&pol);
+}
+
+static void test_bind_host_to_sandbox(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_add_bind(&pol, "/usr", false, &err), 0);
+    assert_int_equal(aj_policy_add_bind(&pol, "/a:/b", true, &err), 0);
+    assert_int_equal(pol.n_binds, 2);
+    /* order preserved: later binds mount over earlier ones */
+    assert_string_equal(pol.binds[0].host, "/usr");
+    assert_string_equal(pol.binds[1].host, "/a");
+    assert_string_equal(pol.binds[1].sandbox, "/b");
+    assert_true(pol.binds[1].rw);
+    aj_policy_clear(&pol);
+}
+
+static void test_bind_rejects(void **state)
+{
+    /* {spec, the substring the message must name} */
+    static const struct {
+        const char *spec;
+        const char *names;
+    } bad[] = {
+        {"usr", "usr"},                   /* relative host */
+        {"./usr", "./usr"},
+        {"/a:b", "b"},                    /* relative sandbox */
+        {"", "empty"},
+        {":/b", "empty"},                 /* empty host */
+        {"/a:", "empty"},                 /* empty sandbox */
+        {"/a\nb", "/a\nb"},               /* control character */
+        {"/usr/../etc", "/usr/../etc"},   /* ".." in host */
+        {"/..", "/.."},
+        {"/a:/b/../../etc", "/b/../../etc"}, /* ".." in sandbox */
+        {"/a:/", "'/'"},                  /* over the whole root */
+        {"/a://", "'/'"},
+        {"/a:/proc", "/proc"},            /* /proc is the runtime's */
+        {"/a:/proc/sys", "/proc/sys"},
+        {"/a:/proc/../etc", "/proc/../etc"},
+        {"/a:/dev", "/dev"},              /* so are /dev and /etc */
+        {"/a:/dev/shm", "/dev/shm"},
+        {"/a:/etc/passwd", "/etc/passwd"},
+        {"/a:/./proc/", "/proc"},          /* normalised before the check */
+    };
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct aj_policy pol;
+        struct aj_error err;
+        int r;
+
+        fresh(&pol, &err);
+        r = aj_policy_add_bind(&pol, bad[i].spec, false, &err);
+        check_rejected(r, &err, bad[i].names);
+        assert_int_equal(pol.n_binds, 0);
+        aj_policy_clear(&pol);
+    }
+}
+
+static void test_bind_normalises(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_add_bind(&pol, "//usr/./lib/:/x//y/", false, &err), 0);
+    assert_string_equal(pol.binds[0].host, "/usr/lib");
+    assert_string_equal(pol.binds[0].sandbox, "/x/y");
+    /* a name that merely starts like a reserved one is not reserved */
+    assert_int_equal(aj_policy_add_bind(&pol, "/a:/procfoo", false, &err), 0);
+    assert_int_equal(aj_policy_add_bind(&pol, "/a:/etcetera", false, &err), 0);
+    assert_int_equal(aj_policy_add_bind(&pol, "/a:/devices", false, &err), 0);
+    assert_int_equal(pol.n_binds, 4);
+    aj_policy_clear(&pol);
+}
+
+static void test_bind_dotdot_is_component_only(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    /* "..." and "a..b" are ordinary names; only a ".." component escapes. */
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_add_bind(&pol, "/srv/a..b:/data/...", false, &err), 0);
+    assert_int_equal(pol.n_binds, 1);
+    aj_policy_clear(&pol);
+}
+
+/* ---- aj_policy_add_tmpfs ----------------------------------------------- */
+
+static void test_tmpfs_accepts(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_add_tmpfs(&pol, "/scratch", &err), 0);
+    assert_int_equal(aj_policy_add_tmpfs(&pol, "/big:16M", &err), 0);
+    assert_int_equal(pol.n_tmpfs, 2);
+    assert_string_equal(pol.tmpfs[0].path, "/scratch");
+    assert_int_equal(pol.tmpfs[0].size, AJ_DEFAULT_TMP_SIZE); /* never "unlimited" */
+    assert_string_equal(pol.tmpfs[1].path, "/big");
+    assert_int_equal(pol.tmpfs[1].size, 16ULL << 20);
+    /* /tmp is the runtime's own tmpfs, but resizing it is allowed */
+    assert_int_equal(aj_policy_add_tmpfs(&pol, "/tmp:4K", &err), 0);
+    assert_int_equal(pol.tmpfs[2].size, 4096);
+    assert_int_equal(pol.n_tmpfs, 3);
+    aj_policy_clear(&pol);
+}
+
+static void test_tmpfs_rejects(void **state)
+{
+    static const struct {
+        const char *spec;
+        const char *names;
+    } bad[] = {
+        {"scratch", "scratch"},
+        {"", ""},
+        {"/scratch:", "size ''"},
+        {"/scratch:lots", "lots"},
+        {"/scratch:-1M", "-1M"},
+        {"/scratch:1K", "1K"},            /* below one page */
+        {"/scratch:0", "'0'"},
+        {"/a/../etc", "/a/../etc"},
+        {"/", "'/'"},
+        {"/proc", "/proc"},
+        {"/dev/shm", "/dev/shm"},         /* the runtime's; --tmp-size sizes it */
+        {"/etc", "/etc"},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct aj_policy pol;
+        struct aj_error err;
+
+        fresh(&pol, &err);
+        check_rejected(aj_policy_add_tmpfs(&pol, bad[i].spec, &err), &err, bad[i].names);
+        assert_int_equal(pol.n_tmpfs, 0);
+        aj_policy_clear(&pol);
+    }
+}
+
+/* ---- aj_policy_add_env / add_env_pass ---------------------------------- */
+
+static void test_env_accepts(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_add_env(&pol, "K=V", &err), 0);
+    assert_int_equal(aj_policy_add_env(&pol, "EMPTY=", &err), 0);
+    assert_int_equal(aj_policy_add_env(&pol, "_X1=a=b", &err), 0);
+    assert_int_equal(pol.n_env, 3);
+    assert_string_equal(pol.env[0], "K=V");
+    assert_string_equal(pol.env[1], "EMPTY=");
+    assert_string_equal(pol.env[2], "_X1=a=b");
+    aj_policy_clear(&pol);
+}
+
+static void test_env_rejects(void **state)
+{
+    static const char *const bad[] = {"=V", "K", "", "1K=V", "K K=V", "K-1=V"};
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct aj_policy pol;
+        struct aj_error err;
+
+        fresh(&pol, &err);
+        check_rejected(aj_policy_add_env(&pol, bad[i], &err), &err, bad[i]);
+        assert_int_equal(pol.n_env, 0);
+        aj_policy_clear(&pol);
+    }
+}
+
+static void test_env_pass(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_add_env_pass(&pol, "HOME", &err), 0);
+    assert_int_equal(pol.n_env_pass, 1);
+    assert_string_equal(pol.env_pass[0], "HOME");
+    check_rejected(aj_policy_add_env_pass(&pol, "A=B", &err), &err, "A=B");
+    check_rejected(aj_policy_add_env_pass(&pol, "", &err), &err, "");
+    assert_int_equal(pol.n_env_pass, 1);
+    aj_policy_clear(&pol);
+}
+
+/* ---- aj_policy_set_network / set_string / set_uid_range --------------- */
+
+static void test_network(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(pol.network, AJ_NET_NONE); /* the default is no network */
+    assert_int_equal(aj_policy_set_network(&pol, "loopback", &err), 0);
+    assert_int_equal(pol.network, AJ_NET_LOOPBACK);
+    assert_int_equal(aj_policy_set_network(&pol, "none", &err), 0);
+    assert_int_equal(pol.network, AJ_NET_NONE);
+
+    assert_int_equal(aj_policy_set_network(&pol, "loopback", &err), 0);
+    check_rejected(aj_policy_set_network(&pol, "host", &err), &err, "host");
+    assert_int_equal(pol.network, AJ_NET_LOOPBACK); /* unchanged on error */
+    check_rejected(aj_policy_set_network(&pol, "", &err), &err, "");
+    aj_policy_clear(&pol);
+}
+
+static void test_uid_range(void **state)
+{
+    static const char *const bad[] = {
+        "0:65536",           /* host root and every system account */
+        "1000:1",            /* a real user's files */
+        "65535:1",
+        "65536:0",           /* empty range */
+        "4294901760:65536",  /* ends past 4294967294 (the overflow uid) */
+        "4294967295:1",
+        "-1:65536", "65536:-1", " 65536:1", "65536:1 ", "0x60000000:65536",
+        "65536", "65536:", ":1", "65536:1:1", "", "65536:4294967296",
+        "18446744073709551616:1",
+    };
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_set_uid_range(&pol, "65536:1", &err), 0);
+    assert_int_equal(pol.uid_base, 65536);
+    assert_int_equal(pol.uid_count, 1);
+    /* the last allowed uid is 4294967293: base + count == 4294967294 */
+    assert_int_equal(aj_policy_set_uid_range(&pol, "4294901758:65536", &err), 0);
+    assert_int_equal(pol.uid_base, 4294901758U);
+    assert_int_equal(aj_policy_set_uid_range(&pol, "1610612736:65536", &err), 0);
+    assert_int_equal(pol.uid_base, AJ_DEFAULT_UID_BASE);
+    assert_int_equal(pol.uid_count, 65536);
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        check_rejected(aj_policy_set_uid_range(&pol, bad[i], &err), &err, bad[i]);
+        /* unchanged on error: a half-applied range is a shared range */
+        assert_int_equal(pol.uid_base, AJ_DEFAULT_UID_BASE);
+        assert_int_equal(pol.uid_count, 65536);
+    }
+    aj_policy_clear(&pol);
+}
+
+static void test_set_string(void **state)
+{
+    struct aj_policy pol;
+    struct aj_error err;
+    (void)state;
+
+    fresh(&pol, &err);
+    assert_int_equal(aj_policy_set_string(&pol.hostname, "one", &err), 0);
+    assert_string_equal(pol.hostname, "one");
+    /* replacing frees the old value (ASan's leak checker sees it if not) */
+    assert_int_equal(aj_policy_set_string(&pol.hostname, "two", &err), 0);
+    assert_string_equal(pol.hostname, "two");
+    aj_policy_clear(&pol);
+}
+
+static void test_init_defaults(void **state)
+{
+    struct aj_policy pol;
+    (void)state;
+
+    aj_policy_init(&pol);
+    assert_int_equal(pol.n_binds, 0);
+    assert_int_equal(pol.n_tmpfs, 0);
+    assert_int_equal(pol.n_env, 0);
+    assert_int_equal(pol.n_env_pass, 0);
+    assert_int_equal(pol.network, AJ_NET_NONE);
+    assert_int_equal(pol.timeout_ms, AJ_DEFAULT_TIMEOUT_MS);
+    assert_int_equal(pol.tmp_size, AJ_DEFAULT_TMP_SIZE);
+    assert_int_equal(pol.uid, AJ_DEFAULT_UID);
+    assert_int_equal(pol.gid, AJ_DEFAULT_GID);
+    assert_int_equal(pol.rlimit_nofile, AJ_DEFAULT_NOFILE);
+    assert_int_equal(pol.rlimit_fsize, AJ_DEFAULT_FSIZE);
+    assert_false(pol.allow_degraded);
+    aj_policy_clear(&pol);
+    /* clear leaves a reusable, empty policy and is idempotent */
+    aj_policy_clear(&pol);
+}
+
+/* ---- canonical JSON and sha256 ---------------------------------------- */
+
+static void build_sample(struct aj_policy *pol)
+{
+    struct aj_error err;
+
+    aj_policy_init(pol);
+    assert_int_equal(aj_policy_add_bind(pol, "/usr", false, &err), 0);
+    assert_int_equal(aj_policy_add_bind(pol, "/srv/data:/data", true, &err), 0);
+    assert_int_equal(aj_policy_add_tmpfs(pol, "/scratch:16M", &err), 0);
+    assert_int_equal(aj_policy_add_env(pol, "LANG=C.UTF-8", &err), 0);
+    assert_int_equal(aj_policy_add_env(pol, "A=1", &err), 0);
+    assert_int_equal(aj_policy_add_env_pass(pol, "TERM", &err), 0);
+    assert_int_equal(aj_policy_set_string(&pol->hostname, "box", &err), 0);
+    assert_int_equal(aj_policy_set_string(&pol->workdir, "/data", &err), 0);
+    pol->timeout_ms = 10000;
+}
+
+static void hash_of(const struct aj_policy *pol, char hex[65])
+{
+    struct aj_error err;
+
+    memset(hex, 'x', 65);
+    assert_int_equal(aj_policy_sha256(pol, hex, &err), 0);
+}
+
+static void test_sha256_shape_and_stability(void **state)
+{
+    struct aj_policy a, b;
+    char ha[65], ha2[65], hb[65];
+    (void)state;
+
+    build_sample(&a);
+    build_sample(&b);
+    hash_of(&a, ha);
+    hash_of(&a, ha2);
+    hash_of(&b, hb);
+
+    assert_int_equal(strlen(ha), 64);
+    for (size_t i = 0; i < 64; i++)
+        if (!((ha[i] >= '0' && ha[i] <= '9') || (ha[i] >= 'a' && ha[i] <= 'f')))
+            fail_msg("hash char %zu is '%c' in %s", i, ha[i], ha);
+    assert_string_equal(ha, ha2);
+    assert_string_equal(ha, hb); /* two separately built equal policies */
+
+    aj_policy_clear(&a);
+    aj_policy_clear(&b);
+}
+
+static void test_sha256_matches_canonical_json(void **state)
+{
+    /* The hash is of the canonical JSON bytes, so anyone holding the JSON
+     * can check it with sha256sum. */
+    struct aj_policy pol;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    char hex[65], want[65];
+    char *json;
+    (void)state;
+
+    build_sample(&pol);
+    json = aj_policy_canonical_json(&pol);
+    assert_non_null(json);
+    hash_of(&pol, hex);
+
+    assert_int_equal(EVP_Digest(json, strlen(json), md, &md_len, EVP_sha256(), NULL), 1);
+    assert_int_equal(md_len, 32);
+    for (unsigned int i = 0; i < md_len; i++)
+        (void)snprintf(want + 2 * i, 3, "%02x", md[i]);
+    assert_string_equal(hex, want);
+
+    free(json);
+    aj_policy_clear(&pol);
+}
+
+static void test_canonical_json_sorted_compact(void **state)
+{
+    struct aj_policy pol;
+    json_error_t jerr;
+    json_t *root;
+    char *json, *json2, *redump;
+    (void)state;
+
+    build_sample(&pol);
+    json = aj_policy_canonical_json(&pol);
+    json2 = aj_policy_canonical_json(&pol);
+    assert_non_null(json);
+    assert_non_null(json2);
+    assert_string_equal(json, json2);
+
+    root = json_loads(json, 0, &jerr);
+    if (!root)
+        fail_msg("canonical JSON does not parse: %s: %s", jerr.text, json);
+    assert_true(json_is_object(root));
+    /* Canonical means: re-serialising with sorted keys, compact, changes
+     * nothing (the same bytes, so the same hash, on every machine). */
+    redump = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
+    assert_non_null(redump);
+    assert_string_equal(json, redump);
+
+    /* Positive control for the content: the values are in there. */
+    assert_non_null(strstr(json, "\"/srv/data\""));
+    assert_non_null(strstr(json, "\"C.UTF-8\""));
+    assert_non_null(strstr(json, "\"TERM\""));
+
+    free(redump);
+    json_decref(root);
+    free(json);
+    free(json2);
+    aj_policy_clear(&pol);
+}
+
+/* The environment is hashed as the effective map: a later NAME= replaces
+ * an earlier one (so the supervisor must pass only the last one to execve,
+ * or getenv() in the payload would see the first). */
+static void test_sha256_env_effective_map(void **state)
+{
+    struct aj_policy a, b, c;
+    struct aj_error err;
+    char ha[65], hb[65], hc[65];
+    (void)state;
+
+    aj_policy_init(&a);
+    aj_policy_init(&b);
+    aj_policy_init(&c);
+    assert_int_equal(aj_policy_add_env(&a, "A=1", &err), 0);
+    assert_int_equal(aj_policy_add_env(&a, "A=2", &err), 0);
+    assert_int_equal(aj_policy_add_env(&b, "A=2", &err), 0);
+    assert_int_equal(aj_policy_add_env(&c, "A=2", &err), 0);
+    assert_int_equal(aj_policy_add_env(&c, "A=1", &err), 0);
+    hash_of(&a, ha);
+    hash_of(&b, hb);
+    hash_of(&c, hc);
+    assert_string_equal(ha, hb);
+    assert_string_not_equal(ha, hc);
+    aj_policy_clear(&a);
+    aj_policy_clear(&b);
+    aj_policy_clear(&c);
+}
+
+/* A value the JSON encoder cannot represent (bytes that are not UTF-8 are
+ * legal in Linux paths and environment values) must either be refused by
+ * the setter or change the hash. Silently leaving it out of the canonical
+ * JSON would give two different sandboxes the same policy_sha256. */
+static void check_not_silently_dropped(const char *what, int (*add)(struct aj_policy *,
+                                                                     struct aj_error *))
+{
+    struct aj_policy base, pol;
+    struct aj_error err;
+    char hbase[65], h[65];
+    int r;
+
+    build_sample(&base);
+    hash_of(&base, hbase);
+    build_sample(&pol);
+    memset(&err, 0, sizeof(err));
+    r = add(&pol, &err);
+    if (r == 0) {
+        _cleanup_free_ char *json = aj_policy_canonical_json(&pol);
+        memset(&err, 0, sizeof(err));
+        if (json && aj_policy_sha256(&pol, h, &err) == 0 && strcmp(h, hbase) == 0)
+            fail_msg("%s was accepted and left out of the hash: %s", what, json);
+    } else {
+        assert_int_equal(err.errnum, 0);
+    }
+    aj_policy_clear(&pol);
+    aj_policy_clear(&base);
+}
+
+static int add_bind_latin1(struct aj_policy *pol, struct aj_error *err)
+{
+    return aj_policy_add_bind(pol, "/srv/caf\xe9:/data2", true, err);
+}
+
+static int add_env_latin1(struct aj_policy *pol, struct aj_error *err)
+{
+    return aj_policy_add_env(pol, "SECRET=caf\xe9", err);
+}
+
+static int add_tmpfs_latin1(struct aj_policy *pol, struct aj_error *err)
+{
+    return aj_policy_add_tmpfs(pol, "/caf\xe9:1M", err);
+}
+
+static void test_sha256_non_utf8_bind(void **state)
+{
+    (void)state;
+    check_not_silently_dropped("a bind with a non-UTF-8 path", add_bind_latin1);
+}
+
+static void test_sha256_non_utf8_env(void **state)
+{
+    (void)state;
+    check_not_silently_dropped("an env value that is not UTF-8", add_env_latin1);
+}
+
+static void test_sha256_non_utf8_tmpfs(void **state)
+{
+    (void)state;
+    check_not_silently_dropped("a tmpfs with a non-UTF-8 path", add_tmpfs_latin1);
+}
+
+/* Every field that changes what the sandbox gets must change the hash:
+ * otherwise two different sandboxes report the same policy_sha256. */
+static void test_sha256_covers_every_field(void **state)
+{
+    struct aj_policy base;
+    char hbase[65];
+    (void)state;
+
+    build_sample(&base);
+    hash_of(&base, hbase);
+
+    for (int field = 0;; field++) {
+        struct aj_policy pol;
+        struct aj_error err;
+        char h[65];
+        const char *what = NULL;
+
+        build_sample(&pol);
+        switch (field) {
+        case 0: what = "timeout_ms"; pol.timeout_ms++; break;
+        case 1: what = "tmp_size"; pol.tmp_size++; break;
+        case 2: what = "network"; pol.network = AJ_NET_LOOPBACK; break;
+        case 3: what = "uid"; pol.uid++; break;
+        case 4: what = "gid"; pol.gid++; break;
+        case 5: what = "uid_base"; pol.uid_base += 65536; break;
+        case 6: what = "uid_count"; pol.uid_count++; break;
+        case 7: what = "rlimit_nofile"; pol.rlimit_nofile++; break;
+        case 8: what = "rlimit_fsize"; pol.rlimit_fsize++; break;
+        case 9: what = "allow_degraded"; pol.allow_degraded = !pol.allow_degraded; break;
+        case 10:
+            what = "hostname";
+            assert_int_equal(aj_policy_set_string(&pol.hostname, "other", &err), 0);
+            break;
+        case 11:
+            what = "workdir";
+            assert_int_equal(aj_policy_set_string(&pol.workdir, "/tmp", &err), 0);
+            break;
+        case 12: what = "bind rw"; pol.binds[0].rw = !pol.binds[0].rw; break;
+        case 13:
+            what = "extra bind";
+            assert_int_equal(aj_policy_add_bind(&pol, "/opt", false, &err), 0);
+            break;
+        case 14: what = "tmpfs size"; pol.tmpfs[0].size++; break;
+        case 15:
+            what = "extra env";
+            assert_int_equal(aj_policy_add_env(&pol, "B=2", &err), 0);
+            break;
+        case 16:
+            what = "extra env_pass";
+            assert_int_equal(aj_policy_add_env_pass(&pol, "HOME", &err), 0);
+            break;
+        case 17:
+            /* a later entry overrides an earlier one of the same name */
+            what = "env override";
+            assert_int_equal(aj_policy_add_env(&pol, "A=2", &err), 0);
+            break;
+        case 18: {
+            /* bind order matters: a later bind mounts over an earlier one */
+            struct aj_bind t = pol.binds[0];
+            what = "bind order";
+            pol.binds[0] = pol.binds[1];
+            pol.binds[1] = t;
+            break;
+        }
+        default:
+            break;
+        }
+        if (!what) {
+            aj_policy_clear(&pol);
+            break;
+        }
+        hash_of(&pol, h);
+        if (strcmp(h, hbase) == 0)
+            fail_msg("changing %s does not change policy_sha256", what);
+        aj_policy_clear(&pol);
+    }
+    aj_policy_clear(&base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_u64_accepts),
+        cmocka_unit_test(test_u64_decimal_only),
+        cmocka_unit_test(test_u64_rejects),
+        cmocka_unit_test(test_u64_rejects_above_max),
+        cmocka_unit_test(test_size_accepts),
+        cmocka_unit_test(test_size_rejects),
+        cmocka_unit_test(test_duration_accepts),
+        cmocka_unit_test(test_duration_rejects),
+        cmocka_unit_test(test_bind_same_path),
+        cmocka_unit_test(test_bind_host_to_sandbox),
+        cmocka_unit_test(test_bind_rejects),
+        cmocka_unit_test(test_bind_normalises),
+        cmocka_unit_test(test_bind_dotdot_is_component_only),
+        cmocka_unit_test(test_tmpfs_accepts),
+        cmocka_unit_test(test_tmpfs_rejects),
+        cmocka_unit_test(test_env_accepts),
+        cmocka_unit_test(test_env_rejects),
+        cmocka_unit_test(test_env_pass),
+        cmocka_unit_test(test_network),
+        cmocka_unit_test(test_uid_range),
+        cmocka_unit_test(test_set_string),
+        cmocka_unit_test(test_init_defaults),
+        cmocka_unit_test(test_sha256_shape_and_stability),
+        cmocka_unit_test(test_sha256_matches_canonical_json),
+        cmocka_unit_test(test_canonical_json_sorted_compact),
+        cmocka_unit_test(test_sha256_env_effective_map),
+        cmocka_unit_test(test_sha256_non_utf8_bind),
+        cmocka_unit_test(test_sha256_non_utf8_env),
+        cmocka_unit_test(test_sha256_non_utf8_tmpfs),
+        cmocka_unit_test(test_sha256_covers_every_field),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
