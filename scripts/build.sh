@@ -12,7 +12,7 @@ setup() { # dir, options...
   fi
   ninja -C "$dir" >/dev/null
 }
-setup build --buildtype=debugoptimized -Dwerror=true
+setup build --buildtype=debugoptimized -Dwerror=true -Dprefer_static=true
 if [ "${1:-}" = "--with-asan" ]; then
   setup build-asan --buildtype=debug -Db_sanitize=address,undefined -Dwerror=true
 fi
