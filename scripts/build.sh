@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 setup() { # dir, options...
   local dir=$1; shift
   if [ -f "$dir/build.ninja" ]; then
-    meson configure "$dir" "$@" >/dev/null
+    meson setup --reconfigure "$dir" "$@" >/dev/null
   else
     meson setup "$dir" "$@" >/dev/null
   fi
