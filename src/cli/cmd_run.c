@@ -27,6 +27,13 @@ enum {
     OPT_UID_RANGE,
     OPT_TMP_SIZE,
     OPT_ALLOW_DEGRADED,
+    OPT_MEMORY,
+    OPT_PIDS,
+    OPT_CPUS,
+    OPT_CPU_TIME,
+    OPT_OUTPUT_LIMIT,
+    OPT_FILE_SIZE,
+    OPT_OPEN_FILES,
     OPT_HELP,
 };
 
@@ -46,6 +53,13 @@ static const struct option run_options[] = {
     {"uid-range", required_argument, NULL, OPT_UID_RANGE},
     {"tmp-size", required_argument, NULL, OPT_TMP_SIZE},
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
+    {"memory", required_argument, NULL, OPT_MEMORY},
+    {"pids", required_argument, NULL, OPT_PIDS},
+    {"cpus", required_argument, NULL, OPT_CPUS},
+    {"cpu-time", required_argument, NULL, OPT_CPU_TIME},
+    {"output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT},
+    {"file-size", required_argument, NULL, OPT_FILE_SIZE},
+    {"open-files", required_argument, NULL, OPT_OPEN_FILES},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -68,11 +82,23 @@ static void run_usage(FILE *f)
           "                            loopback: a private lo, nothing of the host\n"
           "  --uid N, --gid N          ids inside the sandbox (default 1000)\n"
           "  --uid-range BASE:COUNT    root mode: host uids for runs (default 1610612736:65536)\n"
+          "\n"
+          "Limits (a cgroup enforces memory, pids and cpus; without a writable cgroup\n"
+          "an explicit limit fails the run instead of being ignored):\n"
+          "  --memory SIZE             RAM + swap of the whole sandbox (default 2G)\n"
+          "  --pids N                  processes and threads (default 1024)\n"
+          "  --cpus F                  CPU bandwidth, e.g. 0.5 or 2\n"
+          "  --cpu-time DURATION       CPU time of the whole tree\n"
+          "  --output-limit SIZE       per stream; past it the output is cut and the run ends\n"
+          "  --file-size SIZE          largest file the payload may write (default 1G)\n"
+          "  --open-files N            open file descriptors per process (default 1024)\n"
+          "\n"
           "  --result FILE             write the result JSON to FILE\n"
           "  --allow-degraded          if namespaces are refused, run with Landlock, seccomp,\n"
           "                            rlimits and no_new_privs only (loudly reported)\n"
           "\n"
-          "Exit status: the payload's; 128+N if it was killed by signal N (timeout: 137);\n"
+          "Exit status: the payload's; 128+N if it was killed by signal N (a timeout or a\n"
+          "limit: 137);\n"
           "125 if agentjail failed; 126/127 if CMD cannot be executed / was not found;\n"
           "2 for a bad command line.\n",
           f);
@@ -178,6 +204,27 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_ALLOW_DEGRADED:
             pol.allow_degraded = true;
+            break;
+        case OPT_MEMORY:
+            r = aj_policy_set_memory(&pol, optarg, &err);
+            break;
+        case OPT_PIDS:
+            r = aj_policy_set_pids(&pol, optarg, &err);
+            break;
+        case OPT_CPUS:
+            r = aj_policy_set_cpus(&pol, optarg, &err);
+            break;
+        case OPT_CPU_TIME:
+            r = aj_policy_set_cpu_time(&pol, optarg, &err);
+            break;
+        case OPT_OUTPUT_LIMIT:
+            r = aj_policy_set_output_limit(&pol, optarg, &err);
+            break;
+        case OPT_FILE_SIZE:
+            r = aj_policy_set_file_size(&pol, optarg, &err);
+            break;
+        case OPT_OPEN_FILES:
+            r = aj_policy_set_open_files(&pol, optarg, &err);
             break;
         case OPT_HELP:
         case 'h':

@@ -58,7 +58,29 @@ struct aj_policy {
     uint64_t rlimit_nofile;
     uint64_t rlimit_fsize;
     bool allow_degraded;        /* run without namespaces if they are refused */
+
+    /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
+     * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)
+     * and output size. */
+    uint64_t memory_max;        /* bytes, RAM + swap */
+    uint64_t pids_max;
+    uint32_t cpu_milli;         /* CPU bandwidth in thousandths of a CPU */
+    uint64_t cpu_time_ms;       /* CPU time of the whole tree */
+    uint64_t output_limit;      /* bytes per stream (stdout, stderr) */
+    uint32_t explicit_limits;   /* AJ_LIMIT_* bits the user set: fail closed */
 };
+
+enum aj_limit_bit {
+    AJ_LIMIT_MEMORY = 1u << 0,
+    AJ_LIMIT_PIDS = 1u << 1,
+    AJ_LIMIT_CPUS = 1u << 2,
+    AJ_LIMIT_CPU_TIME = 1u << 3,
+};
+
+/* Applied when a cgroup is available and the user set no value: a fork
+ * bomb or a runaway allocation must not reach the host by default. */
+#define AJ_DEFAULT_MEMORY_MAX   (2ULL << 30)
+#define AJ_DEFAULT_PIDS_MAX     1024ULL
 
 AJ_EXPORT void aj_policy_init(struct aj_policy *pol);
 AJ_EXPORT void aj_policy_clear(struct aj_policy *pol);
@@ -76,6 +98,15 @@ AJ_EXPORT int aj_policy_set_network(struct aj_policy *pol, const char *value,
                                     struct aj_error *err);
 AJ_EXPORT int aj_policy_set_uid_range(struct aj_policy *pol, const char *spec,
                                       struct aj_error *err);
+/* Limits, flag-shaped: "512M", "100", "0.5", "10s". */
+AJ_EXPORT int aj_policy_set_memory(struct aj_policy *pol, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_pids(struct aj_policy *pol, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_cpus(struct aj_policy *pol, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_cpu_time(struct aj_policy *pol, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_output_limit(struct aj_policy *pol, const char *value,
+                                         struct aj_error *err);
+AJ_EXPORT int aj_policy_set_file_size(struct aj_policy *pol, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj_error *err);
 
 /* Whole-policy checks (conflicts, paths that must exist). */
 AJ_EXPORT int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err);

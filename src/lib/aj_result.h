@@ -12,6 +12,10 @@ enum aj_status {
     AJ_STATUS_SIGNALED,
     AJ_STATUS_TIMEOUT,
     AJ_STATUS_SETUP_ERROR,
+    AJ_STATUS_CPU_LIMIT,
+    AJ_STATUS_MEMORY_LIMIT,
+    AJ_STATUS_PIDS_LIMIT,
+    AJ_STATUS_OUTPUT_LIMIT,
 };
 
 /* Which layers were actually applied: set by the code that applied them,
@@ -38,8 +42,14 @@ enum aj_layer {
     AJ_LAYER_FDS_CLOSED = 1u << 18,
     AJ_LAYER_NEW_SESSION = 1u << 19,
     AJ_LAYER_KEYRING = 1u << 20,
+    AJ_LAYER_CGROUP = 1u << 21,       /* the tree is in its own cgroup: accounted, killable */
+    AJ_LAYER_MEMORY_LIMIT = 1u << 22,
+    AJ_LAYER_PIDS_LIMIT = 1u << 23,
+    AJ_LAYER_CPU_LIMIT = 1u << 24,    /* CPU bandwidth */
+    AJ_LAYER_CPU_TIME_LIMIT = 1u << 25,
+    AJ_LAYER_OUTPUT_LIMIT = 1u << 26,
 };
-#define AJ_LAYER_COUNT 21
+#define AJ_LAYER_COUNT 27
 
 struct aj_result {
     enum aj_status status;
@@ -57,6 +67,9 @@ struct aj_result {
     uint32_t host_uid, host_gid;
     char error[512];          /* setup_error: the one-line reason */
     char degraded_reason[512]; /* degraded: why namespaces were unavailable */
+    bool stdout_truncated, stderr_truncated;
+    uint64_t stdout_bytes, stderr_bytes; /* what the payload wrote (captured runs) */
+    char cgroup_versions[4][8];          /* per controller: "v1", "v2", "none" */
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);

@@ -24,5 +24,10 @@ int aj_limits_child_apply_rlimits(const struct aj_policy *pol, struct aj_error *
         r = set_both(RLIMIT_NOFILE, (rlim_t)pol->rlimit_nofile, "nofile", err);
     if (r == 0)
         r = set_both(RLIMIT_FSIZE, (rlim_t)pol->rlimit_fsize, "fsize", err);
+    /* CPU time: the supervisor enforces it for the whole tree from the
+     * cgroup's usage; this per-process backstop (SIGKILL one second past
+     * the budget) holds even if the supervisor were not scheduled. */
+    if (r == 0 && pol->cpu_time_ms)
+        r = set_both(RLIMIT_CPU, (rlim_t)(pol->cpu_time_ms / 1000 + 1), "cpu", err);
     return r;
 }

@@ -26,6 +26,8 @@ void aj_policy_init(struct aj_policy *pol)
     pol->uid_count = AJ_DEFAULT_UID_COUNT;
     pol->rlimit_nofile = AJ_DEFAULT_NOFILE;
     pol->rlimit_fsize = AJ_DEFAULT_FSIZE;
+    pol->memory_max = AJ_DEFAULT_MEMORY_MAX;
+    pol->pids_max = AJ_DEFAULT_PIDS_MAX;
 }
 
 static void free_strv(char **v, size_t n)
@@ -420,6 +422,105 @@ int aj_policy_set_uid_range(struct aj_policy *pol, const char *spec, struct aj_e
     return 0;
 }
 
+/* ---- limits ---------------------------------------------------------------- */
+
+int aj_policy_set_memory(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    if (aj_parse_size(value, &v) < 0 || v < (4ULL << 20) || v > (1ULL << 50))
+        return aj_err(err, 0, "--memory: '%s' is not a size between 4M and 1P (e.g. 512M, 2G)",
+                      value ? value : "");
+    pol->memory_max = v;
+    pol->explicit_limits |= AJ_LIMIT_MEMORY;
+    return 0;
+}
+
+int aj_policy_set_pids(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    /* At least 2: init and the payload are both in the group. */
+    if (aj_parse_u64(value, 4194304, &v) < 0 || v < 2)
+        return aj_err(err, 0, "--pids: '%s' is not a number of processes within 2..4194304",
+                      value ? value : "");
+    pol->pids_max = v;
+    pol->explicit_limits |= AJ_LIMIT_PIDS;
+    return 0;
+}
+
+int aj_policy_set_cpus(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    /* "1", "0.5", "1.25": at most three decimals, parsed without floats. */
+    char intpart[16], frac[4] = "000";
+    const char *dot = value ? strchr(value, '.') : NULL;
+    size_t n = dot ? (size_t)(dot - value) : (value ? strlen(value) : 0);
+    uint64_t whole, milli;
+
+    if (!value || n == 0 || n >= sizeof(intpart) || (dot && (strlen(dot + 1) == 0 || strlen(dot + 1) > 3)))
+        goto bad;
+    memcpy(intpart, value, n);
+    intpart[n] = '\0';
+    if (dot) {
+        for (size_t i = 0; dot[1 + i]; i++) {
+            if (!isdigit((unsigned char)dot[1 + i]))
+                goto bad;
+            frac[i] = dot[1 + i];
+        }
+    }
+    if (aj_parse_u64(intpart, 1024, &whole) < 0 || aj_parse_u64(frac, 999, &milli) < 0)
+        goto bad;
+    milli += whole * 1000;
+    /* cpu.max needs a quota of at least 1 ms per 100 ms period. */
+    if (milli < 10 || milli > 1024000)
+        goto bad;
+    pol->cpu_milli = (uint32_t)milli;
+    pol->explicit_limits |= AJ_LIMIT_CPUS;
+    return 0;
+bad:
+    return aj_err(err, 0, "--cpus: '%s' is not a CPU share within 0.01..1024 (e.g. 0.5, 2)",
+                  value ? value : "");
+}
+
+int aj_policy_set_cpu_time(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    if (aj_parse_duration_ms(value, &v) < 0 || v == 0 || v > 7ULL * 24 * 3600 * 1000)
+        return aj_err(err, 0, "--cpu-time: '%s' is not a duration (e.g. 10, 10s, 500ms; > 0, <= 7 days)",
+                      value ? value : "");
+    pol->cpu_time_ms = v;
+    pol->explicit_limits |= AJ_LIMIT_CPU_TIME;
+    return 0;
+}
+
+int aj_policy_set_output_limit(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    if (aj_parse_size(value, &v) < 0 || v == 0 || v > (1ULL << 40))
+        return aj_err(err, 0, "--output-limit: '%s' is not a size within 1..1T (e.g. 64K, 10M)",
+                      value ? value : "");
+    pol->output_limit = v;
+    return 0;
+}
+
+int aj_policy_set_file_size(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    if (aj_parse_size(value, &v) < 0 || v == 0 || v > (1ULL << 50))
+        return aj_err(err, 0, "--file-size: '%s' is not a size within 1..1P (e.g. 100M)",
+                      value ? value : "");
+    pol->rlimit_fsize = v;
+    return 0;
+}
+
+int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    if (aj_parse_u64(value, 1048576, &v) < 0 || v < 16)
+        return aj_err(err, 0, "--open-files: '%s' is not a number within 16..1048576",
+                      value ? value : "");
+    pol->rlimit_nofile = v;
+    return 0;
+}
+
 /* ---- whole policy ----------------------------------------------------------- */
 
 int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err)
@@ -509,13 +610,16 @@ char *aj_policy_canonical_json(const struct aj_policy *pol)
         name[n] = '\0';
         (void)json_object_set_new(envset, name, json_string(eq + 1));
     }
-    root = json_pack("{s:i, s:o, s:{s:o, s:o}, s:{s:s}, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:s, s:{s:I, s:I}}, "
+    root = json_pack("{s:i, s:o, s:{s:o, s:o}, s:{s:s}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:s, s:{s:I, s:I}}, "
                      "s:{s:b}}",
                      "version", 1, "filesystem", fs, "environment", "set", envset, "pass",
                      strv_json(pol->env_pass, pol->n_env_pass), "network", "mode",
                      pol->network == AJ_NET_LOOPBACK ? "loopback" : "none", "limits", "timeout_ms",
                      (json_int_t)pol->timeout_ms, "open_files", (json_int_t)pol->rlimit_nofile,
-                     "file_size", (json_int_t)pol->rlimit_fsize, "identity", "uid", (json_int_t)pol->uid, "gid",
+                     "file_size", (json_int_t)pol->rlimit_fsize, "memory", (json_int_t)pol->memory_max,
+                     "pids", (json_int_t)pol->pids_max, "cpu_milli", (json_int_t)pol->cpu_milli,
+                     "cpu_time_ms", (json_int_t)pol->cpu_time_ms, "output", (json_int_t)pol->output_limit,
+                     "identity", "uid", (json_int_t)pol->uid, "gid",
                      (json_int_t)pol->gid, "hostname", pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME,
                      "uid_range", "base", (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count,
                      "degraded", "allow", pol->allow_degraded);

@@ -22,6 +22,14 @@ const char *aj_status_name(enum aj_status s)
         return "timeout";
     case AJ_STATUS_SETUP_ERROR:
         return "setup_error";
+    case AJ_STATUS_CPU_LIMIT:
+        return "cpu_limit";
+    case AJ_STATUS_MEMORY_LIMIT:
+        return "memory_limit";
+    case AJ_STATUS_PIDS_LIMIT:
+        return "pids_limit";
+    case AJ_STATUS_OUTPUT_LIMIT:
+        return "output_limit";
     }
     return "unknown";
 }
@@ -71,6 +79,18 @@ const char *aj_layer_name(enum aj_layer l)
         return "new_session";
     case AJ_LAYER_KEYRING:
         return "fresh_keyring";
+    case AJ_LAYER_CGROUP:
+        return "cgroup";
+    case AJ_LAYER_MEMORY_LIMIT:
+        return "memory_limit";
+    case AJ_LAYER_PIDS_LIMIT:
+        return "pids_limit";
+    case AJ_LAYER_CPU_LIMIT:
+        return "cpu_bandwidth_limit";
+    case AJ_LAYER_CPU_TIME_LIMIT:
+        return "cpu_time_limit";
+    case AJ_LAYER_OUTPUT_LIMIT:
+        return "output_limit";
     }
     return NULL;
 }
@@ -112,6 +132,19 @@ char *aj_result_to_json(const struct aj_result *res)
                      "host_gid", (json_int_t)res->host_gid);
     if (!root)
         return NULL;
+    {
+        static const char *const ctrl[] = {"memory", "pids", "cpu", "cpuacct"};
+        json_t *cgv = json_object();
+        for (size_t i = 0; i < 4; i++)
+            (void)json_object_set_new(cgv, ctrl[i],
+                                      json_string(res->cgroup_versions[i][0] ? res->cgroup_versions[i] : "none"));
+        if (json_object_set_new(root, "cgroup_controllers", cgv) < 0 ||
+            json_object_set_new(root, "stdout_truncated", json_boolean(res->stdout_truncated)) < 0 ||
+            json_object_set_new(root, "stderr_truncated", json_boolean(res->stderr_truncated)) < 0) {
+            json_decref(root);
+            return NULL;
+        }
+    }
     if ((res->status == AJ_STATUS_SETUP_ERROR &&
          json_object_set_new(root, "error", json_text(res->error)) < 0) ||
         (res->degraded && json_object_set_new(root, "degraded_reason", json_text(res->degraded_reason)) < 0)) {

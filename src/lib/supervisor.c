@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "aj_caps.h"
+#include "aj_cgroup.h"
 #include "aj_landlock.h"
 #include "aj_limits.h"
 #include "aj_missing.h"
@@ -74,6 +75,7 @@ struct run_ctx {
     struct aj_bpf bpf;
     sigset_t orig_mask;
     int sock;             /* sandbox end of the sync socket */
+    int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
     int landlock_abi;
     bool rootless;
     bool degraded;
@@ -133,6 +135,17 @@ static int exec_command(struct run_ctx *c)
     return saved;
 }
 
+/* Captured output: the pipes become fds 1 and 2 (init's, so the payload
+ * and everything it starts inherit them). */
+static int redirect_output(struct run_ctx *c, struct aj_error *err)
+{
+    if (c->out_fd >= 0 && dup2(c->out_fd, STDOUT_FILENO) < 0)
+        return aj_err(err, errno, "redirect stdout");
+    if (c->err_fd >= 0 && dup2(c->err_fd, STDERR_FILENO) < 0)
+        return aj_err(err, errno, "redirect stderr");
+    return 0;
+}
+
 static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
@@ -163,8 +176,10 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
             _exit(125);
     }
     if (c->degraded) {
-        /* init does this in a full sandbox; here the payload is the first
+        /* init does these in a full sandbox; here the payload is the first
          * process of the run. */
+        if (redirect_output(c, &err) < 0)
+            child_fail(c, &err, 125);
         if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0) {
             aj_err(&err, errno, "join a fresh session keyring");
             child_fail(c, &err, 125);
@@ -289,6 +304,14 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     if (n != (ssize_t)sizeof(go) || go.type != AJ_MSG_GO)
         _exit(125);
 
+    if (redirect_output(c, &err) < 0)
+        child_fail(c, &err, 125);
+    /* The supervisor moved us into the run's v1 cgroups after clone: a new
+     * cgroup namespace rooted there hides the host's cgroup paths. */
+    if (unshare(CLONE_NEWCGROUP) < 0) {
+        aj_err(&err, errno, "cgroup namespace");
+        child_fail(c, &err, 125);
+    }
     if (aj_userns_child_become(pol->uid, pol->gid, c->rootless, &err) < 0)
         child_fail(c, &err, 125);
     /* The kernel clears the death signal when the euid changes (root mode
@@ -441,19 +464,40 @@ static void free_envp(char **envp)
     free(envp);
 }
 
-static pid_t clone_sandbox(uint64_t flags, int *ret_pidfd)
+/* clone3 with CLONE_PIDFD, and CLONE_INTO_CGROUP when a v2 group is given:
+ * the sandbox is confined from its first instruction. */
+static pid_t clone_sandbox(uint64_t flags, int cgroup_fd, int *ret_pidfd, bool *ret_in_cgroup)
 {
     struct aj_clone_args args = {
         .flags = flags | CLONE_PIDFD,
         .pidfd = (uint64_t)(uintptr_t)ret_pidfd,
         .exit_signal = SIGCHLD,
     };
-    long pid = syscall(__NR_clone3, &args, sizeof(args));
+    long pid;
 
+    *ret_in_cgroup = false;
+    if (cgroup_fd >= 0) {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = (uint64_t)cgroup_fd;
+    }
+    pid = syscall(__NR_clone3, &args, sizeof(args));
+    if (pid >= 0) {
+        *ret_in_cgroup = cgroup_fd >= 0;
+        return (pid_t)pid;
+    }
+    /* CLONE_INTO_CGROUP: EINVAL/EOPNOTSUPP before 5.7 or for a v1 host;
+     * the supervisor moves the child itself before releasing it. */
+    if (cgroup_fd >= 0 && errno != ENOSYS && errno != EPERM && errno != ENOSPC) {
+        args.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
+        args.cgroup = 0;
+        pid = syscall(__NR_clone3, &args, sizeof(args));
+        if (pid >= 0)
+            return (pid_t)pid;
+    }
     /* clone3: ENOSYS before 5.3, and under filters (Docker's) that answer
      * ENOSYS so libc falls back: use clone(), where CLONE_PIDFD (5.2)
      * returns the pidfd through the parent_tid argument. */
-    if (pid < 0 && errno == ENOSYS)
+    if (errno == ENOSYS)
         pid = syscall(__NR_clone, (unsigned long)(flags | CLONE_PIDFD | SIGCHLD), NULL, ret_pidfd, NULL, 0);
     return (pid_t)pid;
 }
@@ -476,12 +520,8 @@ static void kill_orphans(void)
         pid_t p = waitpid(-1, NULL, WNOHANG);
         bool found = false;
         char path[64], buf[512];
-        char self[16];
-        _cleanup_close_ int dfd = -1;
 
-        (void)snprintf(self, sizeof(self), "%d", (int)getpid());
-        /* Children are listed in /proc/self/task/<tid>/children (3.5+). */
-        (void)snprintf(path, sizeof(path), "/proc/self/task/%s/children", self);
+        (void)snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
         if (aj_read_small_file(path, buf, sizeof(buf)) > 0) {
             char *s = buf, *end;
             while (*s) {
@@ -502,6 +542,251 @@ static void kill_orphans(void)
     }
 }
 
+/* ---- the supervisor's event loop ------------------------------------------------ */
+
+/* One captured output stream (stdout or stderr) with its byte budget. */
+struct out_stream {
+    int rfd;          /* read end, -1 once EOF */
+    int wfd_child;    /* write end, given to the sandbox (closed here after clone) */
+    int dest;         /* our own fd 1 or 2 */
+    uint64_t bytes;   /* written by the payload */
+    bool truncated;
+};
+
+struct supervise_state {
+    const struct aj_policy *pol;
+    struct aj_cgroup *cg;
+    pid_t pid;
+    int pidfd, sock, sigfd;
+    struct out_stream out[2];
+    bool degraded;
+    /* outcome */
+    bool have_exit, have_child_err;
+    int exit_wstatus, init_status, interrupted;
+    enum aj_status limit;  /* the limit that ended the run, or AJ_STATUS_OK */
+    struct aj_error child_err;
+    uint32_t layers;
+    struct rusage ru;
+};
+
+static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg)
+{
+    if (msg->type == AJ_MSG_ERROR && !st->have_child_err) {
+        st->child_err = msg->err;
+        st->child_err.msg[sizeof(st->child_err.msg) - 1] = '\0';
+        st->have_child_err = true;
+        st->layers |= msg->layers;
+    } else if (msg->type == AJ_MSG_READY) {
+        st->layers |= msg->layers;
+    } else if (msg->type == AJ_MSG_EXIT) {
+        st->exit_wstatus = msg->wstatus;
+        st->have_exit = true;
+    }
+}
+
+static void end_run(struct supervise_state *st, enum aj_status why)
+{
+    if (st->limit == AJ_STATUS_OK)
+        st->limit = why;
+    (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+    if (st->cg)
+        aj_cgroup_kill(st->cg);
+}
+
+/* Relay what is there; past the budget, discard, flag and end the run: a
+ * flood must cost the supervisor bounded memory and time. */
+static void pump_output(struct supervise_state *st, struct out_stream *o)
+{
+    char buf[65536];
+    ssize_t n = read(o->rfd, buf, sizeof(buf));
+
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        (void)close(o->rfd);
+        o->rfd = -1;
+        return;
+    }
+    if (o->bytes < st->pol->output_limit) {
+        uint64_t room = st->pol->output_limit - o->bytes;
+        /* The consumer of our own stdout may be gone: that is its business,
+         * the payload's accounting goes on. */
+        (void)aj_write_all(o->dest, buf, (size_t)n < room ? (size_t)n : (size_t)room);
+    }
+    o->bytes += (uint64_t)n;
+    if (o->bytes > st->pol->output_limit && !o->truncated) {
+        o->truncated = true;
+        end_run(st, AJ_STATUS_OUTPUT_LIMIT);
+    }
+}
+
+static void check_cgroup_limits(struct supervise_state *st)
+{
+    struct aj_cgroup_stats cs;
+
+    if (!st->cg || !st->cg->created || aj_cgroup_read_stats(st->cg, &cs) < 0)
+        return;
+    if (cs.oom_kills > 0)
+        end_run(st, AJ_STATUS_MEMORY_LIMIT);
+    else if (cs.pids_max_hits > 0)
+        /* A fork refused at the limit: a fork bomb, or a payload that
+         * outgrew its budget. Either way the run ends here, named. */
+        end_run(st, AJ_STATUS_PIDS_LIMIT);
+    else if (st->pol->cpu_time_ms && cs.have_cpu && cs.cpu_usec / 1000 >= st->pol->cpu_time_ms)
+        end_run(st, AJ_STATUS_CPU_LIMIT);
+}
+
+#define CGROUP_POLL_MS 20
+
+static int supervise(struct supervise_state *st, uint64_t start, struct aj_error *err)
+{
+    uint64_t deadline = st->pol->timeout_ms ? start + st->pol->timeout_ms : 0;
+    bool watch_cgroup = st->cg && st->cg->created &&
+                        (st->cg->limits & (AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT) ||
+                         st->pol->cpu_time_ms);
+    struct aj_sync_msg msg;
+
+    for (;;) {
+        struct pollfd pfd[5] = {
+            {.fd = st->sock, .events = POLLIN},
+            {.fd = st->pidfd, .events = POLLIN},
+            {.fd = st->sigfd, .events = POLLIN},
+            {.fd = st->out[0].rfd, .events = POLLIN},
+            {.fd = st->out[1].rfd, .events = POLLIN},
+        };
+        int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
+        int r;
+
+        if (deadline && st->limit == AJ_STATUS_OK) {
+            uint64_t now = aj_now_ms();
+            int left = now >= deadline ? 0 : (int)(deadline - now);
+            if (timeout < 0 || left < timeout)
+                timeout = left;
+        }
+        r = poll(pfd, 5, timeout);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return aj_err(err, errno, "poll");
+        }
+        if (st->limit == AJ_STATUS_OK) {
+            if (deadline && aj_now_ms() >= deadline)
+                end_run(st, AJ_STATUS_TIMEOUT);
+            else if (watch_cgroup)
+                check_cgroup_limits(st);
+        }
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t n = recv(st->sock, &msg, sizeof(msg), MSG_DONTWAIT);
+            if (n == (ssize_t)sizeof(msg)) {
+                handle_msg(st, &msg);
+            } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                (void)close(st->sock); /* every sandbox end is closed */
+                st->sock = -1;
+            }
+        }
+        for (int i = 0; i < 2; i++)
+            if (pfd[3 + i].revents & (POLLIN | POLLHUP | POLLERR))
+                pump_output(st, &st->out[i]);
+        if (pfd[2].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si) && !st->interrupted) {
+                st->interrupted = (int)si.ssi_signo;
+                (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+                if (st->cg)
+                    aj_cgroup_kill(st->cg);
+            }
+        }
+        if (pfd[1].revents & POLLIN) {
+            pid_t w;
+            do
+                w = wait4(st->pid, &st->init_status, 0, &st->ru);
+            while (w < 0 && errno == EINTR);
+            if (w == st->pid)
+                break;
+        }
+    }
+    st->pid = -1;
+    /* Messages sent just before init exited are still queued. */
+    while (st->sock >= 0 && recv(st->sock, &msg, sizeof(msg), MSG_DONTWAIT) == (ssize_t)sizeof(msg))
+        handle_msg(st, &msg);
+    if (st->degraded) {
+        kill_orphans();
+        /* The payload is the direct child: its status is init_status. */
+        if (!st->have_exit && !st->have_child_err) {
+            st->exit_wstatus = st->init_status;
+            st->have_exit = true;
+        }
+    }
+    /* Everything inside is dead now (pid namespace, or orphans killed):
+     * drain what is left in the pipes until EOF. */
+    for (int i = 0; i < 2; i++) {
+        if (st->out[i].rfd >= 0) {
+            int fl = fcntl(st->out[i].rfd, F_GETFL);
+            if (fl >= 0)
+                (void)fcntl(st->out[i].rfd, F_SETFL, fl & ~O_NONBLOCK);
+        }
+        while (st->out[i].rfd >= 0)
+            pump_output(st, &st->out[i]);
+    }
+    return 0;
+}
+
+static void fill_result(struct supervise_state *st, struct aj_result *res)
+{
+    struct aj_cgroup_stats cs = {0};
+    bool cg_stats = st->cg && st->cg->created && aj_cgroup_read_stats(st->cg, &cs) == 0;
+
+    res->layers |= st->layers;
+    res->stdout_truncated = st->out[0].truncated;
+    res->stderr_truncated = st->out[1].truncated;
+    res->stdout_bytes = st->out[0].bytes;
+    res->stderr_bytes = st->out[1].bytes;
+    /* The cgroup counts the whole tree, including processes killed with the
+     * namespace that init never reaped; rusage is the fallback. */
+    if (cg_stats && cs.have_cpu)
+        res->cpu_ms = cs.cpu_usec / 1000;
+    else
+        res->cpu_ms = (uint64_t)st->ru.ru_utime.tv_sec * 1000 + (uint64_t)st->ru.ru_utime.tv_usec / 1000 +
+                      (uint64_t)st->ru.ru_stime.tv_sec * 1000 + (uint64_t)st->ru.ru_stime.tv_usec / 1000;
+    if (cg_stats && cs.have_memory_peak)
+        res->max_rss_kb = cs.memory_peak / 1024;
+    else
+        res->max_rss_kb = (uint64_t)st->ru.ru_maxrss;
+    /* A limit the kernel enforced by itself (the OOM killer, a refused
+     * fork) while the supervisor was not looking still names the outcome,
+     * unless the payload succeeded anyway. */
+    if (st->limit == AJ_STATUS_OK && cg_stats && !st->interrupted) {
+        bool ok = st->have_exit && WIFEXITED(st->exit_wstatus) && WEXITSTATUS(st->exit_wstatus) == 0;
+        if (cs.oom_kills > 0 && !ok)
+            st->limit = AJ_STATUS_MEMORY_LIMIT;
+        else if (cs.pids_max_hits > 0 && !ok)
+            st->limit = AJ_STATUS_PIDS_LIMIT;
+        else if (st->pol->cpu_time_ms && cs.have_cpu && cs.cpu_usec / 1000 >= st->pol->cpu_time_ms)
+            st->limit = AJ_STATUS_CPU_LIMIT;
+    }
+    if (st->limit != AJ_STATUS_OK) {
+        res->status = st->limit;
+        res->signal = SIGKILL;
+        res->exit_code = 128 + SIGKILL;
+    } else if (st->interrupted) {
+        res->status = AJ_STATUS_SIGNALED;
+        res->signal = st->interrupted;
+        res->exit_code = 128 + st->interrupted;
+    } else if (st->have_exit && WIFEXITED(st->exit_wstatus)) {
+        res->exit_code = WEXITSTATUS(st->exit_wstatus);
+        res->status = res->exit_code == 0 ? AJ_STATUS_OK : AJ_STATUS_NONZERO_EXIT;
+    } else if (st->have_exit && WIFSIGNALED(st->exit_wstatus)) {
+        res->status = AJ_STATUS_SIGNALED;
+        res->signal = WTERMSIG(st->exit_wstatus);
+        res->exit_code = 128 + res->signal;
+    } else {
+        /* init died without reporting (killed from outside, or crashed). */
+        res->status = AJ_STATUS_SIGNALED;
+        res->signal = WIFSIGNALED(st->init_status) ? WTERMSIG(st->init_status) : SIGKILL;
+        res->exit_code = 128 + res->signal;
+    }
+}
+
 static void fill_layers_from_ns(struct aj_result *res, bool degraded)
 {
     if (!degraded)
@@ -509,22 +794,76 @@ static void fill_layers_from_ns(struct aj_result *res, bool degraded)
                        AJ_LAYER_IPCNS | AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS;
 }
 
+static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, struct aj_cgroup *cg,
+                        struct aj_error *err)
+{
+    struct aj_cgroup_host host;
+    char run[96];
+    int r;
+
+    r = aj_cgroup_detect(&host, err);
+    if (r < 0)
+        return r;
+    /* Runs whose supervisor was SIGKILLed leave their groups behind: the
+     * next start removes them (after killing anything still inside). */
+    (void)aj_cgroup_cleanup_stale(&host);
+    r = aj_cgroup_run_name(res->sandbox_id, run, sizeof(run));
+    if (r < 0)
+        return aj_err(err, -r, "name the run's cgroup");
+    r = aj_cgroup_create(&host, pol, run, cg, err);
+    if (r < 0)
+        return r;
+    for (int c = 0; c < AJ_CG_NCTRL; c++)
+        snprintf(res->cgroup_versions[c], sizeof(res->cgroup_versions[c]), "%s",
+                 cg->version[c] == 2 ? "v2" : cg->version[c] == 1 ? "v1" : "none");
+    if (cg->created)
+        res->layers |= AJ_LAYER_CGROUP | cg->limits;
+    if (pol->cpu_time_ms && cg->created)
+        res->layers |= AJ_LAYER_CPU_TIME_LIMIT;
+    return 0;
+}
+
+static int setup_output(const struct aj_policy *pol, struct supervise_state *st, struct aj_error *err)
+{
+    for (int i = 0; i < 2; i++) {
+        int p[2];
+        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = i + 1};
+        if (!pol->output_limit)
+            continue;
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return aj_err(err, errno, "pipe for output capture");
+        st->out[i].rfd = p[0];
+        st->out[i].wfd_child = p[1];
+        if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)
+            return aj_err(err, errno, "nonblocking output pipe");
+    }
+    return 0;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        (void)close(*fd);
+        *fd = -1;
+    }
+}
+
 int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res,
            struct aj_error *err)
 {
-    struct run_ctx c = {.pol = pol, .sock = -1};
+    struct run_ctx c = {.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1};
     struct aj_uid_lease lease = {.lock_fd = -1};
-    struct aj_sync_msg msg;
-    struct aj_error child_err = {0};
-    bool have_exit = false, have_child_err = false, timed_out = false;
-    int exit_wstatus = 0, init_status = 0, interrupted = 0;
-    int socks[2] = {-1, -1}, pidfd = -1, sigfd = -1;
-    uint64_t start = aj_now_ms(), deadline;
+    struct aj_cgroup cg;
+    struct supervise_state st = {.pol = pol, .cg = &cg, .pid = -1, .pidfd = -1, .sock = -1,
+                                 .sigfd = -1, .limit = AJ_STATUS_OK};
+    int socks[2] = {-1, -1};
+    uint64_t start = aj_now_ms();
+    bool in_cgroup = false, mask_set = false;
     sigset_t mask;
-    struct rusage ru;
-    pid_t pid = -1;
     int r;
 
+    aj_cgroup_init(&cg);
+    st.out[0] = st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1};
     memset(res, 0, sizeof(*res));
     res->status = AJ_STATUS_SETUP_ERROR;
     (void)aj_random_hex(res->sandbox_id, 32);
@@ -577,6 +916,16 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
         r = -ENOMEM;
         goto out;
     }
+    r = setup_cgroup(pol, res, &cg, err);
+    if (r < 0)
+        goto out;
+    r = setup_output(pol, &st, err);
+    if (r < 0)
+        goto out;
+    c.out_fd = st.out[0].wfd_child;
+    c.err_fd = st.out[1].wfd_child;
+    if (pol->output_limit)
+        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, socks) < 0) {
         r = aj_err(err, errno, "socketpair");
         goto out;
@@ -594,26 +943,27 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
         r = aj_err(err, errno, "sigprocmask");
         goto out;
     }
-    sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigfd < 0) {
+    mask_set = true;
+    st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (st.sigfd < 0) {
         r = aj_err(err, errno, "signalfd");
-        goto out_mask;
+        goto out;
     }
 
-    pid = clone_sandbox(NS_FLAGS, &pidfd);
-    if (pid < 0) {
+    st.pid = clone_sandbox(NS_FLAGS, cg.v2_fd, &st.pidfd, &in_cgroup);
+    if (st.pid < 0) {
         int e = errno;
         struct aj_error why;
         aj_userns_explain_failure(e, &why);
         if (!pol->allow_degraded) {
             *err = why;
             r = -e;
-            goto out_mask;
+            goto out;
         }
         /* Degraded: no namespaces at all. Landlock confines the filesystem
          * to the named host paths, seccomp and no_new_privs stay, the
          * supervisor becomes a subreaper to kill leftovers. */
-        c.degraded = true;
+        c.degraded = st.degraded = true;
         res->degraded = true;
         snprintf(res->degraded_reason, sizeof(res->degraded_reason), "%s", why.msg);
         for (size_t i = 0; i < pol->n_binds; i++)
@@ -622,181 +972,106 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
                            "degraded mode cannot remap %s to %s (no mount namespace); bind it at the "
                            "same path",
                            pol->binds[i].host, pol->binds[i].sandbox);
-                goto out_mask;
+                goto out;
             }
         if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
             r = aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
-            goto out_mask;
+            goto out;
         }
-        pid = clone_sandbox(0, &pidfd);
-        if (pid < 0) {
+        st.pid = clone_sandbox(0, cg.v2_fd, &st.pidfd, &in_cgroup);
+        if (st.pid < 0) {
             r = aj_err(err, errno, "fork");
-            goto out_mask;
+            goto out;
         }
     }
-    if (pid == 0) {
+    if (st.pid == 0) {
         (void)close(socks[0]);
+        for (int i = 0; i < 2; i++)
+            if (st.out[i].rfd >= 0)
+                (void)close(st.out[i].rfd);
         if (c.degraded) {
-            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+            /* The supervisor releases us once we are in our cgroups. */
+            struct aj_sync_msg go;
+            ssize_t n;
+            if (arm_death_signal(-1) < 0)
+                _exit(125);
+            do
+                n = read(c.sock, &go, sizeof(go));
+            while (n < 0 && errno == EINTR);
+            if (n != (ssize_t)sizeof(go) || go.type != AJ_MSG_GO)
                 _exit(125);
             payload_main(&c);
         }
         init_main(&c);
     }
-    (void)close(socks[1]);
-    socks[1] = -1;
+    close_fd(&socks[1]);
+    c.sock = -1;
+    st.sock = socks[0];
+    socks[0] = -1;
+    close_fd(&st.out[0].wfd_child);
+    close_fd(&st.out[1].wfd_child);
     fill_layers_from_ns(res, c.degraded);
 
-    if (!c.degraded) {
-        struct aj_sync_msg go = {.type = AJ_MSG_GO};
-        r = aj_userns_parent_write_maps(pid, pol->uid, pol->gid, c.host_uid, c.host_gid, c.rootless, err);
+    /* Confined before it runs anything of its own: cgroups (v1, and v2 when
+     * CLONE_INTO_CGROUP was not possible), then id maps, then GO. */
+    if (cg.created) {
+        r = aj_cgroup_parent_attach(&cg, st.pid, !in_cgroup, err);
         if (r < 0)
-            goto out_kill;
-        r = aj_write_all(socks[0], &go, sizeof(go));
+            goto out;
+    }
+    {
+        struct aj_sync_msg go = {.type = AJ_MSG_GO};
+        if (!c.degraded) {
+            r = aj_userns_parent_write_maps(st.pid, pol->uid, pol->gid, c.host_uid, c.host_gid, c.rootless,
+                                            err);
+            if (r < 0)
+                goto out;
+        }
+        r = aj_write_all(st.sock, &go, sizeof(go));
         if (r < 0) {
             r = aj_err(err, -r, "release the sandbox");
-            goto out_kill;
+            goto out;
         }
     }
 
-    deadline = pol->timeout_ms ? start + pol->timeout_ms : 0;
-    for (;;) {
-        struct pollfd pfd[3] = {
-            {.fd = socks[0], .events = POLLIN},
-            {.fd = pidfd, .events = POLLIN},
-            {.fd = sigfd, .events = POLLIN},
-        };
-        int timeout = -1;
-        if (deadline && !timed_out) {
-            uint64_t now = aj_now_ms();
-            timeout = now >= deadline ? 0 : (int)(deadline - now);
-        }
-        r = poll(pfd, 3, timeout);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            r = aj_err(err, errno, "poll");
-            goto out_kill;
-        }
-        if (r == 0 && deadline && !timed_out) {
-            timed_out = true;
-            (void)aj_sys_pidfd_send_signal(pidfd, SIGKILL);
-            continue;
-        }
-        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t n = recv(socks[0], &msg, sizeof(msg), MSG_DONTWAIT);
-            if (n == (ssize_t)sizeof(msg)) {
-                if (msg.type == AJ_MSG_ERROR && !have_child_err) {
-                    child_err = msg.err;
-                    child_err.msg[sizeof(child_err.msg) - 1] = '\0';
-                    have_child_err = true;
-                    res->layers |= msg.layers;
-                } else if (msg.type == AJ_MSG_READY) {
-                    res->layers |= msg.layers;
-                } else if (msg.type == AJ_MSG_EXIT) {
-                    exit_wstatus = msg.wstatus;
-                    have_exit = true;
-                }
-            } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                (void)close(socks[0]); /* every sandbox end is closed */
-                socks[0] = -1;
-            }
-        }
-        if (pfd[2].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            if (read(sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si) && !interrupted) {
-                interrupted = (int)si.ssi_signo;
-                (void)aj_sys_pidfd_send_signal(pidfd, SIGKILL);
-            }
-        }
-        if (pfd[1].revents & POLLIN) {
-            pid_t w;
-            do
-                w = wait4(pid, &init_status, 0, &ru);
-            while (w < 0 && errno == EINTR);
-            if (w == pid)
-                break;
-        }
-    }
-    pid = -1;
-    /* Messages sent just before init exited are still queued. */
-    while (socks[0] >= 0 && recv(socks[0], &msg, sizeof(msg), MSG_DONTWAIT) == (ssize_t)sizeof(msg)) {
-        if (msg.type == AJ_MSG_ERROR && !have_child_err) {
-            child_err = msg.err;
-            have_child_err = true;
-        } else if (msg.type == AJ_MSG_READY) {
-            res->layers |= msg.layers;
-        } else if (msg.type == AJ_MSG_EXIT) {
-            exit_wstatus = msg.wstatus;
-            have_exit = true;
-        }
-    }
-    if (c.degraded)
-        kill_orphans();
-
+    r = supervise(&st, start, err);
+    if (r < 0)
+        goto out;
     res->wall_ms = aj_now_ms() - start;
-    res->cpu_ms = (uint64_t)ru.ru_utime.tv_sec * 1000 + (uint64_t)ru.ru_utime.tv_usec / 1000 +
-                  (uint64_t)ru.ru_stime.tv_sec * 1000 + (uint64_t)ru.ru_stime.tv_usec / 1000;
-    res->max_rss_kb = (uint64_t)ru.ru_maxrss;
-    if (c.degraded && !have_exit) {
-        /* The payload is the direct child: its status is init_status. */
-        exit_wstatus = init_status;
-        have_exit = !have_child_err;
-    }
-    if (timed_out) {
-        res->status = AJ_STATUS_TIMEOUT;
-        res->signal = SIGKILL;
-        res->exit_code = 128 + SIGKILL;
-    } else if (interrupted) {
-        res->status = AJ_STATUS_SIGNALED;
-        res->signal = interrupted;
-        res->exit_code = 128 + interrupted;
-    } else if (have_child_err) {
+    if (st.have_child_err && st.limit == AJ_STATUS_OK && !st.interrupted) {
+        res->layers |= st.layers;
         res->status = AJ_STATUS_SETUP_ERROR;
-        res->exit_code = child_err.exit_hint ? child_err.exit_hint : 125;
-        *err = child_err;
-        snprintf(res->error, sizeof(res->error), "%s", child_err.msg);
-        r = child_err.errnum ? -child_err.errnum : -EINVAL;
-        goto out_mask;
-    } else if (have_exit && WIFEXITED(exit_wstatus)) {
-        res->exit_code = WEXITSTATUS(exit_wstatus);
-        res->status = res->exit_code == 0 ? AJ_STATUS_OK : AJ_STATUS_NONZERO_EXIT;
-    } else if (have_exit && WIFSIGNALED(exit_wstatus)) {
-        res->status = AJ_STATUS_SIGNALED;
-        res->signal = WTERMSIG(exit_wstatus);
-        res->exit_code = 128 + res->signal;
-    } else {
-        /* init died without reporting (killed from outside, or crashed). */
-        res->status = AJ_STATUS_SIGNALED;
-        res->signal = WIFSIGNALED(init_status) ? WTERMSIG(init_status) : SIGKILL;
-        res->exit_code = 128 + res->signal;
+        res->exit_code = st.child_err.exit_hint ? st.child_err.exit_hint : 125;
+        *err = st.child_err;
+        snprintf(res->error, sizeof(res->error), "%s", st.child_err.msg);
+        r = st.child_err.errnum ? -st.child_err.errnum : -EINVAL;
+        goto out;
     }
+    fill_result(&st, res);
     r = 0;
-    goto out_mask;
 
-out_kill:
-    kill_and_reap(pid, pidfd);
-    pid = -1;
-out_mask:
-    if (pid > 0)
-        kill_and_reap(pid, pidfd);
-    (void)sigprocmask(SIG_SETMASK, &c.orig_mask, NULL);
 out:
+    if (st.pid > 0)
+        kill_and_reap(st.pid, st.pidfd);
+    if (mask_set)
+        (void)sigprocmask(SIG_SETMASK, &c.orig_mask, NULL);
     if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
         snprintf(res->error, sizeof(res->error), "%s", err->msg);
         if (res->exit_code == 0)
             res->exit_code = 125;
     }
-    if (r < 0 && !res->wall_ms)
+    if (!res->wall_ms)
         res->wall_ms = aj_now_ms() - start;
-    if (sigfd >= 0)
-        (void)close(sigfd);
-    if (pidfd >= 0)
-        (void)close(pidfd);
-    if (socks[0] >= 0)
-        (void)close(socks[0]);
-    if (socks[1] >= 0)
-        (void)close(socks[1]);
+    aj_cgroup_destroy(&cg);
+    close_fd(&st.sigfd);
+    close_fd(&st.pidfd);
+    close_fd(&st.sock);
+    close_fd(&socks[0]);
+    close_fd(&socks[1]);
+    for (int i = 0; i < 2; i++) {
+        close_fd(&st.out[i].rfd);
+        close_fd(&st.out[i].wfd_child);
+    }
     aj_userns_lease_release(&lease);
     aj_mount_plan_clear(&c.plan);
     aj_seccomp_clear(&c.bpf);

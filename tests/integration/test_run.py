@@ -141,13 +141,18 @@ def test_result_default_run_layers_mode_uid():
     assert res["status"] == "ok" and res["exit_code"] == 0 and res["signal"] == 0
     assert res["degraded"] is False
     assert re.fullmatch(r"[0-9a-f]{64}", res["policy_sha256"]), res
+    # Limits nobody asked for are off: CPU bandwidth, CPU time, output.
     off = sorted(k for k, v in res["layers"].items() if not v)
+    asked_only = ["cpu_bandwidth_limit", "cpu_time_limit", "output_limit"]
     if IS_ROOT:
-        assert off == [], res["layers"]
+        # Root mode: a cgroup with the default memory and pids limits.
+        assert off == asked_only, res["layers"]
         assert res["mode"] == "root"
         assert UID_BASE <= res["host_uid"] < UID_BASE + UID_COUNT, res
     else:
-        assert off == ["per_run_host_uid"], res["layers"]
+        # No writable cgroup for nobody here: rlimits only, and said so.
+        assert off == sorted(asked_only + ["cgroup", "memory_limit", "per_run_host_uid",
+                                           "pids_limit"]), res["layers"]
         assert res["mode"] == "rootless"
         assert res["host_uid"] == os.geteuid()
     for name in NS_LAYERS + ("private_root", "seccomp", "landlock_fs", "no_new_privs",

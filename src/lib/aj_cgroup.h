@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Control groups for one run: limits (memory, pids, cpu bandwidth), whole
+ * tree accounting and kill. cgroup v2 first; a controller that only a v1
+ * hierarchy provides (as on hosts with a "mixed" layout) is used there.
+ * Detection is per controller, from the host's mounts, never per distro. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "aj_error.h"
+#include "aj_policy.h"
+
+enum aj_cg_ctrl {
+    AJ_CG_MEMORY = 0,
+    AJ_CG_PIDS,
+    AJ_CG_CPU,
+    AJ_CG_CPUACCT, /* v1 only: CPU usage accounting (v2 has cpu.stat always) */
+    AJ_CG_NCTRL,
+};
+
+#define AJ_CG_PATH 512
+
+/* Where each controller lives on this host. version 0: nowhere usable. */
+struct aj_cgroup_host {
+    char v2_mount[AJ_CG_PATH]; /* "" when no cgroup2 mount */
+    char v2_self[AJ_CG_PATH];  /* this process's v2 path, "/" for the root */
+    struct {
+        int version;                /* 0, 1 or 2 */
+        char mount[AJ_CG_PATH];     /* v1: the hierarchy's mount point */
+        char self[AJ_CG_PATH];      /* v1: this process's path in it */
+    } ctrl[AJ_CG_NCTRL];
+};
+
+/* One run's cgroups: a v2 directory (tracking, kill, and the controllers v2
+ * provides) and one directory per v1 hierarchy that provides the rest. */
+struct aj_cgroup {
+    char v2_dir[AJ_CG_PATH * 2];
+    int v2_fd;                             /* O_PATH|O_DIRECTORY, for CLONE_INTO_CGROUP */
+    char v1_dir[AJ_CG_NCTRL][AJ_CG_PATH * 2];
+    int version[AJ_CG_NCTRL];              /* where each controller is for this run */
+    uint32_t limits;                       /* AJ_LAYER_*_LIMIT bits actually written */
+    bool created;
+};
+
+struct aj_cgroup_stats {
+    uint64_t cpu_usec;
+    uint64_t memory_peak;   /* bytes, 0 if unknown */
+    uint64_t oom_kills;
+    uint64_t pids_max_hits;
+    bool have_cpu, have_memory_peak;
+};
+
+AJ_EXPORT const char *aj_cgroup_ctrl_name(enum aj_cg_ctrl c);
+int aj_cgroup_detect(struct aj_cgroup_host *ret, struct aj_error *err);
+
+/* Create the run's cgroups under "agentjail" in the caller's own cgroup of
+ * each hierarchy and write the policy's limits. Fails closed when a limit
+ * the policy set explicitly has no writable controller; a default limit
+ * without one is skipped (cg->limits says what was applied). A cgroup
+ * that cannot be created at all leaves cg->created false: the run goes on
+ * without one (rlimits only) unless an explicit limit needs it. */
+int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *pol,
+                     const char *run_name, struct aj_cgroup *cg, struct aj_error *err);
+/* Supervisor side, before releasing the child: move pid into every v1
+ * hierarchy (v2 is entered at clone time with CLONE_INTO_CGROUP). */
+int aj_cgroup_parent_attach(const struct aj_cgroup *cg, pid_t pid, bool v2_too, struct aj_error *err);
+int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *ret);
+/* SIGKILL every process in the run's cgroups (cgroup.kill on v2). */
+void aj_cgroup_kill(const struct aj_cgroup *cg);
+/* Kill, wait for empty, remove. Safe on a half-created or zeroed cg. */
+void aj_cgroup_destroy(struct aj_cgroup *cg);
+void aj_cgroup_init(struct aj_cgroup *cg);
+
+/* Remove run cgroups whose supervisor is gone (killed with SIGKILL, say):
+ * their processes are killed first. Returns how many were removed. */
+int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host);
+
+/* "<pid>.<starttime>.<id>": who owns a run cgroup, checkable later. */
+int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size);

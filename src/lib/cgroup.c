@@ -1,0 +1,619 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cgroup v2 and v1, per controller. See aj_cgroup.h.
+ *
+ * Layout: <hierarchy>/<the supervisor's own cgroup>/agentjail/<run>, where
+ * <run> is "<supervisor pid>.<its start time>.<sandbox id>" so that a later
+ * supervisor can tell a run whose owner died (and clean it up) from one
+ * that is still live. Nesting under our own cgroup keeps agentjail inside
+ * whatever limits its own caller set (a container, a systemd slice). */
+#include "aj_cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aj_missing.h"
+#include "aj_result.h"
+#include "aj_util.h"
+
+static const char *const ctrl_names[AJ_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct"};
+
+const char *aj_cgroup_ctrl_name(enum aj_cg_ctrl c)
+{
+    return (unsigned)c < AJ_CG_NCTRL ? ctrl_names[c] : "?";
+}
+
+void aj_cgroup_init(struct aj_cgroup *cg)
+{
+    memset(cg, 0, sizeof(*cg));
+    cg->v2_fd = -1;
+}
+
+/* ---- detection ------------------------------------------------------------- */
+
+static bool has_word(const char *list, const char *word, char sep)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, sep);
+        size_t len = e ? (size_t)(e - p) : strcspn(p, "\n");
+        if (len == n && strncmp(p, word, n) == 0)
+            return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+int aj_cgroup_detect(struct aj_cgroup_host *host, struct aj_error *err)
+{
+    FILE *f;
+    char *line = NULL;
+    size_t cap = 0;
+
+    memset(host, 0, sizeof(*host));
+    /* Mount points: field 5 is the mount point, after " - " come the fs
+     * type, the source and the super options (v1: the controller list). */
+    f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return aj_err(err, errno, "read /proc/self/mountinfo");
+    while (getline(&line, &cap, f) > 0) {
+        char mnt[AJ_CG_PATH], fstype[32], opts[512];
+        char *sep = strstr(line, " - ");
+        if (!sep || sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1 ||
+            sscanf(sep + 3, "%31s %*s %511s", fstype, opts) != 2)
+            continue;
+        if (strcmp(fstype, "cgroup2") == 0 && !host->v2_mount[0]) {
+            snprintf(host->v2_mount, sizeof(host->v2_mount), "%s", mnt);
+        } else if (strcmp(fstype, "cgroup") == 0) {
+            for (int c = 0; c < AJ_CG_NCTRL; c++)
+                if (has_word(opts, ctrl_names[c], ',') && !host->ctrl[c].mount[0]) {
+                    snprintf(host->ctrl[c].mount, sizeof(host->ctrl[c].mount), "%s", mnt);
+                    host->ctrl[c].version = 1;
+                }
+        }
+    }
+    free(line);
+    fclose(f);
+
+    /* Our own place in each hierarchy. */
+    f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return aj_err(err, errno, "read /proc/self/cgroup");
+    line = NULL;
+    cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        c2[1 + strcspn(c2 + 1, "\n")] = '\0';
+        if (c1[1] == '\0') {
+            snprintf(host->v2_self, sizeof(host->v2_self), "%s", c2 + 1);
+            continue;
+        }
+        for (int c = 0; c < AJ_CG_NCTRL; c++)
+            if (has_word(c1 + 1, ctrl_names[c], ','))
+                snprintf(host->ctrl[c].self, sizeof(host->ctrl[c].self), "%s", c2 + 1);
+    }
+    free(line);
+    fclose(f);
+
+    /* v2 wins for every controller it offers to our cgroup. */
+    if (host->v2_mount[0]) {
+        char path[AJ_CG_PATH * 2 + 32], buf[512];
+        snprintf(path, sizeof(path), "%s%s/cgroup.controllers", host->v2_mount,
+                 strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self);
+        if (aj_read_small_file(path, buf, sizeof(buf)) >= 0)
+            for (int c = 0; c < AJ_CG_NCTRL; c++)
+                if (c != AJ_CG_CPUACCT && has_word(buf, ctrl_names[c], ' ')) {
+                    host->ctrl[c].version = 2;
+                    host->ctrl[c].mount[0] = '\0';
+                }
+    }
+    return 0;
+}
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static int write_at(const char *dir, const char *file, const char *value)
+{
+    char path[AJ_CG_PATH * 2 + 64];
+    _cleanup_close_ int fd = -1;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (write(fd, value, strlen(value)) < 0)
+        return -errno;
+    return 0;
+}
+
+static int read_at(const char *dir, const char *file, char *buf, size_t size)
+{
+    char path[AJ_CG_PATH * 2 + 64];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    return aj_read_small_file(path, buf, size);
+}
+
+/* "key value" lines (memory.events, cpu.stat, memory.oom_control). */
+static bool read_key(const char *dir, const char *file, const char *key, uint64_t *ret)
+{
+    char buf[4096];
+    size_t n = strlen(key);
+
+    if (read_at(dir, file, buf, sizeof(buf)) < 0)
+        return false;
+    for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, key, n) == 0 && p[n] == ' ') {
+            *ret = strtoull(p + n + 1, NULL, 10);
+            return true;
+        }
+    return false;
+}
+
+static bool read_u64(const char *dir, const char *file, uint64_t *ret)
+{
+    char buf[64];
+    char *end;
+    if (read_at(dir, file, buf, sizeof(buf)) <= 0)
+        return false;
+    errno = 0;
+    *ret = strtoull(buf, &end, 10);
+    return errno == 0 && end != buf;
+}
+
+static void join(char *out, size_t size, const char *mount, const char *self, const char *rest)
+{
+    int n = snprintf(out, size, "%s%s/agentjail%s%s", mount, strcmp(self, "/") == 0 ? "" : self,
+                     rest ? "/" : "", rest ? rest : "");
+    /* mount and self come from the kernel and fit easily; if they ever do
+     * not, an empty path fails the mkdir cleanly instead of a cut one. */
+    if (n < 0 || (size_t)n >= size)
+        out[0] = '\0';
+}
+
+static int starttime_of(pid_t pid, unsigned long long *ret)
+{
+    char path[64], buf[1024];
+    const char *p;
+    int field = 2;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (aj_read_small_file(path, buf, sizeof(buf)) <= 0)
+        return -ESRCH;
+    p = strrchr(buf, ')');
+    if (!p)
+        return -EINVAL;
+    for (p++; *p; p++)
+        if (*p == ' ' && ++field == 22) {
+            *ret = strtoull(p + 1, NULL, 10);
+            return 0;
+        }
+    return -EINVAL;
+}
+
+int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size)
+{
+    unsigned long long st = 0;
+    int r = starttime_of(getpid(), &st);
+    if (r < 0)
+        return r;
+    snprintf(buf, size, "%d.%llu.%.12s", (int)getpid(), st, sandbox_id);
+    return 0;
+}
+
+/* Create dir/agentjail (once) and dir/agentjail/run. On v2, controllers
+ * must be enabled in every ancestor's subtree_control on the way down. */
+static int make_run_dir(const char *base, const char *run, char *out, size_t size, int version,
+                        uint32_t v2_ctrls)
+{
+    char parent[AJ_CG_PATH * 2];
+
+    snprintf(parent, sizeof(parent), "%s", base);
+    if (mkdir(parent, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    if (version == 2) {
+        /* Best effort here: a controller that cannot be enabled shows up as
+         * a missing file when the limit is written, which fails closed. */
+        char up[AJ_CG_PATH * 2];
+        char *slash;
+        snprintf(up, sizeof(up), "%s", base);
+        slash = strrchr(up, '/');
+        if (slash)
+            *slash = '\0';
+        for (int c = 0; c < AJ_CG_NCTRL; c++)
+            if (v2_ctrls & (1u << c)) {
+                char w[32];
+                snprintf(w, sizeof(w), "+%s", ctrl_names[c]);
+                (void)write_at(up, "cgroup.subtree_control", w);
+                (void)write_at(base, "cgroup.subtree_control", w);
+            }
+    }
+    snprintf(out, size, "%s/%s", base, run);
+    for (int tries = 0; mkdir(out, 0755) < 0; tries++) {
+        /* A concurrent run removed the (then empty) base dir: recreate. */
+        if (errno != ENOENT || tries > 5 || (mkdir(parent, 0755) < 0 && errno != EEXIST))
+            return -errno;
+    }
+    return 0;
+}
+
+/* The base dir goes when its last run does, so no trace of agentjail is
+ * left in the host's cgroup tree; EBUSY means other runs are live. */
+static void remove_base_of(const char *run_dir)
+{
+    char base[AJ_CG_PATH * 2];
+    char *slash;
+
+    snprintf(base, sizeof(base), "%s", run_dir);
+    slash = strrchr(base, '/');
+    if (!slash)
+        return;
+    *slash = '\0';
+    (void)rmdir(base);
+}
+
+/* ---- create ---------------------------------------------------------------- */
+
+static int write_limit(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file, const char *value,
+                       bool required, const char *what, struct aj_error *err)
+{
+    const char *dir = cg->version[c] == 2 ? cg->v2_dir : cg->v1_dir[c];
+    int r = dir[0] ? write_at(dir, file, value) : -ENOENT;
+
+    if (r < 0 && required)
+        return aj_err(err, -r, "%s: cannot set %s in %s", what, file, dir[0] ? dir : "(no cgroup)");
+    return r;
+}
+
+int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *pol,
+                     const char *run_name, struct aj_cgroup *cg, struct aj_error *err)
+{
+    static const struct {
+        uint32_t limit_bit;
+        enum aj_cg_ctrl ctrl;
+        const char *flag;
+    } needs[] = {
+        {AJ_LIMIT_MEMORY, AJ_CG_MEMORY, "--memory"},
+        {AJ_LIMIT_PIDS, AJ_CG_PIDS, "--pids"},
+        {AJ_LIMIT_CPUS, AJ_CG_CPU, "--cpus"},
+    };
+    uint32_t v2_ctrls = 0;
+    char buf[64];
+    int r;
+
+    aj_cgroup_init(cg);
+    for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        cg->version[c] = host->ctrl[c].version;
+        if (cg->version[c] == 2)
+            v2_ctrls |= 1u << c;
+    }
+    /* The v2 group: tracking and kill for the whole tree, plus whatever
+     * controllers v2 provides. */
+    if (host->v2_mount[0]) {
+        char base[AJ_CG_PATH * 2];
+        join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
+        r = make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, v2_ctrls);
+        if (r < 0) {
+            cg->v2_dir[0] = '\0';
+            for (int c = 0; c < AJ_CG_NCTRL; c++)
+                if (cg->version[c] == 2)
+                    cg->version[c] = 0;
+        } else {
+            cg->created = true;
+            cg->v2_fd = open(cg->v2_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+            if (cg->v2_fd < 0) {
+                r = aj_err(err, errno, "open %s", cg->v2_dir);
+                goto fail;
+            }
+        }
+    }
+    for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        char base[AJ_CG_PATH * 2];
+        /* A v1 hierarchy costs a mkdir and an rmdir per run (the memory
+         * one a slow rmdir): only join those this run needs. */
+        bool want = (c == AJ_CG_MEMORY && pol->memory_max) || (c == AJ_CG_PIDS && pol->pids_max) ||
+                    (c == AJ_CG_CPU && pol->cpu_milli) || (c == AJ_CG_CPUACCT && !cg->v2_dir[0]);
+        if (cg->version[c] != 1)
+            continue;
+        if (!want) {
+            cg->version[c] = 0;
+            continue;
+        }
+        /* A hierarchy holding several controllers (cpu,cpuacct) is one dir. */
+        for (int o = 0; o < c; o++)
+            if (cg->version[o] == 1 && strcmp(host->ctrl[o].mount, host->ctrl[c].mount) == 0) {
+                snprintf(cg->v1_dir[c], sizeof(cg->v1_dir[c]), "%s", cg->v1_dir[o]);
+                break;
+            }
+        if (cg->v1_dir[c][0])
+            continue;
+        join(base, sizeof(base), host->ctrl[c].mount, host->ctrl[c].self, NULL);
+        r = make_run_dir(base, run_name, cg->v1_dir[c], sizeof(cg->v1_dir[c]), 1, 0);
+        if (r < 0) {
+            cg->v1_dir[c][0] = '\0';
+            cg->version[c] = 0;
+        } else {
+            cg->created = true;
+        }
+    }
+    /* Explicit limits without a usable controller: fail closed, naming the
+     * controller, where it is and why it cannot be used. */
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(needs); i++) {
+        enum aj_cg_ctrl c = needs[i].ctrl;
+        if (!(pol->explicit_limits & needs[i].limit_bit) || cg->version[c])
+            continue;
+        if (!host->ctrl[c].version)
+            r = aj_err(err, 0, "%s needs the cgroup '%s' controller, which this host does not provide "
+                       "(neither cgroup v2 nor a v1 hierarchy)", needs[i].flag, ctrl_names[c]);
+        else
+            r = aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v%d at %s%s); "
+                       "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)",
+                       needs[i].flag, ctrl_names[c], host->ctrl[c].version,
+                       host->ctrl[c].version == 2 ? host->v2_mount : host->ctrl[c].mount,
+                       host->ctrl[c].version == 2 ? host->v2_self : host->ctrl[c].self);
+        goto fail;
+    }
+    if ((pol->explicit_limits & AJ_LIMIT_CPU_TIME) && !cg->v2_dir[0] && cg->version[AJ_CG_CPUACCT] != 1) {
+        r = aj_err(err, 0, "--cpu-time needs a cgroup to measure the CPU time of the whole process tree, "
+                   "and none is writable here; run as root or in a delegated cgroup");
+        goto fail;
+    }
+
+    if (pol->memory_max && cg->version[AJ_CG_MEMORY]) {
+        bool req = pol->explicit_limits & AJ_LIMIT_MEMORY;
+        snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pol->memory_max);
+        if (cg->version[AJ_CG_MEMORY] == 2) {
+            r = write_limit(cg, AJ_CG_MEMORY, "memory.max", buf, req, "--memory", err);
+            /* RAM + swap: no swap at all, so the total is memory.max. The
+             * file is absent on kernels without swap accounting. */
+            if (r == 0) {
+                int rs = write_limit(cg, AJ_CG_MEMORY, "memory.swap.max", "0", false, "--memory", err);
+                if (rs < 0 && rs != -ENOENT)
+                    r = aj_err(err, -rs, "--memory: cannot set memory.swap.max in %s", cg->v2_dir);
+            }
+            /* One OOM kill ends the whole group, not a random member. */
+            if (r == 0)
+                (void)write_limit(cg, AJ_CG_MEMORY, "memory.oom.group", "1", false, "--memory", err);
+        } else {
+            r = write_limit(cg, AJ_CG_MEMORY, "memory.limit_in_bytes", buf, req, "--memory", err);
+            /* memsw exists only with swap accounting; without it there is no
+             * swap to account and limit_in_bytes is the whole budget. */
+            if (r == 0)
+                (void)write_limit(cg, AJ_CG_MEMORY, "memory.memsw.limit_in_bytes", buf, false, "--memory", err);
+        }
+        if (r < 0 && req)
+            goto fail;
+        if (r == 0)
+            cg->limits |= AJ_LAYER_MEMORY_LIMIT;
+    }
+    if (pol->pids_max && cg->version[AJ_CG_PIDS]) {
+        bool req = pol->explicit_limits & AJ_LIMIT_PIDS;
+        snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pol->pids_max);
+        r = write_limit(cg, AJ_CG_PIDS, "pids.max", buf, req, "--pids", err);
+        if (r < 0 && req)
+            goto fail;
+        if (r == 0)
+            cg->limits |= AJ_LAYER_PIDS_LIMIT;
+    }
+    if (pol->cpu_milli && cg->version[AJ_CG_CPU]) {
+        uint64_t period = 100000, quota = (uint64_t)pol->cpu_milli * period / 1000;
+        if (cg->version[AJ_CG_CPU] == 2) {
+            snprintf(buf, sizeof(buf), "%llu %llu", (unsigned long long)quota, (unsigned long long)period);
+            r = write_limit(cg, AJ_CG_CPU, "cpu.max", buf, true, "--cpus", err);
+        } else {
+            snprintf(buf, sizeof(buf), "%llu", (unsigned long long)period);
+            r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_period_us", buf, true, "--cpus", err);
+            snprintf(buf, sizeof(buf), "%llu", (unsigned long long)quota);
+            if (r == 0)
+                r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_quota_us", buf, true, "--cpus", err);
+        }
+        if (r < 0)
+            goto fail;
+        cg->limits |= AJ_LAYER_CPU_LIMIT;
+    }
+    return 0;
+fail:
+    aj_cgroup_destroy(cg);
+    return r < 0 ? r : -EINVAL;
+}
+
+int aj_cgroup_parent_attach(const struct aj_cgroup *cg, pid_t pid, bool v2_too, struct aj_error *err)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%d", (int)pid);
+    if (v2_too && cg->v2_dir[0]) {
+        int r = write_at(cg->v2_dir, "cgroup.procs", buf);
+        if (r < 0)
+            return aj_err(err, -r, "move the sandbox into %s", cg->v2_dir);
+    }
+    for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        if (!cg->v1_dir[c][0])
+            continue;
+        bool dup = false;
+        for (int o = 0; o < c; o++)
+            dup |= strcmp(cg->v1_dir[o], cg->v1_dir[c]) == 0;
+        if (dup)
+            continue;
+        int r = write_at(cg->v1_dir[c], "cgroup.procs", buf);
+        if (r < 0)
+            return aj_err(err, -r, "move the sandbox into %s", cg->v1_dir[c]);
+    }
+    return 0;
+}
+
+int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *st)
+{
+    uint64_t v;
+    memset(st, 0, sizeof(*st));
+    /* CPU: v2's cpu.stat exists in every v2 group (no controller needed). */
+    if (cg->v2_dir[0] && read_key(cg->v2_dir, "cpu.stat", "usage_usec", &v)) {
+        st->cpu_usec = v;
+        st->have_cpu = true;
+    } else if (cg->version[AJ_CG_CPUACCT] == 1 && read_u64(cg->v1_dir[AJ_CG_CPUACCT], "cpuacct.usage", &v)) {
+        st->cpu_usec = v / 1000;
+        st->have_cpu = true;
+    }
+    if (cg->version[AJ_CG_MEMORY] == 2) {
+        if (read_u64(cg->v2_dir, "memory.peak", &v)) {
+            st->memory_peak = v;
+            st->have_memory_peak = true;
+        }
+        if (read_key(cg->v2_dir, "memory.events", "oom_kill", &v))
+            st->oom_kills = v;
+    } else if (cg->version[AJ_CG_MEMORY] == 1) {
+        if (read_u64(cg->v1_dir[AJ_CG_MEMORY], "memory.max_usage_in_bytes", &v)) {
+            st->memory_peak = v;
+            st->have_memory_peak = true;
+        }
+        if (read_key(cg->v1_dir[AJ_CG_MEMORY], "memory.oom_control", "oom_kill", &v))
+            st->oom_kills = v;
+    }
+    if (cg->version[AJ_CG_PIDS]) {
+        const char *dir = cg->version[AJ_CG_PIDS] == 2 ? cg->v2_dir : cg->v1_dir[AJ_CG_PIDS];
+        if (read_key(dir, "pids.events", "max", &v))
+            st->pids_max_hits = v;
+    }
+    return 0;
+}
+
+static int kill_procs_in(const char *dir)
+{
+    char buf[8192];
+    int n = 0;
+
+    if (read_at(dir, "cgroup.procs", buf, sizeof(buf)) <= 0)
+        return 0;
+    for (char *p = buf; *p;) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
+            n++;
+        p = end;
+        while (*p == '\n')
+            p++;
+    }
+    return n;
+}
+
+void aj_cgroup_kill(const struct aj_cgroup *cg)
+{
+    /* cgroup.kill (5.14) kills every member atomically, forks included. */
+    if (cg->v2_dir[0] && write_at(cg->v2_dir, "cgroup.kill", "1") == 0)
+        return;
+    if (cg->v2_dir[0])
+        (void)kill_procs_in(cg->v2_dir);
+    for (int c = 0; c < AJ_CG_NCTRL; c++)
+        if (cg->v1_dir[c][0])
+            (void)kill_procs_in(cg->v1_dir[c]);
+}
+
+static void remove_dir(const char *dir)
+{
+    /* A group empties asynchronously after its last process is reaped:
+     * retry briefly, killing anything that is still (or newly) there. */
+    for (int i = 0; i < 200; i++) {
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return;
+        if (errno != EBUSY)
+            return;
+        (void)kill_procs_in(dir);
+        struct timespec ts = {0, 1000000 * (i < 20 ? 1 : 10)};
+        (void)nanosleep(&ts, NULL);
+    }
+}
+
+void aj_cgroup_destroy(struct aj_cgroup *cg)
+{
+    if (!cg)
+        return;
+    if (cg->created)
+        aj_cgroup_kill(cg);
+    if (cg->v2_fd >= 0) {
+        (void)close(cg->v2_fd);
+        cg->v2_fd = -1;
+    }
+    if (cg->v2_dir[0]) {
+        remove_dir(cg->v2_dir);
+        remove_base_of(cg->v2_dir);
+    }
+    for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        if (!cg->v1_dir[c][0])
+            continue;
+        remove_dir(cg->v1_dir[c]);
+        remove_base_of(cg->v1_dir[c]);
+        /* Shared hierarchies (cpu,cpuacct) point at the same dir. */
+        for (int o = c + 1; o < AJ_CG_NCTRL; o++)
+            if (strcmp(cg->v1_dir[o], cg->v1_dir[c]) == 0)
+                cg->v1_dir[o][0] = '\0';
+        cg->v1_dir[c][0] = '\0';
+    }
+    cg->v2_dir[0] = '\0';
+    cg->created = false;
+}
+
+/* ---- stale runs -------------------------------------------------------------- */
+
+static bool owner_alive(const char *name)
+{
+    char *end;
+    long pid = strtol(name, &end, 10);
+    unsigned long long st, want;
+
+    if (end == name || *end != '.' || pid <= 0)
+        return true; /* not ours: leave it alone */
+    want = strtoull(end + 1, NULL, 10);
+    if (starttime_of((pid_t)pid, &st) < 0)
+        return false;
+    return st == want;
+}
+
+static int cleanup_base(const char *base)
+{
+    DIR *d = opendir(base);
+    struct dirent *de;
+    int n = 0;
+
+    if (!d)
+        return 0;
+    while ((de = readdir(d))) {
+        char dir[AJ_CG_PATH * 2 + 300];
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' || owner_alive(de->d_name))
+            continue;
+        snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
+        if (write_at(dir, "cgroup.kill", "1") < 0)
+            (void)kill_procs_in(dir);
+        remove_dir(dir);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host)
+{
+    char base[AJ_CG_PATH * 2];
+    int n = 0;
+
+    if (host->v2_mount[0]) {
+        join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
+        n += cleanup_base(base);
+    }
+    for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        if (host->ctrl[c].version != 1)
+            continue;
+        join(base, sizeof(base), host->ctrl[c].mount, host->ctrl[c].self, NULL);
+        n += cleanup_base(base);
+    }
+    return n;
+}
