@@ -263,6 +263,22 @@ static void remove_base_of(const char *run_dir)
 
 /* ---- create ---------------------------------------------------------------- */
 
+/* Every wanted v2 controller is usable in dir (listed in its
+ * cgroup.controllers, i.e. enabled by the parent). */
+static bool v2_controllers_enabled(const char *dir, uint32_t wanted)
+{
+    char buf[512];
+
+    if (!wanted)
+        return true;
+    if (read_at(dir, "cgroup.controllers", buf, sizeof(buf)) < 0)
+        return false;
+    for (int c = 0; c < AJ_CG_NCTRL; c++)
+        if ((wanted & (1u << c)) && !has_word(buf, ctrl_names[c], ' '))
+            return false;
+    return true;
+}
+
 static int write_limit(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file, const char *value,
                        bool required, const char *what, struct aj_error *err)
 {
@@ -302,6 +318,17 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         char base[AJ_CG_PATH * 2];
         join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
         r = make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, v2_ctrls);
+        if (r == 0 && !v2_controllers_enabled(cg->v2_dir, v2_ctrls) && geteuid() == 0 &&
+            strcmp(host->v2_self, "/") != 0) {
+            /* The usual systemd host: our own cgroup (a session scope) holds
+             * processes, so v2's "no internal processes" rule keeps us from
+             * enabling controllers below it. As root, use the root cgroup,
+             * which is exempt from that rule. */
+            (void)rmdir(cg->v2_dir);
+            remove_base_of(cg->v2_dir);
+            join(base, sizeof(base), host->v2_mount, "/", NULL);
+            r = make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, v2_ctrls);
+        }
         if (r < 0) {
             cg->v2_dir[0] = '\0';
             for (int c = 0; c < AJ_CG_NCTRL; c++)
@@ -608,6 +635,10 @@ int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host)
     if (host->v2_mount[0]) {
         join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
         n += cleanup_base(base);
+        if (strcmp(host->v2_self, "/") != 0 && geteuid() == 0) {
+            join(base, sizeof(base), host->v2_mount, "/", NULL);
+            n += cleanup_base(base);
+        }
     }
     for (int c = 0; c < AJ_CG_NCTRL; c++) {
         if (host->ctrl[c].version != 1)
