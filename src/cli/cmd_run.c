@@ -34,6 +34,8 @@ enum {
     OPT_OUTPUT_LIMIT,
     OPT_FILE_SIZE,
     OPT_OPEN_FILES,
+    OPT_POLICY,
+    OPT_PROFILE,
     OPT_HELP,
 };
 
@@ -60,14 +62,19 @@ static const struct option run_options[] = {
     {"output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT},
     {"file-size", required_argument, NULL, OPT_FILE_SIZE},
     {"open-files", required_argument, NULL, OPT_OPEN_FILES},
+    {"policy", required_argument, NULL, OPT_POLICY},
+    {"profile", required_argument, NULL, OPT_PROFILE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
 
 static void run_usage(FILE *f)
 {
-    fputs("usage: agentjail run [FLAGS] -- CMD [ARGS...]\n"
+    fputs("usage: agentjail run [--profile NAME] [--policy FILE] [FLAGS] -- CMD [ARGS...]\n"
           "\n"
+          "  --profile NAME            start from a built-in profile (default, python, shell)\n"
+          "  --policy FILE             start from a policy file (JSON, see docs/policy.md);\n"
+          "                            flags override its values and add to its lists\n"
           "  --bind-ro HOST[:SANDBOX]  read-only bind of a host path (default SANDBOX=HOST)\n"
           "  --bind-rw HOST[:SANDBOX]  writable bind of a host path\n"
           "  --tmpfs PATH[:SIZE]       private tmpfs (noexec), default size 64M\n"
@@ -148,6 +155,10 @@ int aj_cmd_run(int argc, char **argv)
     uint64_t v;
 
     aj_policy_init(&pol);
+    /* --profile, then --policy, then every other flag on top: the order
+     * on the command line does not matter. */
+    if (aj_cli_load_base(argc, argv, run_options, OPT_PROFILE, OPT_POLICY, &pol, &err) < 0)
+        goto usage_error;
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+:h", run_options, NULL)) != -1) {
@@ -226,6 +237,9 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_OPEN_FILES:
             r = aj_policy_set_open_files(&pol, optarg, &err);
             break;
+        case OPT_POLICY:
+        case OPT_PROFILE:
+            break; /* loaded first, above */
         case OPT_HELP:
         case 'h':
             run_usage(stdout);

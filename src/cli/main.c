@@ -6,7 +6,8 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: agentjail run [FLAGS] -- CMD [ARGS...]\n"
+    fputs("usage: agentjail run [--profile NAME] [--policy FILE] [FLAGS] -- CMD [ARGS...]\n"
+          "       agentjail policy check|show|diff|profiles ...\n"
           "       agentjail --version | --help\n"
           "\n"
           "Runs CMD in a fresh sandbox: user, pid, mount, network, ipc, uts, cgroup and time\n"
@@ -23,6 +24,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "run") == 0)
         return aj_cmd_run(argc - 1, argv + 1);
+    if (strcmp(argv[1], "policy") == 0)
+        return aj_cmd_policy(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);
         return 0;

@@ -67,7 +67,10 @@ struct aj_policy {
     uint32_t cpu_milli;         /* CPU bandwidth in thousandths of a CPU */
     uint64_t cpu_time_ms;       /* CPU time of the whole tree */
     uint64_t output_limit;      /* bytes per stream (stdout, stderr) */
-    uint32_t explicit_limits;   /* AJ_LIMIT_* bits the user set: fail closed */
+    /* Fail closed when a cgroup limit cannot be enforced. Set by any
+     * explicit cgroup limit (flag or policy key); without it the defaults
+     * apply only where a cgroup is available, and the result says so. */
+    bool require_cgroup;
 };
 
 enum aj_limit_bit {
@@ -108,11 +111,35 @@ AJ_EXPORT int aj_policy_set_output_limit(struct aj_policy *pol, const char *valu
 AJ_EXPORT int aj_policy_set_file_size(struct aj_policy *pol, const char *value, struct aj_error *err);
 AJ_EXPORT int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj_error *err);
 
-/* Whole-policy checks (conflicts, paths that must exist). */
-AJ_EXPORT int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err);
+AJ_EXPORT int aj_policy_add_bind_paths(struct aj_policy *pol, const char *host, const char *sandbox,
+                                       bool rw, struct aj_error *err);
 
-/* Canonical JSON (sorted keys, compact) and its sha256 in hex. */
-AJ_EXPORT char *aj_policy_canonical_json(const struct aj_policy *pol);
+/* Whole-policy checks (conflicts, paths that must exist). The _at form
+ * also names the policy key at fault ("filesystem.binds[1].sandbox"). */
+AJ_EXPORT int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err);
+AJ_EXPORT int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key_size,
+                                    struct aj_error *err);
+
+/* The normalised policy as a policy file (every default filled in, sorted
+ * keys): compact is the canonical form that is hashed, otherwise indented
+ * for people. Loading it back gives the same policy and the same hash.
+ * NULL on allocation failure. Caller frees. */
+AJ_EXPORT char *aj_policy_to_json(const struct aj_policy *pol, bool compact);
+#define aj_policy_canonical_json(pol) aj_policy_to_json((pol), true)
+
+/* Policy files (JSON; see docs/policy.md). Loading fills pol on top of what
+ * it holds (call aj_policy_init first for a fresh one). Errors name
+ * FILE:LINE:COLUMN and the key path (errnum 0: bad input). */
+AJ_EXPORT int aj_policy_load_file(struct aj_policy *pol, const char *path, struct aj_error *err);
+AJ_EXPORT int aj_policy_load_buffer(struct aj_policy *pol, const char *buf, size_t len,
+                                    const char *name, struct aj_error *err);
+/* Built-in profiles, compiled in from the JSON files in profiles/. */
+AJ_EXPORT int aj_policy_load_profile(struct aj_policy *pol, const char *name, struct aj_error *err);
+AJ_EXPORT const char *const *aj_policy_profile_names(void);
+/* What a reviewer needs: one line per protection that differs between a
+ * and b, saying which side is weaker. NULL when they are the same (and
+ * *ret_oom set on allocation failure). Caller frees. */
+AJ_EXPORT char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool *ret_oom);
 AJ_EXPORT int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65],
                                struct aj_error *err);
 

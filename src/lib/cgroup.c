@@ -290,6 +290,25 @@ static int write_limit(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file
     return r;
 }
 
+/* Whether the policy insists on a limit it sets (see require_cgroup). */
+static bool required(const struct aj_policy *pol, uint32_t bit)
+{
+    if (!pol->require_cgroup)
+        return false;
+    switch (bit) {
+    case AJ_LIMIT_MEMORY:
+        return pol->memory_max != 0;
+    case AJ_LIMIT_PIDS:
+        return pol->pids_max != 0;
+    case AJ_LIMIT_CPUS:
+        return pol->cpu_milli != 0;
+    case AJ_LIMIT_CPU_TIME:
+        return pol->cpu_time_ms != 0;
+    default:
+        return false;
+    }
+}
+
 int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *pol,
                      const char *run_name, struct aj_cgroup *cg, struct aj_error *err)
 {
@@ -376,7 +395,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
      * controller, where it is and why it cannot be used. */
     for (size_t i = 0; i < AJ_ARRAY_SIZE(needs); i++) {
         enum aj_cg_ctrl c = needs[i].ctrl;
-        if (!(pol->explicit_limits & needs[i].limit_bit) || cg->version[c])
+        if (!required(pol, needs[i].limit_bit) || cg->version[c])
             continue;
         if (!host->ctrl[c].version)
             r = aj_err(err, 0, "%s needs the cgroup '%s' controller, which this host does not provide "
@@ -389,14 +408,14 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
                        host->ctrl[c].version == 2 ? host->v2_self : host->ctrl[c].self);
         goto fail;
     }
-    if ((pol->explicit_limits & AJ_LIMIT_CPU_TIME) && !cg->v2_dir[0] && cg->version[AJ_CG_CPUACCT] != 1) {
+    if (required(pol, AJ_LIMIT_CPU_TIME) && !cg->v2_dir[0] && cg->version[AJ_CG_CPUACCT] != 1) {
         r = aj_err(err, 0, "--cpu-time needs a cgroup to measure the CPU time of the whole process tree, "
                    "and none is writable here; run as root or in a delegated cgroup");
         goto fail;
     }
 
     if (pol->memory_max && cg->version[AJ_CG_MEMORY]) {
-        bool req = pol->explicit_limits & AJ_LIMIT_MEMORY;
+        bool req = required(pol, AJ_LIMIT_MEMORY);
         snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pol->memory_max);
         if (cg->version[AJ_CG_MEMORY] == 2) {
             r = write_limit(cg, AJ_CG_MEMORY, "memory.max", buf, req, "--memory", err);
@@ -423,7 +442,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
             cg->limits |= AJ_LAYER_MEMORY_LIMIT;
     }
     if (pol->pids_max && cg->version[AJ_CG_PIDS]) {
-        bool req = pol->explicit_limits & AJ_LIMIT_PIDS;
+        bool req = required(pol, AJ_LIMIT_PIDS);
         snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pol->pids_max);
         r = write_limit(cg, AJ_CG_PIDS, "pids.max", buf, req, "--pids", err);
         if (r < 0 && req)

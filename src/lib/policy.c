@@ -263,26 +263,18 @@ static int push(void **arr, size_t *n, size_t elem, const void *item)
     return 0;
 }
 
-int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw, struct aj_error *err)
+int aj_policy_add_bind_paths(struct aj_policy *pol, const char *host_in, const char *sandbox_in, bool rw,
+                             struct aj_error *err)
 {
     const char *what = rw ? "--bind-rw" : "--bind-ro";
-    _cleanup_free_ char *copy = NULL, *host = NULL, *sandbox = NULL;
+    _cleanup_free_ char *host = NULL, *sandbox = NULL;
     struct aj_bind b;
-    char *colon;
     int r;
 
-    if (!spec || !*spec)
-        return aj_err(err, 0, "%s: empty argument (expected HOST[:SANDBOX])", what);
-    copy = strdup(spec);
-    if (!copy)
-        return aj_err(err, ENOMEM, "%s", what);
-    colon = strchr(copy, ':');
-    if (colon)
-        *colon = '\0';
-    r = normalise_abs_path(copy, &host, what, err);
+    r = normalise_abs_path(host_in, &host, what, err);
     if (r < 0)
         return r;
-    r = normalise_abs_path(colon ? colon + 1 : host, &sandbox, what, err);
+    r = normalise_abs_path(sandbox_in ? sandbox_in : host, &sandbox, what, err);
     if (r < 0)
         return r;
     r = check_sandbox_path(sandbox, what, err);
@@ -296,6 +288,23 @@ int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw, struct 
         return aj_err(err, ENOMEM, "%s", what);
     host = sandbox = NULL;
     return 0;
+}
+
+int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw, struct aj_error *err)
+{
+    const char *what = rw ? "--bind-rw" : "--bind-ro";
+    _cleanup_free_ char *copy = NULL;
+    char *colon;
+
+    if (!spec || !*spec)
+        return aj_err(err, 0, "%s: empty argument (expected HOST[:SANDBOX])", what);
+    copy = strdup(spec);
+    if (!copy)
+        return aj_err(err, ENOMEM, "%s", what);
+    colon = strchr(copy, ':');
+    if (colon)
+        *colon = '\0';
+    return aj_policy_add_bind_paths(pol, copy, colon ? colon + 1 : NULL, rw, err);
 }
 
 int aj_policy_add_tmpfs(struct aj_policy *pol, const char *spec, struct aj_error *err)
@@ -431,7 +440,7 @@ int aj_policy_set_memory(struct aj_policy *pol, const char *value, struct aj_err
         return aj_err(err, 0, "--memory: '%s' is not a size between 4M and 1P (e.g. 512M, 2G)",
                       value ? value : "");
     pol->memory_max = v;
-    pol->explicit_limits |= AJ_LIMIT_MEMORY;
+    pol->require_cgroup = true;
     return 0;
 }
 
@@ -443,7 +452,7 @@ int aj_policy_set_pids(struct aj_policy *pol, const char *value, struct aj_error
         return aj_err(err, 0, "--pids: '%s' is not a number of processes within 2..4194304",
                       value ? value : "");
     pol->pids_max = v;
-    pol->explicit_limits |= AJ_LIMIT_PIDS;
+    pol->require_cgroup = true;
     return 0;
 }
 
@@ -473,7 +482,7 @@ int aj_policy_set_cpus(struct aj_policy *pol, const char *value, struct aj_error
     if (milli < 10 || milli > 1024000)
         goto bad;
     pol->cpu_milli = (uint32_t)milli;
-    pol->explicit_limits |= AJ_LIMIT_CPUS;
+    pol->require_cgroup = true;
     return 0;
 bad:
     return aj_err(err, 0, "--cpus: '%s' is not a CPU share within 0.01..1024 (e.g. 0.5, 2)",
@@ -487,7 +496,7 @@ int aj_policy_set_cpu_time(struct aj_policy *pol, const char *value, struct aj_e
         return aj_err(err, 0, "--cpu-time: '%s' is not a duration (e.g. 10, 10s, 500ms; > 0, <= 7 days)",
                       value ? value : "");
     pol->cpu_time_ms = v;
-    pol->explicit_limits |= AJ_LIMIT_CPU_TIME;
+    pol->require_cgroup = true;
     return 0;
 }
 
@@ -525,37 +534,61 @@ int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj
 
 int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err)
 {
+    return aj_policy_validate_at(pol, NULL, 0, err);
+}
+
+#define BAD_KEY(...)                                                                               \
+    do {                                                                                           \
+        if (ret_key)                                                                               \
+            (void)snprintf(ret_key, key_size, __VA_ARGS__);                                        \
+    } while (0)
+
+int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key_size,
+                          struct aj_error *err)
+{
     struct stat st;
 
+    BAD_KEY("%s", "");
     for (size_t i = 0; i < pol->n_binds; i++) {
         const struct aj_bind *b = &pol->binds[i];
         /* Existence only, for an early clear error. The mount layer resolves
          * the path again, once, and uses the fd (no check-then-use). */
-        if (stat(b->host, &st) < 0)
-            return aj_err(err, errno, "%s %s: host path", b->rw ? "--bind-rw" : "--bind-ro", b->host);
+        if (stat(b->host, &st) < 0) {
+            BAD_KEY("filesystem.binds[%zu].host", i);
+            return aj_err(err, errno, "%s: host path %s", b->rw ? "--bind-rw" : "--bind-ro", b->host);
+        }
         for (size_t j = 0; j < i; j++) {
             const struct aj_bind *o = &pol->binds[j];
-            if (strcmp(o->sandbox, b->sandbox) == 0)
+            if (strcmp(o->sandbox, b->sandbox) == 0) {
+                BAD_KEY("filesystem.binds[%zu].sandbox", i);
                 return aj_err(err, 0, "binds %s and %s both target %s; keep one", o->host, b->host,
                               b->sandbox);
+            }
             /* A rw bind nested inside a ro one would reopen for writing
              * what the ro bind promised to protect. */
-            if (b->rw && !o->rw && path_is_or_under(b->sandbox, o->sandbox))
+            if (b->rw && !o->rw && path_is_or_under(b->sandbox, o->sandbox)) {
+                BAD_KEY("filesystem.binds[%zu].sandbox", i);
                 return aj_err(err, 0,
                               "--bind-rw %s lies under the read-only bind %s; a writable path "
                               "inside a read-only bind is not allowed",
                               b->sandbox, o->sandbox);
+            }
         }
     }
     for (size_t i = 0; i < pol->n_tmpfs; i++)
         for (size_t j = 0; j < pol->n_binds; j++)
-            if (strcmp(pol->tmpfs[i].path, pol->binds[j].sandbox) == 0)
+            if (strcmp(pol->tmpfs[i].path, pol->binds[j].sandbox) == 0) {
+                BAD_KEY("filesystem.tmpfs[%zu].path", i);
                 return aj_err(err, 0, "--tmpfs %s and a bind both target %s", pol->tmpfs[i].path,
                               pol->tmpfs[i].path);
-    if (pol->workdir && pol->workdir[0] != '/')
+            }
+    if (pol->workdir && pol->workdir[0] != '/') {
+        BAD_KEY("filesystem.workdir");
         return aj_err(err, 0, "--workdir: '%s' is not an absolute path", pol->workdir);
+    }
     if (pol->hostname) {
         size_t n = strlen(pol->hostname);
+        BAD_KEY("identity.hostname");
         if (n == 0 || n > 63)
             return aj_err(err, 0, "--hostname: must be 1..63 characters");
         for (size_t i = 0; i < n; i++) {
@@ -565,78 +598,25 @@ int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err)
                               pol->hostname);
         }
     }
-    if (pol->uid == UINT32_MAX || pol->gid == UINT32_MAX)
+    if (pol->uid == UINT32_MAX || pol->gid == UINT32_MAX) {
+        BAD_KEY("identity");
         return aj_err(err, 0, "--uid/--gid: 4294967295 is not a valid id");
-    if (pol->tmp_size < 4096)
+    }
+    if (pol->tmp_size < 4096) {
+        BAD_KEY("filesystem.tmp_size");
         return aj_err(err, 0, "tmp size must be at least 4K");
-    if (pol->rlimit_nofile < 16 || pol->rlimit_nofile > 1048576)
+    }
+    if (pol->rlimit_nofile < 16 || pol->rlimit_nofile > 1048576) {
+        BAD_KEY("limits.open_files");
         return aj_err(err, 0, "open files limit must be within 16..1048576");
+    }
+    BAD_KEY("%s", "");
     return 0;
-}
-
-static json_t *strv_json(char **v, size_t n)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        (void)json_array_append_new(a, json_string(v[i]));
-    return a;
-}
-
-char *aj_policy_canonical_json(const struct aj_policy *pol)
-{
-    json_t *root, *fs, *binds, *tmpfs, *envset;
-    char *out;
-
-    binds = json_array();
-    for (size_t i = 0; i < pol->n_binds; i++)
-        (void)json_array_append_new(binds, json_pack("{s:s, s:s, s:s}", "host", pol->binds[i].host,
-                                                     "sandbox", pol->binds[i].sandbox, "mode",
-                                                     pol->binds[i].rw ? "rw" : "ro"));
-    tmpfs = json_array();
-    for (size_t i = 0; i < pol->n_tmpfs; i++)
-        (void)json_array_append_new(tmpfs, json_pack("{s:s, s:I}", "path", pol->tmpfs[i].path, "size",
-                                                     (json_int_t)pol->tmpfs[i].size));
-    fs = json_pack("{s:o, s:o, s:I, s:s}", "binds", binds, "tmpfs", tmpfs, "tmp_size",
-                   (json_int_t)pol->tmp_size, "workdir", pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR);
-    /* Later --env entries override earlier ones: hash the effective map. */
-    envset = json_object();
-    for (size_t i = 0; i < pol->n_env; i++) {
-        const char *eq = strchr(pol->env[i], '=');
-        char name[256];
-        size_t n = (size_t)(eq - pol->env[i]);
-        if (n >= sizeof(name))
-            n = sizeof(name) - 1;
-        memcpy(name, pol->env[i], n);
-        name[n] = '\0';
-        (void)json_object_set_new(envset, name, json_string(eq + 1));
-    }
-    root = json_pack("{s:i, s:o, s:{s:o, s:o}, s:{s:s}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:s, s:{s:I, s:I}}, "
-                     "s:{s:b}}",
-                     "version", 1, "filesystem", fs, "environment", "set", envset, "pass",
-                     strv_json(pol->env_pass, pol->n_env_pass), "network", "mode",
-                     pol->network == AJ_NET_LOOPBACK ? "loopback" : "none", "limits", "timeout_ms",
-                     (json_int_t)pol->timeout_ms, "open_files", (json_int_t)pol->rlimit_nofile,
-                     "file_size", (json_int_t)pol->rlimit_fsize, "memory", (json_int_t)pol->memory_max,
-                     "pids", (json_int_t)pol->pids_max, "cpu_milli", (json_int_t)pol->cpu_milli,
-                     "cpu_time_ms", (json_int_t)pol->cpu_time_ms, "output", (json_int_t)pol->output_limit,
-                     "identity", "uid", (json_int_t)pol->uid, "gid",
-                     (json_int_t)pol->gid, "hostname", pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME,
-                     "uid_range", "base", (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count,
-                     "degraded", "allow", pol->allow_degraded);
-    if (!root || !fs || json_array_size(binds) != pol->n_binds ||
-        json_array_size(tmpfs) != pol->n_tmpfs || json_object_size(envset) > pol->n_env) {
-        /* A part that could not be encoded must not vanish from the hash. */
-        json_decref(root);
-        return NULL;
-    }
-    out = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(root);
-    return out;
 }
 
 int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65], struct aj_error *err)
 {
-    _cleanup_free_ char *json = aj_policy_canonical_json(pol);
+    _cleanup_free_ char *json = aj_policy_to_json(pol, true);
     unsigned char md[SHA256_DIGEST_SIZE];
     struct sha256_ctx ctx;
     static const char hex[] = "0123456789abcdef";
