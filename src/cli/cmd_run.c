@@ -36,6 +36,12 @@ enum {
     OPT_OPEN_FILES,
     OPT_POLICY,
     OPT_PROFILE,
+    OPT_EVENTS,
+    OPT_ON_ESCAPE,
+    OPT_ALERT_CMD,
+    OPT_ALERT_TIMEOUT,
+    OPT_NO_DECOYS,
+    OPT_DECOY_CLOUD,
     OPT_HELP,
 };
 
@@ -64,6 +70,12 @@ static const struct option run_options[] = {
     {"open-files", required_argument, NULL, OPT_OPEN_FILES},
     {"policy", required_argument, NULL, OPT_POLICY},
     {"profile", required_argument, NULL, OPT_PROFILE},
+    {"events", required_argument, NULL, OPT_EVENTS},
+    {"on-escape", required_argument, NULL, OPT_ON_ESCAPE},
+    {"alert-cmd", required_argument, NULL, OPT_ALERT_CMD},
+    {"alert-timeout", required_argument, NULL, OPT_ALERT_TIMEOUT},
+    {"no-decoys", no_argument, NULL, OPT_NO_DECOYS},
+    {"decoy-cloud", no_argument, NULL, OPT_DECOY_CLOUD},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -99,6 +111,16 @@ static void run_usage(FILE *f)
           "  --output-limit SIZE       per stream; past it the output is cut and the run ends\n"
           "  --file-size SIZE          largest file the payload may write (default 1G)\n"
           "  --open-files N            open file descriptors per process (default 1024)\n"
+          "\n"
+          "Detection (escape-indicative syscalls always reach the supervisor and are refused):\n"
+          "  --events FILE             audit events as JSON Lines (- for stderr)\n"
+          "  --on-escape deny|kill     deny (default): refuse and go on; kill: end the run\n"
+          "                            at the first escape attempt or decoy touch\n"
+          "  --alert-cmd CMD           run CMD (sh -c, on the host) once, at the first\n"
+          "                            high-severity event, with the event JSON on stdin\n"
+          "  --alert-timeout DURATION  kill the alert command after this (default 10s)\n"
+          "  --no-decoys               no docker.sock / Kubernetes token decoys\n"
+          "  --decoy-cloud             also plant cloud credential decoys (env, ~/.aws)\n"
           "\n"
           "  --result FILE             write the result JSON to FILE\n"
           "  --allow-degraded          if namespaces are refused, run with Landlock, seccomp,\n"
@@ -150,7 +172,7 @@ int aj_cmd_run(int argc, char **argv)
     struct aj_policy pol;
     struct aj_result res;
     struct aj_error err = {0};
-    const char *result_path = NULL;
+    const char *result_path = NULL, *events_path = NULL;
     int opt, r, code;
     uint64_t v;
 
@@ -240,6 +262,24 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_POLICY:
         case OPT_PROFILE:
             break; /* loaded first, above */
+        case OPT_EVENTS:
+            events_path = optarg;
+            break;
+        case OPT_ON_ESCAPE:
+            r = aj_policy_set_on_escape(&pol, optarg, &err);
+            break;
+        case OPT_ALERT_CMD:
+            r = aj_policy_set_string(&pol.alert_cmd, optarg, &err);
+            break;
+        case OPT_ALERT_TIMEOUT:
+            r = aj_policy_set_alert_timeout(&pol, optarg, &err);
+            break;
+        case OPT_NO_DECOYS:
+            pol.decoys = false;
+            break;
+        case OPT_DECOY_CLOUD:
+            pol.cloud_decoys = true;
+            break;
         case OPT_HELP:
         case 'h':
             run_usage(stdout);
@@ -268,7 +308,10 @@ int aj_cmd_run(int argc, char **argv)
     if (r < 0)
         goto usage_error;
 
-    r = aj_run(&pol, argv + optind, &res, &err);
+    {
+        struct aj_run_options opts = {.events_path = events_path};
+        r = aj_run_ex(&pol, argv + optind, &opts, &res, &err);
+    }
     if (res.degraded)
         print_degraded_warning(&res);
     if (r < 0)

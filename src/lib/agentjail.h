@@ -14,3 +14,10 @@
  * stdin/stdout/stderr of the caller are the payload's 0/1/2. */
 AJ_EXPORT int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res,
                      struct aj_error *err);
+
+struct aj_run_options {
+    const char *events_path; /* audit events as JSON Lines: a file, "-" for stderr, or NULL */
+};
+
+AJ_EXPORT int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,
+                        struct aj_result *res, struct aj_error *err);

@@ -24,6 +24,7 @@ struct aj_mnt_entry {
     char *content; /* FILE */
     size_t content_len;
     uint64_t size; /* TMPFS */
+    const char *mode; /* TMPFS: octal mode string (static), NULL for 1777 */
     bool rw;
     bool noexec;
     bool optional; /* a missing host path is skipped, not an error */
@@ -39,6 +40,10 @@ struct aj_mount_plan {
 
 int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, struct aj_error *err);
 void aj_mount_plan_clear(struct aj_mount_plan *plan);
+/* Entries added after the plan is built are set up last, in order. */
+int aj_mount_plan_add_tmpfs(struct aj_mount_plan *plan, const char *dst, uint64_t size, const char *mode,
+                            struct aj_error *err);
+int aj_mount_plan_add_file(struct aj_mount_plan *plan, const char *dst, const char *content, struct aj_error *err);
 
 /* Sandbox side (pid 1 of the new pid namespace, in the new mount and user
  * namespaces, capabilities held): build the root and pivot into it. */

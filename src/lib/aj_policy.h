@@ -16,6 +16,11 @@ enum aj_network {
     AJ_NET_LOOPBACK,    /* empty netns with lo up: the sandbox talks to itself */
 };
 
+enum aj_on_escape {
+    AJ_ON_ESCAPE_DENY = 0, /* refuse, record, go on */
+    AJ_ON_ESCAPE_KILL,     /* end the whole run at the first escape-indicative event */
+};
+
 struct aj_bind {
     char *host;    /* absolute host path */
     char *sandbox; /* absolute path inside the sandbox */
@@ -71,6 +76,14 @@ struct aj_policy {
      * explicit cgroup limit (flag or policy key); without it the defaults
      * apply only where a cgroup is available, and the result says so. */
     bool require_cgroup;
+
+    /* Detection (see docs/events.md). Escape-indicative syscalls always go
+     * to the supervisor, which records them and answers EPERM. */
+    bool decoys;                /* docker.sock and Kubernetes token decoys (default on) */
+    bool cloud_decoys;          /* cloud credential decoys in env and ~/.aws (default off) */
+    enum aj_on_escape on_escape;
+    char *alert_cmd;            /* run on the host at the first high-severity event */
+    uint64_t alert_timeout_ms;
 };
 
 enum aj_limit_bit {
@@ -84,6 +97,7 @@ enum aj_limit_bit {
  * bomb or a runaway allocation must not reach the host by default. */
 #define AJ_DEFAULT_MEMORY_MAX   (2ULL << 30)
 #define AJ_DEFAULT_PIDS_MAX     1024ULL
+#define AJ_DEFAULT_ALERT_TIMEOUT_MS 10000ULL
 
 AJ_EXPORT void aj_policy_init(struct aj_policy *pol);
 AJ_EXPORT void aj_policy_clear(struct aj_policy *pol);
@@ -110,6 +124,8 @@ AJ_EXPORT int aj_policy_set_output_limit(struct aj_policy *pol, const char *valu
                                          struct aj_error *err);
 AJ_EXPORT int aj_policy_set_file_size(struct aj_policy *pol, const char *value, struct aj_error *err);
 AJ_EXPORT int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_on_escape(struct aj_policy *pol, const char *value, struct aj_error *err);
+AJ_EXPORT int aj_policy_set_alert_timeout(struct aj_policy *pol, const char *value, struct aj_error *err);
 
 AJ_EXPORT int aj_policy_add_bind_paths(struct aj_policy *pol, const char *host, const char *sandbox,
                                        bool rw, struct aj_error *err);

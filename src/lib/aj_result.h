@@ -16,6 +16,7 @@ enum aj_status {
     AJ_STATUS_MEMORY_LIMIT,
     AJ_STATUS_PIDS_LIMIT,
     AJ_STATUS_OUTPUT_LIMIT,
+    AJ_STATUS_ESCAPE_ATTEMPT,
 };
 
 /* Which layers were actually applied: set by the code that applied them,
@@ -48,8 +49,10 @@ enum aj_layer {
     AJ_LAYER_CPU_LIMIT = 1u << 24,    /* CPU bandwidth */
     AJ_LAYER_CPU_TIME_LIMIT = 1u << 25,
     AJ_LAYER_OUTPUT_LIMIT = 1u << 26,
+    AJ_LAYER_MONITOR = 1u << 27,      /* escape-indicative syscalls reach the supervisor */
+    AJ_LAYER_DECOYS = 1u << 28,       /* honeytokens in place and watched */
 };
-#define AJ_LAYER_COUNT 27
+#define AJ_LAYER_COUNT 29
 
 struct aj_result {
     enum aj_status status;
@@ -70,6 +73,8 @@ struct aj_result {
     bool stdout_truncated, stderr_truncated;
     uint64_t stdout_bytes, stderr_bytes; /* what the payload wrote (captured runs) */
     char cgroup_versions[4][8];          /* per controller: "v1", "v2", "none" */
+    uint64_t event_counts[8];            /* by enum aj_event_type */
+    bool escape_attempted;               /* any escape_attempt or canary event */
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);

@@ -13,16 +13,20 @@
 struct aj_bpf {
     struct sock_filter *insns;
     size_t len;
-    bool owned; /* insns was malloc'd (compiled now), not the built-in program */
+    bool owned;  /* insns was malloc'd (compiled now), not the built-in program */
+    bool notify; /* escape-indicative calls go to a listener (SECCOMP_RET_USER_NOTIF) */
 };
 
 /* The filter for pol: the program compiled into agentjail at build time
  * when pol uses the default filter, else compiled now. */
-AJ_EXPORT int aj_seccomp_build(const struct aj_policy *pol, struct aj_bpf *ret, struct aj_error *err);
+AJ_EXPORT int aj_seccomp_build(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
+                               struct aj_error *err);
 /* Compile with libseccomp now (build-time generator, tests). */
-AJ_EXPORT int aj_seccomp_compile(const struct aj_policy *pol, struct aj_bpf *ret, struct aj_error *err);
+AJ_EXPORT int aj_seccomp_compile(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
+                                 struct aj_error *err);
 AJ_EXPORT void aj_seccomp_clear(struct aj_bpf *bpf);
-/* Sandbox side: needs no_new_privs set already. */
+/* Sandbox side: needs no_new_privs set already. Returns the listener fd
+ * for a notify filter, 0 otherwise, or -errno. */
 int aj_seccomp_child_load(const struct aj_bpf *bpf, struct aj_error *err);
 
 /* Names of syscalls the filter refuses with EPERM on purpose (escape

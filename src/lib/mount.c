@@ -203,6 +203,39 @@ fail:
     return r;
 }
 
+static int grow_fds(struct aj_mount_plan *plan, struct aj_error *err)
+{
+    int *fds = realloc(plan->src_fds, plan->n * sizeof(int));
+    if (!fds)
+        return aj_err(err, ENOMEM, "mount plan");
+    plan->src_fds = fds;
+    return 0;
+}
+
+int aj_mount_plan_add_tmpfs(struct aj_mount_plan *plan, const char *dst, uint64_t size, const char *mode,
+                            struct aj_error *err)
+{
+    int r = plan_add(plan, AJ_MNT_TMPFS, NULL, dst, true, false, err);
+    if (r == 0) {
+        plan->entries[plan->n - 1].size = size;
+        plan->entries[plan->n - 1].mode = mode;
+        plan->entries[plan->n - 1].noexec = true;
+        r = grow_fds(plan, err);
+    }
+    return r;
+}
+
+int aj_mount_plan_add_file(struct aj_mount_plan *plan, const char *dst, const char *content, struct aj_error *err)
+{
+    char *copy = strdup(content);
+    int r;
+
+    if (!copy)
+        return aj_err(err, ENOMEM, "mount plan");
+    r = plan_add_file(plan, dst, copy, err);
+    return r < 0 ? r : grow_fds(plan, err);
+}
+
 void aj_mount_plan_clear(struct aj_mount_plan *plan)
 {
     if (!plan)
@@ -524,7 +557,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
             }
             break;
         case AJ_MNT_TMPFS:
-            r = mount_tmpfs_at(rootfd, e->dst + 1, e->size, "1777", e->noexec, err);
+            r = mount_tmpfs_at(rootfd, e->dst + 1, e->size, e->mode ? e->mode : "1777", e->noexec, err);
             break;
         case AJ_MNT_DEV:
             continue; /* in setup_dev */

@@ -28,6 +28,8 @@ void aj_policy_init(struct aj_policy *pol)
     pol->rlimit_fsize = AJ_DEFAULT_FSIZE;
     pol->memory_max = AJ_DEFAULT_MEMORY_MAX;
     pol->pids_max = AJ_DEFAULT_PIDS_MAX;
+    pol->decoys = true;
+    pol->alert_timeout_ms = AJ_DEFAULT_ALERT_TIMEOUT_MS;
 }
 
 static void free_strv(char **v, size_t n)
@@ -53,6 +55,7 @@ void aj_policy_clear(struct aj_policy *pol)
     free_strv(pol->env_pass, pol->n_env_pass);
     free(pol->workdir);
     free(pol->hostname);
+    free(pol->alert_cmd);
     aj_policy_init(pol);
 }
 
@@ -530,6 +533,27 @@ int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj
     return 0;
 }
 
+int aj_policy_set_on_escape(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    if (value && strcmp(value, "deny") == 0)
+        pol->on_escape = AJ_ON_ESCAPE_DENY;
+    else if (value && strcmp(value, "kill") == 0)
+        pol->on_escape = AJ_ON_ESCAPE_KILL;
+    else
+        return aj_err(err, 0, "--on-escape: '%s' is not one of: deny, kill", value ? value : "");
+    return 0;
+}
+
+int aj_policy_set_alert_timeout(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    if (aj_parse_duration_ms(value, &v) < 0 || v == 0 || v > 3600ULL * 1000)
+        return aj_err(err, 0, "--alert-timeout: '%s' is not a duration within 1ms..1h (e.g. 10s)",
+                      value ? value : "");
+    pol->alert_timeout_ms = v;
+    return 0;
+}
+
 /* ---- whole policy ----------------------------------------------------------- */
 
 int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err)
@@ -575,6 +599,20 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
             }
         }
     }
+    /* /var/run holds the decoys (a tmpfs of agentjail's): a bind or tmpfs
+     * there would be hidden by it, or would hide them. */
+    for (size_t i = 0; pol->decoys && i < pol->n_binds; i++)
+        if (path_is_or_under(pol->binds[i].sandbox, "/var/run")) {
+            BAD_KEY("filesystem.binds[%zu].sandbox", i);
+            return aj_err(err, 0, "%s is under /var/run, where the decoys live; choose another path or turn "
+                          "decoys off (--no-decoys, detection.decoys: false)", pol->binds[i].sandbox);
+        }
+    for (size_t i = 0; pol->decoys && i < pol->n_tmpfs; i++)
+        if (path_is_or_under(pol->tmpfs[i].path, "/var/run")) {
+            BAD_KEY("filesystem.tmpfs[%zu].path", i);
+            return aj_err(err, 0, "%s is under /var/run, where the decoys live; choose another path or turn "
+                          "decoys off (--no-decoys, detection.decoys: false)", pol->tmpfs[i].path);
+        }
     for (size_t i = 0; i < pol->n_tmpfs; i++)
         for (size_t j = 0; j < pol->n_binds; j++)
             if (strcmp(pol->tmpfs[i].path, pol->binds[j].sandbox) == 0) {

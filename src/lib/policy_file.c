@@ -141,8 +141,9 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
         goto fail;
     }
     fmt_size(buf, sizeof(buf), pol->tmp_size);
+    fmt_duration(tmp, sizeof(tmp), pol->alert_timeout_ms);
     root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s}, s:{s:o, s:o}, s:{s:s}, s:o, "
-                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b}, s:{s:s}}",
+                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s}}",
                      "version", AJ_POLICY_VERSION,
                      "filesystem", "binds", binds, "tmpfs", tmpfs, "tmp_size", buf, "workdir",
                      pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR,
@@ -153,7 +154,10 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
                      pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME, "uid_range", "base",
                      (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count,
                      "degraded", "allow", pol->allow_degraded,
-                     "seccomp", "filter", "default");
+                     "seccomp", "filter", "default",
+                     "detection", "decoys", pol->decoys, "cloud_decoys", pol->cloud_decoys, "on_escape",
+                     pol->on_escape == AJ_ON_ESCAPE_KILL ? "kill" : "deny", "alert_cmd",
+                     pol->alert_cmd ? json_string(pol->alert_cmd) : json_null(), "alert_timeout", tmp);
     /* json_pack took the references (also on failure). */
     binds = tmpfs = envset = pass = NULL;
     if (!root)
@@ -790,10 +794,59 @@ static int load_identity(struct loader *L, const json_t *id)
     return 0;
 }
 
+static int load_bool(struct loader *L, const char *path, const json_t *v, bool *slot)
+{
+    if (!json_is_boolean(v))
+        return fail_at(L, path, true, "expected a boolean, got %s", type_name(v));
+    *slot = json_is_true(v);
+    return 0;
+}
+
+static int load_detection(struct loader *L, const json_t *d)
+{
+    static const char *const keys[] = {"decoys", "cloud_decoys", "on_escape", "alert_cmd", "alert_timeout", NULL};
+    json_t *v;
+    int r = want_type(L, "detection", d, JSON_OBJECT, "an object");
+
+    if (r == 0)
+        r = check_keys(L, "detection", d, keys);
+    if (r < 0)
+        return r;
+    if ((v = json_object_get(d, "decoys")) && (r = load_bool(L, "detection.decoys", v, &L->pol->decoys)) < 0)
+        return r;
+    if ((v = json_object_get(d, "cloud_decoys")) &&
+        (r = load_bool(L, "detection.cloud_decoys", v, &L->pol->cloud_decoys)) < 0)
+        return r;
+    if ((v = json_object_get(d, "on_escape"))) {
+        if ((r = want_type(L, "detection.on_escape", v, JSON_STRING, "\"deny\" or \"kill\"")) < 0)
+            return r;
+        r = aj_policy_set_on_escape(L->pol, json_string_value(v), L->err);
+        if (r < 0)
+            return setter_failed(L, "detection.on_escape", r);
+    }
+    if ((v = json_object_get(d, "alert_cmd"))) {
+        if (json_is_null(v)) {
+            free(L->pol->alert_cmd);
+            L->pol->alert_cmd = NULL;
+        } else if ((r = load_string(L, "detection.alert_cmd", v, &L->pol->alert_cmd)) < 0) {
+            return r;
+        }
+    }
+    if ((v = json_object_get(d, "alert_timeout"))) {
+        char buf[64];
+        if ((r = scalar_text(L, "detection.alert_timeout", v, false, "a duration like \"10s\"", buf, sizeof(buf))) < 0)
+            return r;
+        r = aj_policy_set_alert_timeout(L->pol, buf, L->err);
+        if (r < 0)
+            return setter_failed(L, "detection.alert_timeout", r);
+    }
+    return 0;
+}
+
 static int load_root(struct loader *L, const json_t *root)
 {
     static const char *const keys[] = {"version", "filesystem", "environment", "network", "limits",
-                                       "identity", "degraded", "seccomp", NULL};
+                                       "identity", "degraded", "seccomp", "detection", NULL};
     json_t *v;
     int r = want_type(L, "(top level)", root, JSON_OBJECT, "an object");
 
@@ -838,6 +891,8 @@ static int load_root(struct loader *L, const json_t *root)
             L->pol->allow_degraded = json_is_true(a);
         }
     }
+    if ((v = json_object_get(root, "detection")) && (r = load_detection(L, v)) < 0)
+        return r;
     if ((v = json_object_get(root, "seccomp"))) {
         static const char *const skeys[] = {"filter", NULL};
         json_t *f;
@@ -1116,6 +1171,18 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
     if (a->allow_degraded != b->allow_degraded)
         addf(&t, "degraded.allow: A %s, B %s (%s is weaker: may run without namespaces)\n",
              a->allow_degraded ? "true" : "false", b->allow_degraded ? "true" : "false", a->allow_degraded ? "A" : "B");
+    if (a->decoys != b->decoys)
+        addf(&t, "detection.decoys: A %s, B %s (%s is weaker: no decoys to catch credential theft)\n",
+             a->decoys ? "on" : "off", b->decoys ? "on" : "off", a->decoys ? "B" : "A");
+    if (a->cloud_decoys != b->cloud_decoys)
+        addf(&t, "detection.cloud_decoys: A %s, B %s\n", a->cloud_decoys ? "on" : "off", b->cloud_decoys ? "on" : "off");
+    if (a->on_escape != b->on_escape)
+        addf(&t, "detection.on_escape: A %s, B %s (%s is weaker: an escape attempt does not end the run)\n",
+             a->on_escape == AJ_ON_ESCAPE_KILL ? "kill" : "deny", b->on_escape == AJ_ON_ESCAPE_KILL ? "kill" : "deny",
+             a->on_escape == AJ_ON_ESCAPE_KILL ? "B" : "A");
+    if (!a->alert_cmd != !b->alert_cmd || (a->alert_cmd && strcmp(a->alert_cmd, b->alert_cmd)))
+        addf(&t, "detection.alert_cmd: A %s, B %s\n", a->alert_cmd ? a->alert_cmd : "none",
+             b->alert_cmd ? b->alert_cmd : "none");
     if (t.oom) {
         free(t.s);
         *ret_oom = true;

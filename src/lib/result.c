@@ -30,6 +30,8 @@ const char *aj_status_name(enum aj_status s)
         return "pids_limit";
     case AJ_STATUS_OUTPUT_LIMIT:
         return "output_limit";
+    case AJ_STATUS_ESCAPE_ATTEMPT:
+        return "escape_attempt";
     }
     return "unknown";
 }
@@ -91,6 +93,10 @@ const char *aj_layer_name(enum aj_layer l)
         return "cpu_time_limit";
     case AJ_LAYER_OUTPUT_LIMIT:
         return "output_limit";
+    case AJ_LAYER_MONITOR:
+        return "escape_monitor";
+    case AJ_LAYER_DECOYS:
+        return "decoys";
     }
     return NULL;
 }
@@ -138,7 +144,14 @@ char *aj_result_to_json(const struct aj_result *res)
         for (size_t i = 0; i < 4; i++)
             (void)json_object_set_new(cgv, ctrl[i],
                                       json_string(res->cgroup_versions[i][0] ? res->cgroup_versions[i] : "none"));
-        if (json_object_set_new(root, "cgroup_controllers", cgv) < 0 ||
+        static const char *const ev[] = {"start", "exit", "escape_attempt", "canary", "net_denied",
+                                         "net_allowed", "limit", "error"};
+        json_t *evc = json_object();
+        for (size_t i = 0; i < 8; i++)
+            (void)json_object_set_new(evc, ev[i], json_integer((json_int_t)res->event_counts[i]));
+        if (json_object_set_new(root, "events", evc) < 0 ||
+            json_object_set_new(root, "escape_attempted", json_boolean(res->escape_attempted)) < 0 ||
+            json_object_set_new(root, "cgroup_controllers", cgv) < 0 ||
             json_object_set_new(root, "stdout_truncated", json_boolean(res->stdout_truncated)) < 0 ||
             json_object_set_new(root, "stderr_truncated", json_boolean(res->stderr_truncated)) < 0) {
             json_decref(root);

@@ -60,7 +60,9 @@ static const char *const allowed_syscalls[] = {
     "sched_getaffinity", "epoll_create", "getdents64", "set_tid_address", "restart_syscall",
     "semtimedop", "fadvise64", "timer_create", "timer_settime", "timer_gettime", "timer_getoverrun",
     "timer_delete", "clock_gettime", "clock_getres", "clock_nanosleep", "exit_group", "epoll_wait",
-    "epoll_ctl", "tgkill", "utimes", "get_mempolicy", "mq_open", "mq_unlink", "mq_timedsend",
+    "epoll_ctl", "tgkill", "utimes", "get_mempolicy",
+    /* NUMA policy of the caller's own memory: procps and libnuma set it. */
+    "set_mempolicy", "mbind", "mq_open", "mq_unlink", "mq_timedsend",
     "mq_timedreceive", "mq_notify", "mq_getsetattr", "waitid", "inotify_init", "inotify_add_watch",
     "inotify_rm_watch", "openat", "mkdirat", "fchownat", "futimesat", "newfstatat", "unlinkat",
     "renameat", "linkat", "symlinkat", "readlinkat", "fchmodat", "faccessat", "pselect6", "ppoll",
@@ -102,7 +104,7 @@ const char *const aj_seccomp_denied_syscalls[] = {
     "quotactl_fd", "iopl", "ioperm", "modify_ldt", "clock_settime", "clock_adjtime", "settimeofday",
     "adjtimex", "syslog", "lookup_dcookie", "vhangup", "kcmp", "pidfd_getfd", "process_madvise",
     "fanotify_init", "uselib", "ustat", "sysfs", "_sysctl", "move_pages", "migrate_pages",
-    "mbind", "set_mempolicy", "sethostname", "setdomainname", "nfsservctl", "vserver",
+    "sethostname", "setdomainname", "nfsservctl", "vserver",
     "create_module", "get_kernel_syms", "query_module", "afs_syscall", "tuxcall", "security",
     "memfd_secret", NULL,
 };
@@ -129,7 +131,7 @@ static int rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned
     return 0;
 }
 
-static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
+static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, struct aj_error *err)
 {
     const uint32_t allow = SCMP_ACT_ALLOW;
     int r = 0;
@@ -145,7 +147,7 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
             uint64_t f = 1ULL << bit;
             if (f & NS_CLONE_FLAGS) {
                 struct scmp_arg_cmp d[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, f, f)};
-                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "clone", 1, d, err);
+                r = rule(ctx, deny, "clone", 1, d, err);
             }
         }
         if (r < 0)
@@ -178,9 +180,9 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
             r = rule(ctx, allow, "ioctl", 1, eq, err);
         }
         if (r == 0)
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, sti, err);
+            r = rule(ctx, deny, "ioctl", 1, sti, err);
         if (r == 0)
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, linux_, err);
+            r = rule(ctx, deny, "ioctl", 1, linux_, err);
         if (r < 0)
             return r;
     }
@@ -200,12 +202,12 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
         static const int denied_families[] = {AF_PACKET, AF_VSOCK};
         for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(denied_families); f++) {
             struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)denied_families[f])};
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, a, err);
+            r = rule(ctx, deny, "socket", 1, a, err);
         }
         for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++) {
             struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
                                        SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW)};
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, a, err);
+            r = rule(ctx, deny, "socket", 2, a, err);
         }
         if (r == 0)
             r = rule(ctx, allow, "socket", 1, u, err);
@@ -240,9 +242,9 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
         for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(devtypes); i++) {
             struct scmp_arg_cmp m[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
             struct scmp_arg_cmp mat[] = {SCMP_A2_32(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "mknod", 1, m, err);
+            r = rule(ctx, deny, "mknod", 1, m, err);
             if (r == 0)
-                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "mknodat", 1, mat, err);
+                r = rule(ctx, deny, "mknodat", 1, mat, err);
         }
         if (r < 0)
             return r;
@@ -259,15 +261,19 @@ static int add_conditional_rules(scmp_filter_ctx ctx, struct aj_error *err)
         if (r == 0)
             r = rule(ctx, allow, "personality", 1, l, err);
         if (r == 0)
-            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "personality", 1, other, err);
+            r = rule(ctx, deny, "personality", 1, other, err);
         if (r < 0)
             return r;
     }
     return 0;
 }
 
-int aj_seccomp_compile(const struct aj_policy *pol, struct aj_bpf *ret, struct aj_error *err)
+int aj_seccomp_compile(const struct aj_policy *pol, bool notify, struct aj_bpf *ret, struct aj_error *err)
 {
+    /* With monitoring, every escape-indicative call goes to the supervisor,
+     * which records it and answers EPERM (or kills); without, the kernel
+     * answers EPERM itself. Benign syscalls take the same path either way. */
+    const uint32_t deny = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EPERM);
     scmp_filter_ctx ctx;
     _cleanup_close_ int memfd = -1;
     struct stat st;
@@ -280,7 +286,9 @@ int aj_seccomp_compile(const struct aj_policy *pol, struct aj_bpf *ret, struct a
         return aj_err(err, ENOMEM, "seccomp_init");
     /* Kill the whole process on a foreign ABI (i386 int 0x80, x32): there is
      * no legitimate reason for it here, and it is a classic filter bypass. */
-    r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+    /* Monitored: the supervisor records the attempt, then kills the process
+     * with SIGSYS, as the kernel would (see aj_notify). */
+    r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, notify ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS);
     if (r == 0)
         r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0); /* we set it ourselves, and check */
     /* Binary-tree layout: fewer comparisons per syscall than a linear list. */
@@ -306,11 +314,11 @@ int aj_seccomp_compile(const struct aj_policy *pol, struct aj_bpf *ret, struct a
         }
     }
     for (size_t i = 0; aj_seccomp_denied_syscalls[i]; i++) {
-        r = rule(ctx, SCMP_ACT_ERRNO(EPERM), aj_seccomp_denied_syscalls[i], 0, NULL, err);
+        r = rule(ctx, deny, aj_seccomp_denied_syscalls[i], 0, NULL, err);
         if (r < 0)
             goto out;
     }
-    r = add_conditional_rules(ctx, err);
+    r = add_conditional_rules(ctx, deny, err);
     if (r < 0)
         goto out;
 
@@ -341,6 +349,7 @@ int aj_seccomp_compile(const struct aj_policy *pol, struct aj_bpf *ret, struct a
     ret->insns = buf;
     ret->len = (size_t)st.st_size / sizeof(struct sock_filter);
     ret->owned = true;
+    ret->notify = notify;
     r = 0;
 out:
     seccomp_release(ctx);
@@ -351,16 +360,19 @@ out:
 /* Generated at build time by tools/gen-seccomp.c from aj_seccomp_compile()
  * with the default policy: libseccomp's compilation takes ~1.8 ms, longer
  * than the rest of a sandbox start, and gives the same program each time. */
-extern const struct sock_filter aj_seccomp_default_insns[];
-extern const size_t aj_seccomp_default_len;
+extern const struct sock_filter aj_seccomp_notify_insns[];
+extern const size_t aj_seccomp_notify_len;
+extern const struct sock_filter aj_seccomp_errno_insns[];
+extern const size_t aj_seccomp_errno_len;
 
-int aj_seccomp_build(const struct aj_policy *pol, struct aj_bpf *ret, struct aj_error *err)
+int aj_seccomp_build(const struct aj_policy *pol, bool notify, struct aj_bpf *ret, struct aj_error *err)
 {
     (void)err;
-    (void)pol; /* every policy uses the default filter until policy.seccomp exists */
-    ret->insns = (struct sock_filter *)aj_seccomp_default_insns;
-    ret->len = aj_seccomp_default_len;
+    (void)pol; /* every policy uses the default filter until policy.seccomp grows options */
+    ret->insns = (struct sock_filter *)(notify ? aj_seccomp_notify_insns : aj_seccomp_errno_insns);
+    ret->len = notify ? aj_seccomp_notify_len : aj_seccomp_errno_len;
     ret->owned = false;
+    ret->notify = notify;
     return 0;
 }
 #endif
@@ -378,12 +390,15 @@ void aj_seccomp_clear(struct aj_bpf *bpf)
 int aj_seccomp_child_load(const struct aj_bpf *bpf, struct aj_error *err)
 {
     struct sock_fprog prog = {.len = (unsigned short)bpf->len, .filter = bpf->insns};
+    long r;
 
     if (bpf->len == 0 || bpf->len > 4096)
         return aj_err(err, EINVAL, "seccomp filter length %zu", bpf->len);
     /* TSYNC is not needed: the payload is single-threaded here. SPEC_ALLOW is
-     * deliberately not set: keep the kernel's speculation mitigations. */
-    if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+     * deliberately not set: keep the kernel's speculation mitigations.
+     * NEW_LISTENER (5.0) returns the fd the supervisor answers on. */
+    r = syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, bpf->notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
+    if (r < 0)
         return aj_err(err, errno, "load seccomp filter");
-    return 0;
+    return bpf->notify ? (int)r : 0;
 }

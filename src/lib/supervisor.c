@@ -34,7 +34,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "aj_audit.h"
 #include "aj_caps.h"
+#include "aj_decoy.h"
+#include "aj_notify.h"
 #include "aj_cgroup.h"
 #include "aj_landlock.h"
 #include "aj_limits.h"
@@ -50,6 +53,8 @@ enum aj_msg_type {
     AJ_MSG_ERROR,    /* sandbox → supervisor: setup failed, err says why */
     AJ_MSG_READY,    /* payload → supervisor: every layer applied, about to exec */
     AJ_MSG_EXIT,     /* init → supervisor: the payload's wait status */
+    AJ_MSG_DECOYS,   /* init → supervisor: decoy socket + inotify fds, watch ids */
+    AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
 };
 
 struct aj_sync_msg {
@@ -57,6 +62,7 @@ struct aj_sync_msg {
     int32_t wstatus;
     uint32_t layers;
     int32_t landlock_abi;
+    int32_t wds[AJ_DECOY_MAX_FILES];
     struct aj_error err;
 };
 
@@ -82,6 +88,7 @@ struct run_ctx {
     uid_t host_uid;
     gid_t host_gid;
     uint32_t layers;      /* accumulated on the sandbox side */
+    struct aj_decoy_files decoys;
 };
 
 /* ---- sandbox side ------------------------------------------------------------ */
@@ -96,6 +103,33 @@ static void send_msg(int sock, uint32_t type, int wstatus, uint32_t layers, int 
         m.err = *err;
     /* Nothing to do on failure: the supervisor sees EOF and reports it. */
     (void)aj_write_all(sock, &m, sizeof(m));
+}
+
+/* A message carrying fds (SCM_RIGHTS): the decoys' and the seccomp
+ * listener travel from the sandbox to the supervisor this way. */
+static int send_fds(int sock, const struct aj_sync_msg *m, const int *fds, int nfds)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *cm;
+
+    if (nfds < 1 || nfds > 4)
+        return -EINVAL;
+    memset(&u, 0, sizeof(u));
+    mh.msg_control = u.buf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(*m))
+        return -errno;
+    return 0;
 }
 
 static __attribute__((noreturn)) void child_fail(struct run_ctx *c, struct aj_error *err, int code)
@@ -216,9 +250,22 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_FDS_CLOSED | AJ_LAYER_ENV_CLEARED;
-    if (aj_seccomp_child_load(&c->bpf, &err) < 0)
+    r = aj_seccomp_child_load(&c->bpf, &err);
+    if (r < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_SECCOMP;
+    if (r > 0) {
+        /* The listener goes to the supervisor; this process keeps no copy
+         * (a payload holding its own listener could answer itself). */
+        struct aj_sync_msg m = {.type = AJ_MSG_LISTENER};
+        int lfd = r;
+        if (send_fds(c->sock, &m, &lfd, 1) < 0) {
+            aj_err(&err, errno, "hand the seccomp listener to the supervisor");
+            child_fail(c, &err, 125);
+        }
+        (void)close(lfd);
+        c->layers |= AJ_LAYER_MONITOR;
+    }
     send_msg(c->sock, AJ_MSG_READY, 0, c->layers, c->landlock_abi, NULL);
     e = exec_command(c);
     aj_err(&err, e, "cannot execute '%s'", c->argv[0]);
@@ -328,6 +375,24 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     if (aj_mount_child_setup(&c->plan, pol, &err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_ROOTFS;
+    if (c->decoys.n > 0) {
+        struct aj_sync_msg m = {.type = AJ_MSG_DECOYS};
+        int fds[2];
+        if (aj_decoy_child_arm(&c->decoys, &fds[0], &fds[1], m.wds, &err) < 0)
+            child_fail(c, &err, 125);
+        if (fds[0] < 0) {
+            fds[0] = fds[1];
+            fds[1] = -1;
+        }
+        if (send_fds(c->sock, &m, fds, fds[1] >= 0 ? 2 : 1) < 0) {
+            aj_err(&err, errno, "hand the decoys to the supervisor");
+            child_fail(c, &err, 125);
+        }
+        (void)close(fds[0]);
+        if (fds[1] >= 0)
+            (void)close(fds[1]);
+        c->layers |= AJ_LAYER_DECOYS;
+    }
     /* Time namespace (5.6+): only children created after unshare enter it,
      * which is exactly the payload. Optional: older kernels lack it. */
     if (unshare(CLONE_NEWTIME) == 0)
@@ -380,9 +445,10 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
 
 /* ---- supervisor side ------------------------------------------------------------ */
 
-static char **build_envp(const struct aj_policy *pol, const char **ret_path, struct aj_error *err)
+static char **build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path,
+                         struct aj_error *err)
 {
-    size_t cap = 2 + pol->n_env_pass + pol->n_env + 1, n = 0;
+    size_t cap = 2 + pol->n_env_pass + pol->n_env + 2 + 1, n = 0;
     char **envp = calloc(cap, sizeof(char *));
     const char *path = AJ_DEFAULT_PATH;
 
@@ -419,6 +485,11 @@ static char **build_envp(const struct aj_policy *pol, const char **ret_path, str
             goto oom;
         ENV_PUT(s);
     }
+    /* Decoys before the policy's own values: a variable the policy sets
+     * itself wins over a decoy of the same name. */
+    for (int i = 0; i < 2; i++)
+        if (extra[i])
+            ENV_PUT(strdup(extra[i]));
     for (size_t i = 0; i < pol->n_env; i++)
         ENV_PUT(strdup(pol->env[i]));
 #undef ENV_PUT
@@ -553,23 +624,148 @@ struct out_stream {
     bool truncated;
 };
 
+/* The alert hook: run once, on the host, outside the sandbox, at the first
+ * high-severity event, with that event on stdin and a deadline. */
+struct alert {
+    pid_t pid;
+    uint64_t deadline;
+    bool fired;
+};
+
 struct supervise_state {
     const struct aj_policy *pol;
     struct aj_cgroup *cg;
+    struct aj_audit *audit;
+    char *const *argv;
+    json_t *decoy_info;
+    const struct aj_decoy_files *decoys;
     pid_t pid;
     int pidfd, sock, sigfd;
     struct out_stream out[2];
-    bool degraded;
+    struct aj_notify notify;     /* fd -1 until the payload hands it over */
+    int decoy_sock, decoy_inotify;
+    int wds[AJ_DECOY_MAX_FILES];
+    struct alert alert;
+    bool degraded, started;
     /* outcome */
     bool have_exit, have_child_err;
     int exit_wstatus, init_status, interrupted;
     enum aj_status limit;  /* the limit that ended the run, or AJ_STATUS_OK */
     struct aj_error child_err;
-    uint32_t layers;
+    uint32_t layers;       /* reported by the sandbox side */
+    uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
     struct rusage ru;
 };
 
-static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg)
+static void end_run(struct supervise_state *st, enum aj_status why);
+
+static void start_alert(struct supervise_state *st, json_t *ev)
+{
+    char *json;
+    int p[2];
+    pid_t pid;
+
+    if (!st->pol->alert_cmd || st->alert.fired)
+        return;
+    st->alert.fired = true;
+    json = json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!json || pipe2(p, O_CLOEXEC) < 0) {
+        free(json);
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        /* Host side, the operator's own command: not sandboxed, on purpose
+         * (it may need to revoke credentials through the network). */
+        char *const args[] = {"/bin/sh", "-c", st->pol->alert_cmd, NULL};
+        sigset_t none;
+        sigemptyset(&none);
+        (void)sigprocmask(SIG_SETMASK, &none, NULL);
+        if (dup2(p[0], STDIN_FILENO) < 0)
+            _exit(127);
+        (void)setenv("AGENTJAIL_SANDBOX_ID", st->audit->sandbox_id, 1);
+        execv("/bin/sh", args);
+        _exit(127);
+    }
+    (void)close(p[0]);
+    if (pid > 0) {
+        /* A small write into an empty pipe does not block; a hook that
+         * never reads cannot stall the supervisor. */
+        int fl = fcntl(p[1], F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(p[1], F_SETFL, fl | O_NONBLOCK);
+        (void)aj_write_all(p[1], json, strlen(json));
+        (void)aj_write_all(p[1], "\n", 1);
+        st->alert.pid = pid;
+        st->alert.deadline = aj_now_ms() + st->pol->alert_timeout_ms;
+    }
+    (void)close(p[1]);
+    free(json);
+}
+
+/* Reap the hook if it is done; kill it at its deadline (or when asked). */
+static void check_alert(struct supervise_state *st, bool final)
+{
+    int status;
+
+    while (st->alert.pid > 0) {
+        pid_t w = waitpid(st->alert.pid, &status, final ? 0 : WNOHANG);
+        if (w == st->alert.pid || (w < 0 && errno != EINTR)) {
+            st->alert.pid = 0;
+            return;
+        }
+        if (w == 0 && aj_now_ms() >= st->alert.deadline) {
+            (void)kill(st->alert.pid, SIGKILL);
+            final = true; /* reap it now */
+            continue;
+        }
+        if (!final)
+            return;
+        if (aj_now_ms() >= st->alert.deadline)
+            (void)kill(st->alert.pid, SIGKILL);
+    }
+}
+
+/* Every event goes through here: written, counted, and acted on. */
+static void emit(struct supervise_state *st, json_t *ev, enum aj_event_type type, enum aj_severity sev)
+{
+    if (!ev)
+        return;
+    if (aj_audit_emit(st->audit, ev, type, sev)) /* takes ev */
+        start_alert(st, st->audit->first_high);
+    if ((type == AJ_EV_ESCAPE_ATTEMPT || type == AJ_EV_CANARY) && st->pol->on_escape == AJ_ON_ESCAPE_KILL)
+        end_run(st, AJ_STATUS_ESCAPE_ATTEMPT);
+}
+
+static void emit_start(struct supervise_state *st)
+{
+    json_t *ev = aj_audit_event(st->audit, AJ_EV_START, AJ_SEV_INFO), *argv = json_array(), *layers = json_array();
+
+    st->started = true;
+    for (size_t i = 0; st->argv[i] && argv; i++)
+        (void)json_array_append_new(argv, json_string(st->argv[i]));
+    for (unsigned i = 0; i < AJ_LAYER_COUNT && layers; i++)
+        if ((st->layers | st->base_layers) & (1u << i))
+            (void)json_array_append_new(layers, json_string(aj_layer_name((enum aj_layer)(1u << i))));
+    if (ev) {
+        (void)json_object_set_new(ev, "command", argv ? argv : json_array());
+        (void)json_object_set_new(ev, "layers", layers ? layers : json_array());
+        (void)json_object_set(ev, "decoys", st->decoy_info ? st->decoy_info : json_array());
+    } else {
+        json_decref(argv);
+        json_decref(layers);
+    }
+    emit(st, ev, AJ_EV_START, AJ_SEV_INFO);
+}
+
+static void close_fds_of(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            (void)close(fds[i]);
+}
+
+static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg, int *fds, int nfds)
 {
     if (msg->type == AJ_MSG_ERROR && !st->have_child_err) {
         st->child_err = msg->err;
@@ -578,19 +774,89 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
         st->layers |= msg->layers;
     } else if (msg->type == AJ_MSG_READY) {
         st->layers |= msg->layers;
+        emit_start(st);
     } else if (msg->type == AJ_MSG_EXIT) {
         st->exit_wstatus = msg->wstatus;
         st->have_exit = true;
+    } else if (msg->type == AJ_MSG_LISTENER && nfds == 1 && st->notify.fd < 0) {
+        st->notify.fd = fds[0];
+        fds[0] = -1;
+    } else if (msg->type == AJ_MSG_DECOYS && nfds >= 1 && st->decoy_inotify < 0) {
+        /* [socket, inotify] or [inotify] alone. */
+        if (nfds == 2) {
+            st->decoy_sock = fds[0];
+            st->decoy_inotify = fds[1];
+            fds[0] = fds[1] = -1;
+        } else {
+            st->decoy_inotify = fds[0];
+            fds[0] = -1;
+        }
+        memcpy(st->wds, msg->wds, sizeof(st->wds));
     }
+    close_fds_of(fds, nfds); /* anything not taken above */
+}
+
+/* One message from the sync socket, with any fds it carries (CLOEXEC from
+ * birth). Returns 1 for a message, 0 for none now, -1 at EOF. */
+static int recv_msg(struct supervise_state *st)
+{
+    struct aj_sync_msg msg;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof(msg)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+    int fds[4] = {-1, -1, -1, -1}, nfds = 0;
+    ssize_t n = recvmsg(st->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    if (n == 0)
+        return -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < k && nfds < 4; i++)
+                memcpy(&fds[nfds++], CMSG_DATA(cm) + (size_t)i * sizeof(int), sizeof(int));
+        }
+    if (n != (ssize_t)sizeof(msg) || (mh.msg_flags & MSG_CTRUNC)) {
+        close_fds_of(fds, nfds);
+        return 1; /* malformed: ignored (the sandbox side is ours, but never trusted) */
+    }
+    handle_msg(st, &msg, fds, nfds);
+    return 1;
 }
 
 static void end_run(struct supervise_state *st, enum aj_status why)
 {
-    if (st->limit == AJ_STATUS_OK)
-        st->limit = why;
+    static const struct {
+        enum aj_status status;
+        const char *limit;
+    } limits[] = {
+        {AJ_STATUS_TIMEOUT, "timeout"},       {AJ_STATUS_MEMORY_LIMIT, "memory"},
+        {AJ_STATUS_PIDS_LIMIT, "pids"},       {AJ_STATUS_CPU_LIMIT, "cpu_time"},
+        {AJ_STATUS_OUTPUT_LIMIT, "output"},
+    };
+
+    if (st->limit != AJ_STATUS_OK)
+        return;
+    st->limit = why;
     (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
     if (st->cg)
         aj_cgroup_kill(st->cg);
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(limits); i++)
+        if (limits[i].status == why) {
+            /* A limit hit by a fork bomb or a memory bomb is a resource
+             * attack on the host's other tenants. */
+            json_t *ev = aj_audit_event(st->audit, AJ_EV_LIMIT, AJ_SEV_MEDIUM);
+            if (ev) {
+                (void)json_object_set_new(ev, "limit", json_string(limits[i].limit));
+                (void)json_object_set_new(ev, "action", json_string("killed"));
+                aj_audit_technique(ev, "T1499");
+            }
+            emit(st, ev, AJ_EV_LIMIT, AJ_SEV_MEDIUM);
+        }
 }
 
 /* Relay what is there; past the budget, discard, flag and end the run: a
@@ -638,21 +904,56 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
+enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_INOTIFY, PF_COUNT };
+
+static void on_notify(struct supervise_state *st)
+{
+    json_t *ev = NULL;
+    enum aj_severity sev = AJ_SEV_HIGH;
+
+    if (aj_notify_handle(&st->notify, st->audit, &ev, &sev) < 0) {
+        /* The listener is gone (every process of the filter exited). */
+        aj_notify_clear(&st->notify);
+        (void)aj_notify_init(&st->notify, -1, NULL);
+        return;
+    }
+    emit(st, ev, AJ_EV_ESCAPE_ATTEMPT, sev);
+}
+
+static void on_decoys(struct supervise_state *st, bool sock_ready, bool inotify_ready)
+{
+    json_t *evs[16];
+    size_t n;
+
+    if (sock_ready) {
+        json_t *ev = NULL;
+        aj_decoy_on_socket(st->decoy_sock, st->audit, &ev);
+        emit(st, ev, AJ_EV_CANARY, AJ_SEV_HIGH);
+    }
+    if (inotify_ready) {
+        n = aj_decoy_on_inotify(st->decoy_inotify, st->decoys, st->wds, st->audit, evs, AJ_ARRAY_SIZE(evs));
+        for (size_t i = 0; i < n; i++)
+            emit(st, evs[i], AJ_EV_CANARY, AJ_SEV_HIGH);
+    }
+}
+
 static int supervise(struct supervise_state *st, uint64_t start, struct aj_error *err)
 {
     uint64_t deadline = st->pol->timeout_ms ? start + st->pol->timeout_ms : 0;
     bool watch_cgroup = st->cg && st->cg->created &&
                         (st->cg->limits & (AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT) ||
                          st->pol->cpu_time_ms);
-    struct aj_sync_msg msg;
 
     for (;;) {
-        struct pollfd pfd[5] = {
-            {.fd = st->sock, .events = POLLIN},
-            {.fd = st->pidfd, .events = POLLIN},
-            {.fd = st->sigfd, .events = POLLIN},
-            {.fd = st->out[0].rfd, .events = POLLIN},
-            {.fd = st->out[1].rfd, .events = POLLIN},
+        struct pollfd pfd[PF_COUNT] = {
+            [PF_SOCK] = {.fd = st->sock, .events = POLLIN},
+            [PF_PIDFD] = {.fd = st->pidfd, .events = POLLIN},
+            [PF_SIG] = {.fd = st->sigfd, .events = POLLIN},
+            [PF_OUT] = {.fd = st->out[0].rfd, .events = POLLIN},
+            [PF_ERR] = {.fd = st->out[1].rfd, .events = POLLIN},
+            [PF_NOTIFY] = {.fd = st->notify.fd, .events = POLLIN},
+            [PF_DSOCK] = {.fd = st->decoy_sock, .events = POLLIN},
+            [PF_INOTIFY] = {.fd = st->decoy_inotify, .events = POLLIN},
         };
         int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
         int r;
@@ -663,7 +964,9 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             if (timeout < 0 || left < timeout)
                 timeout = left;
         }
-        r = poll(pfd, 5, timeout);
+        if (st->alert.pid > 0 && (timeout < 0 || timeout > 50))
+            timeout = 50; /* watch the hook's deadline */
+        r = poll(pfd, PF_COUNT, timeout);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -675,19 +978,26 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             else if (watch_cgroup)
                 check_cgroup_limits(st);
         }
-        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t n = recv(st->sock, &msg, sizeof(msg), MSG_DONTWAIT);
-            if (n == (ssize_t)sizeof(msg)) {
-                handle_msg(st, &msg);
-            } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        check_alert(st, false);
+        /* Escape attempts first: a notified syscall holds its caller. */
+        if (pfd[PF_NOTIFY].revents & POLLIN)
+            on_notify(st);
+        else if (pfd[PF_NOTIFY].revents & (POLLHUP | POLLERR)) {
+            aj_notify_clear(&st->notify);
+            (void)aj_notify_init(&st->notify, -1, NULL);
+        }
+        if (pfd[PF_DSOCK].revents & POLLIN || pfd[PF_INOTIFY].revents & POLLIN)
+            on_decoys(st, pfd[PF_DSOCK].revents & POLLIN, pfd[PF_INOTIFY].revents & POLLIN);
+        if (pfd[PF_SOCK].revents & (POLLIN | POLLHUP | POLLERR)) {
+            if (recv_msg(st) < 0) {
                 (void)close(st->sock); /* every sandbox end is closed */
                 st->sock = -1;
             }
         }
         for (int i = 0; i < 2; i++)
-            if (pfd[3 + i].revents & (POLLIN | POLLHUP | POLLERR))
+            if (pfd[PF_OUT + i].revents & (POLLIN | POLLHUP | POLLERR))
                 pump_output(st, &st->out[i]);
-        if (pfd[2].revents & POLLIN) {
+        if (pfd[PF_SIG].revents & POLLIN) {
             struct signalfd_siginfo si;
             if (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si) && !st->interrupted) {
                 st->interrupted = (int)si.ssi_signo;
@@ -696,7 +1006,7 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
                     aj_cgroup_kill(st->cg);
             }
         }
-        if (pfd[1].revents & POLLIN) {
+        if (pfd[PF_PIDFD].revents & POLLIN) {
             pid_t w;
             do
                 w = wait4(st->pid, &st->init_status, 0, &st->ru);
@@ -706,9 +1016,15 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         }
     }
     st->pid = -1;
-    /* Messages sent just before init exited are still queued. */
-    while (st->sock >= 0 && recv(st->sock, &msg, sizeof(msg), MSG_DONTWAIT) == (ssize_t)sizeof(msg))
-        handle_msg(st, &msg);
+    /* Messages sent just before init exited are still queued, and so may
+     * be the last decoy touches. */
+    while (st->sock >= 0 && recv_msg(st) > 0)
+        ;
+    if (st->decoy_sock >= 0 || st->decoy_inotify >= 0) {
+        struct pollfd d[2] = {{.fd = st->decoy_sock, .events = POLLIN}, {.fd = st->decoy_inotify, .events = POLLIN}};
+        if (poll(d, 2, 0) > 0)
+            on_decoys(st, d[0].revents & POLLIN, d[1].revents & POLLIN);
+    }
     if (st->degraded) {
         kill_orphans();
         /* The payload is the direct child: its status is init_status. */
@@ -848,14 +1164,46 @@ static void close_fd(int *fd)
     }
 }
 
-int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res,
-           struct aj_error *err)
+int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res, struct aj_error *err)
+{
+    return aj_run_ex(pol, argv, NULL, res, err);
+}
+
+static void emit_end(struct supervise_state *st, struct aj_result *res)
+{
+    json_t *ev;
+
+    if (res->status == AJ_STATUS_SETUP_ERROR) {
+        ev = aj_audit_event(st->audit, AJ_EV_ERROR, AJ_SEV_LOW);
+        if (ev)
+            (void)json_object_set_new(ev, "error", json_string(res->error));
+        emit(st, ev, AJ_EV_ERROR, AJ_SEV_LOW);
+    }
+    ev = aj_audit_event(st->audit, AJ_EV_EXIT, AJ_SEV_INFO);
+    if (ev) {
+        (void)json_object_set_new(ev, "status", json_string(aj_status_name(res->status)));
+        (void)json_object_set_new(ev, "exit_code", json_integer(res->exit_code));
+        (void)json_object_set_new(ev, "signal", json_integer(res->signal));
+        (void)json_object_set_new(ev, "wall_ms", json_integer((json_int_t)res->wall_ms));
+    }
+    emit(st, ev, AJ_EV_EXIT, AJ_SEV_INFO);
+    for (int i = 0; i < AJ_EV_COUNT && i < 8; i++)
+        res->event_counts[i] = st->audit->counts[i];
+    res->escape_attempted = st->audit->counts[AJ_EV_ESCAPE_ATTEMPT] + st->audit->counts[AJ_EV_CANARY] > 0;
+}
+
+int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,
+              struct aj_result *res, struct aj_error *err)
 {
     struct run_ctx c = {.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1};
     struct aj_uid_lease lease = {.lock_fd = -1};
     struct aj_cgroup cg;
-    struct supervise_state st = {.pol = pol, .cg = &cg, .pid = -1, .pidfd = -1, .sock = -1,
-                                 .sigfd = -1, .limit = AJ_STATUS_OK};
+    struct aj_audit audit = {.fd = -1};
+    struct supervise_state st = {.pol = pol, .cg = &cg, .audit = &audit, .argv = argv, .pid = -1, .pidfd = -1,
+                                 .sock = -1, .sigfd = -1, .decoy_sock = -1, .decoy_inotify = -1,
+                                 .limit = AJ_STATUS_OK};
+    char *decoy_env[2] = {NULL, NULL};
+    bool audit_open = false;
     int socks[2] = {-1, -1};
     uint64_t start = aj_now_ms();
     bool in_cgroup = false, mask_set = false;
@@ -874,6 +1222,13 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
     if (r < 0)
         goto out;
     r = aj_policy_sha256(pol, res->policy_sha256, err);
+    if (r < 0)
+        goto out;
+    r = aj_audit_open(&audit, opts ? opts->events_path : NULL, res->sandbox_id, res->policy_sha256, err);
+    if (r < 0)
+        goto out;
+    audit_open = true;
+    r = aj_notify_init(&st.notify, -1, err);
     if (r < 0)
         goto out;
     c.rootless = geteuid() != 0;
@@ -900,18 +1255,23 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
                    "'landlock' to the lsm= boot parameter");
         goto out;
     }
-    r = aj_seccomp_build(pol, &c.bpf, err);
+    /* Monitored filter: escape-indicative calls come to the supervisor. */
+    r = aj_seccomp_build(pol, true, &c.bpf, err);
     if (r < 0)
         goto out;
     r = aj_mount_plan_build(pol, &c.plan, err);
     if (r < 0)
         goto out;
+    r = aj_decoy_plan(pol, res->sandbox_id, &c.plan, &c.decoys, decoy_env, &st.decoy_info, err);
+    if (r < 0)
+        goto out;
+    st.decoys = &c.decoys;
     c.argv = copy_argv(argv);
     if (!c.argv) {
         r = aj_err(err, ENOMEM, "copy argv");
         goto out;
     }
-    c.envp = build_envp(pol, &c.path_env, err);
+    c.envp = build_envp(pol, decoy_env, &c.path_env, err);
     if (!c.envp) {
         r = -ENOMEM;
         goto out;
@@ -1034,6 +1394,7 @@ int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *re
         }
     }
 
+    st.base_layers = res->layers;
     r = supervise(&st, start, err);
     if (r < 0)
         goto out;
@@ -1062,6 +1423,17 @@ out:
     }
     if (!res->wall_ms)
         res->wall_ms = aj_now_ms() - start;
+    if (audit_open) {
+        emit_end(&st, res);
+        check_alert(&st, true); /* the hook finishes (or is killed) before we return */
+        aj_audit_close(&audit);
+    }
+    aj_notify_clear(&st.notify);
+    close_fd(&st.decoy_sock);
+    close_fd(&st.decoy_inotify);
+    json_decref(st.decoy_info);
+    free(decoy_env[0]);
+    free(decoy_env[1]);
     aj_cgroup_destroy(&cg);
     close_fd(&st.sigfd);
     close_fd(&st.pidfd);

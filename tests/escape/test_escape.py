@@ -220,7 +220,9 @@ TECHNIQUES = [
       {"ENOENT", "EACCES"}, control=False),
     T("symlink-in-rw-bind", lambda h, i: ["read", "/work-rw/link" if i else h.rw + "/link"],
       {"ENOENT", "EACCES"}, host="any", aj=lambda h: ["--bind-rw", h.rw + ":/work-rw"]),
-    T("runtime-sockets", ["runtime-sockets"], {None}),
+    # With decoys off, nothing of a container runtime is there. (With them
+    # on, the socket and token are decoys: tests/integration/test_detection.py.)
+    T("runtime-sockets", ["runtime-sockets"], {None}, aj=lambda h: ["--no-decoys"]),
     T("mountinfo-host-paths", lambda h, i: ["mountinfo", ",".join(h.host_devs), h.aj_try_real]
       + ALLOWED_ROOTS, {None}, host="any"),
     # --- host processes ------------------------------------------------------
@@ -539,7 +541,7 @@ def test_positive_runtime_socket_detected(aj):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.bind(path)
-        r = run_aj(try_args() + ["--bind-ro", path + ":/run/docker.sock"],
+        r = run_aj(try_args() + ["--no-decoys", "--bind-ro", path + ":/run/docker.sock"],
                    ["/opt/aj-try", "runtime-sockets"])
     finally:
         s.close()

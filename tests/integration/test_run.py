@@ -409,7 +409,8 @@ def test_top_level_and_etc_entries(hostdir):
     r = run_aj(["--bind-ro", hostdir + ":/data"], ["sh", "-c", "ls -A /; echo --; ls -A /etc; echo --; cat /etc/passwd"])
     assert r.returncode == 0, r
     top, etc, passwd = r.stdout.split("--\n")
-    want = {p[1:] for p in SYSTEM if os.path.lexists(p)} | {"dev", "etc", "proc", "tmp", "data"}
+    # "var": /var/run holds the decoys (docker.sock, service-account token).
+    want = {p[1:] for p in SYSTEM if os.path.lexists(p)} | {"dev", "etc", "proc", "tmp", "data", "var"}
     assert set(top.split()) == want, top
     assert set(etc.split()) <= ETC, etc
     assert {"passwd", "group", "hosts"} <= set(etc.split())
@@ -440,6 +441,9 @@ def test_mountinfo_has_no_unnamed_host_path(hostdir):
         allowed = {p for p in SYSTEM if os.path.isdir(p) and not os.path.islink(p)}
         allowed |= set(ETC_BINDS)
         allowed |= {"/", "/tmp", "/proc", "/dev", "/dev/shm", "/data/b", "/scratch"}
+        # /var/run: agentjail's own tmpfs for the decoys, not a host path.
+        assert mounts.get("/var/run", ("/", "tmpfs"))[1] == "tmpfs", mounts
+        allowed.add("/var/run")
         extra = [m for m in mounts if m not in allowed and not m.startswith(("/proc/", "/dev/"))]
         assert extra == [], extra
         assert "/data/b" in mounts, mounts  # control: the named bind is listed

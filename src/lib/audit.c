@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "aj_audit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aj_util.h"
+
+static const char *const type_names[AJ_EV_COUNT] = {
+    "start", "exit", "escape_attempt", "canary", "net_denied", "net_allowed", "limit", "error",
+};
+
+const char *aj_event_type_name(enum aj_event_type t)
+{
+    return (unsigned)t < AJ_EV_COUNT ? type_names[t] : "unknown";
+}
+
+const char *aj_severity_name(enum aj_severity s)
+{
+    switch (s) {
+    case AJ_SEV_INFO:
+        return "info";
+    case AJ_SEV_LOW:
+        return "low";
+    case AJ_SEV_MEDIUM:
+        return "medium";
+    case AJ_SEV_HIGH:
+        return "high";
+    case AJ_SEV_CRITICAL:
+        return "critical";
+    }
+    return "unknown";
+}
+
+int aj_audit_open(struct aj_audit *a, const char *path, const char *sandbox_id, const char *policy_sha256,
+                  struct aj_error *err)
+{
+    memset(a, 0, sizeof(*a));
+    a->fd = -1;
+    snprintf(a->sandbox_id, sizeof(a->sandbox_id), "%s", sandbox_id);
+    snprintf(a->policy_sha256, sizeof(a->policy_sha256), "%s", policy_sha256);
+    if (!path)
+        return 0;
+    if (strcmp(path, "-") == 0) {
+        a->fd = STDERR_FILENO;
+        return 0;
+    }
+    /* O_APPEND: one write per line, so concurrent runs sharing a file
+     * interleave whole lines. 0600: events can carry paths and arguments. */
+    a->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600);
+    if (a->fd < 0)
+        return aj_err(err, errno, "open events file %s", path);
+    a->own_fd = true;
+    return 0;
+}
+
+void aj_audit_close(struct aj_audit *a)
+{
+    if (a->own_fd && a->fd >= 0)
+        (void)close(a->fd);
+    a->fd = -1;
+    a->own_fd = false;
+    json_decref(a->first_high);
+    a->first_high = NULL;
+}
+
+json_t *aj_audit_event(const struct aj_audit *a, enum aj_event_type type, enum aj_severity sev)
+{
+    struct timespec ts;
+    struct tm tm;
+    char when[64];
+
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    (void)gmtime_r(&ts.tv_sec, &tm);
+    snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s}", "time", when, "sandbox_id", a->sandbox_id, "policy_sha256",
+                     a->policy_sha256, "type", aj_event_type_name(type), "severity", aj_severity_name(sev));
+}
+
+static const struct {
+    const char *id, *name;
+} techniques[] = {
+    {"T1611", "Escape to Host"},
+    {"T1552", "Unsecured Credentials"},
+    {"T1613", "Container and Resource Discovery"},
+    {"T1055", "Process Injection"},
+    {"T1040", "Network Sniffing"},
+    {"T1082", "System Information Discovery"},
+    {"T1499", "Endpoint Denial of Service"},
+    {"T1068", "Exploitation for Privilege Escalation"},
+};
+
+void aj_audit_technique(json_t *ev, const char *id)
+{
+    if (!ev || !id)
+        return;
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(techniques); i++)
+        if (strcmp(techniques[i].id, id) == 0) {
+            (void)json_object_set_new(ev, "technique", json_string(id));
+            (void)json_object_set_new(ev, "technique_name", json_string(techniques[i].name));
+            return;
+        }
+}
+
+bool aj_audit_emit(struct aj_audit *a, json_t *ev, enum aj_event_type type, enum aj_severity sev)
+{
+    bool first = false;
+    char *line;
+
+    if (!ev)
+        return false;
+    if ((unsigned)type < AJ_EV_COUNT)
+        a->counts[type]++;
+    if (sev >= AJ_SEV_HIGH && !a->first_high) {
+        a->first_high = json_incref(ev);
+        first = true;
+    }
+    if (a->fd >= 0) {
+        line = json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+        if (line) {
+            size_t n = strlen(line);
+            line[n] = '\n'; /* json_dumps leaves room for the NUL we replace */
+            (void)aj_write_all(a->fd, line, n + 1);
+            free(line);
+        }
+    }
+    json_decref(ev);
+    return first;
+}

@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "aj_decoy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <nettle/base64.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "aj_missing.h"
+#include "aj_util.h"
+
+#define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+static void b64url(const uint8_t *in, size_t n, char *out, size_t out_size)
+{
+    char tmp[BASE64_ENCODE_RAW_LENGTH(256) + 1];
+    size_t len;
+
+    if (n > 256)
+        n = 256;
+    base64_encode_raw(tmp, n, in);
+    len = BASE64_ENCODE_RAW_LENGTH(n);
+    tmp[len] = '\0';
+    for (size_t i = 0; i < len; i++)
+        tmp[i] = tmp[i] == '+' ? '-' : tmp[i] == '/' ? '_' : tmp[i];
+    while (len && tmp[len - 1] == '=')
+        tmp[--len] = '\0';
+    snprintf(out, out_size, "%s", tmp);
+}
+
+static int random_b64(size_t nbytes, char *out, size_t out_size)
+{
+    uint8_t raw[128];
+    if (nbytes > sizeof(raw))
+        return -EINVAL;
+    if (getentropy(raw, nbytes) < 0)
+        return -errno;
+    b64url(raw, nbytes, out, out_size);
+    return 0;
+}
+
+int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj_mount_plan *plan,
+                  struct aj_decoy_files *files, char *env_out[2], json_t **ret_info, struct aj_error *err)
+{
+    char header[128], payload[512], sig[128], token[1024], pem[512], body[256];
+    json_t *info;
+    int r;
+
+    memset(files, 0, sizeof(*files));
+    env_out[0] = env_out[1] = NULL;
+    *ret_info = NULL;
+    if (!pol->decoys && !pol->cloud_decoys)
+        return 0;
+    info = json_array();
+    if (!info)
+        return aj_err(err, ENOMEM, "decoys");
+    if (pol->decoys) {
+        /* /var/run: a small tmpfs of agentjail's (read-only once armed), so
+         * the socket can be created after the root is sealed. */
+        r = aj_mount_plan_add_tmpfs(plan, "/var/run", 65536, "0755", err);
+        if (r < 0)
+            goto fail;
+        /* A service-account token shaped like the real thing (a JWT whose
+         * claims name this run), with its CA and namespace. */
+        b64url((const uint8_t *)"{\"alg\":\"RS256\",\"kid\":\"agentjail-decoy\"}", 38, header, sizeof(header));
+        snprintf(body, sizeof(body),
+                 "{\"iss\":\"kubernetes/serviceaccount\",\"sub\":\"system:serviceaccount:default:agentjail-%.12s\","
+                 "\"jti\":\"%s\"}",
+                 sandbox_id, sandbox_id);
+        b64url((const uint8_t *)body, strlen(body), payload, sizeof(payload));
+        if ((r = random_b64(96, sig, sizeof(sig))) < 0) {
+            r = aj_err(err, -r, "decoy token");
+            goto fail;
+        }
+        snprintf(token, sizeof(token), "%s.%s.%s", header, payload, sig);
+        if ((r = random_b64(96, sig, sizeof(sig))) < 0) {
+            r = aj_err(err, -r, "decoy CA");
+            goto fail;
+        }
+        snprintf(pem, sizeof(pem), "-----BEGIN CERTIFICATE-----\nMIIagentjail%s\n%s\n-----END CERTIFICATE-----\n",
+                 sandbox_id, sig);
+        if ((r = aj_mount_plan_add_file(plan, SA_DIR "/token", token, err)) < 0 ||
+            (r = aj_mount_plan_add_file(plan, SA_DIR "/ca.crt", pem, err)) < 0 ||
+            (r = aj_mount_plan_add_file(plan, SA_DIR "/namespace", "default", err)) < 0)
+            goto fail;
+        files->paths[files->n] = SA_DIR "/token";
+        files->kinds[files->n++] = "kubernetes_token";
+        files->paths[files->n] = SA_DIR "/ca.crt";
+        files->kinds[files->n++] = "kubernetes_ca";
+        files->paths[files->n] = SA_DIR "/namespace";
+        files->kinds[files->n++] = "kubernetes_namespace";
+        (void)json_array_append_new(info, json_pack("{s:s, s:s}", "kind", "docker_socket", "path", AJ_DECOY_SOCKET));
+        (void)json_array_append_new(info, json_pack("{s:s, s:s, s:s}", "kind", "kubernetes_token", "path",
+                                                    SA_DIR "/token", "subject_suffix", sandbox_id));
+    }
+    if (pol->cloud_decoys) {
+        char key_id[32], secret[64], creds[256];
+        /* AKIA + 16 characters: the first 16 of the sandbox id, upper case. */
+        snprintf(key_id, sizeof(key_id), "AKIA%.16s", sandbox_id);
+        for (char *p = key_id; *p; p++)
+            *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+        if ((r = random_b64(30, secret, sizeof(secret))) < 0) {
+            r = aj_err(err, -r, "decoy secret");
+            goto fail;
+        }
+        snprintf(creds, sizeof(creds), "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", key_id,
+                 secret);
+        if ((r = aj_mount_plan_add_file(plan, "/tmp/.aws/credentials", creds, err)) < 0)
+            goto fail;
+        files->paths[files->n] = "/tmp/.aws/credentials";
+        files->kinds[files->n++] = "aws_credentials_file";
+        if (asprintf(&env_out[0], "AWS_ACCESS_KEY_ID=%s", key_id) < 0 ||
+            asprintf(&env_out[1], "AWS_SECRET_ACCESS_KEY=%s", secret) < 0) {
+            r = aj_err(err, ENOMEM, "decoy environment");
+            goto fail;
+        }
+        (void)json_array_append_new(info, json_pack("{s:s, s:s, s:s}", "kind", "aws_credentials", "path",
+                                                    "/tmp/.aws/credentials", "aws_access_key_id", key_id));
+    }
+    *ret_info = info;
+    return 0;
+fail:
+    free(env_out[0]);
+    free(env_out[1]);
+    env_out[0] = env_out[1] = NULL;
+    json_decref(info);
+    return r;
+}
+
+int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int *ret_inotify,
+                       int wds[AJ_DECOY_MAX_FILES], struct aj_error *err)
+{
+    _cleanup_close_ int sock = -1, ifd = -1, run = -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct aj_mount_attr ro = {.attr_set = AJ_MOUNT_ATTR_RDONLY};
+    mode_t old;
+
+    *ret_sock = *ret_inotify = -1;
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        wds[i] = -1;
+    if (files->n == 0)
+        return 0;
+    if (access("/var/run", F_OK) == 0) {
+        sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (sock < 0)
+            return aj_err(err, errno, "decoy socket");
+        strcpy(sa.sun_path, AJ_DECOY_SOCKET);
+        /* 0755 for the payload, which runs as the socket's owner. */
+        old = umask(022);
+        if (bind(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+            umask(old);
+            return aj_err(err, errno, "bind %s", AJ_DECOY_SOCKET);
+        }
+        umask(old);
+        if (listen(sock, 16) < 0)
+            return aj_err(err, errno, "listen %s", AJ_DECOY_SOCKET);
+    }
+    /* inotify sees opens of these inodes from any mount and namespace; the
+     * watches come after the files are written, so only the payload's
+     * opens count. */
+    ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (ifd < 0)
+        return aj_err(err, errno, "inotify for decoys");
+    for (size_t i = 0; i < files->n; i++) {
+        wds[i] = inotify_add_watch(ifd, files->paths[i], IN_OPEN);
+        if (wds[i] < 0)
+            return aj_err(err, errno, "watch %s", files->paths[i]);
+    }
+    /* The decoys stay as they are: their tmpfs becomes read-only. */
+    run = open("/var/run", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (run >= 0 && aj_sys_mount_setattr(run, "", AT_EMPTY_PATH, &ro) < 0)
+        return aj_err(err, errno, "make /var/run read-only");
+    *ret_sock = TAKE_FD(sock);
+    *ret_inotify = TAKE_FD(ifd);
+    return 0;
+}
+
+void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev)
+{
+    static const char reply[] = "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
+                                "Connection: close\r\n\r\nforbidden\n";
+    char buf[512];
+    int c;
+    ssize_t n;
+    json_t *ev;
+
+    *ret_ev = NULL;
+    c = accept4(sock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0)
+        return;
+    ev = aj_audit_event(a, AJ_EV_CANARY, AJ_SEV_HIGH);
+    if (ev) {
+        (void)json_object_set_new(ev, "decoy", json_string("docker_socket"));
+        (void)json_object_set_new(ev, "path", json_string(AJ_DECOY_SOCKET));
+        (void)json_object_set_new(ev, "access", json_string("connect"));
+        aj_audit_technique(ev, "T1611");
+        /* The request line, if it is already there: what the tool wanted. */
+        n = recv(c, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+        if (n > 0) {
+            buf[n] = '\0';
+            buf[strcspn(buf, "\r\n")] = '\0';
+            for (char *p = buf; *p; p++)
+                if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                    *p = '?';
+            (void)json_object_set_new(ev, "request", json_string(buf));
+        }
+    }
+    (void)send(c, reply, sizeof(reply) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)close(c);
+    *ret_ev = ev;
+}
+
+size_t aj_decoy_on_inotify(int ifd, const struct aj_decoy_files *files, const int wds[AJ_DECOY_MAX_FILES],
+                           struct aj_audit *a, json_t **ret_evs, size_t max)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    size_t out = 0;
+    ssize_t n = read(ifd, buf, sizeof(buf));
+
+    for (char *p = buf; n > 0 && p < buf + n && out < max;) {
+        struct inotify_event *ie = (struct inotify_event *)p;
+        p += sizeof(*ie) + ie->len;
+        if (!(ie->mask & IN_OPEN))
+            continue;
+        for (size_t i = 0; i < files->n; i++) {
+            json_t *ev;
+            if (wds[i] != ie->wd)
+                continue;
+            ev = aj_audit_event(a, AJ_EV_CANARY, AJ_SEV_HIGH);
+            if (ev) {
+                (void)json_object_set_new(ev, "decoy", json_string(files->kinds[i]));
+                (void)json_object_set_new(ev, "path", json_string(files->paths[i]));
+                (void)json_object_set_new(ev, "access", json_string("open"));
+                aj_audit_technique(ev, "T1552");
+                ret_evs[out++] = ev;
+            }
+        }
+    }
+    return out;
+}

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "aj_notify.h"
+
+#include <errno.h>
+#include <linux/audit.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "aj_missing.h"
+#include "aj_util.h"
+
+#ifndef __X32_SYSCALL_BIT
+#define __X32_SYSCALL_BIT 0x40000000
+#endif
+
+int aj_notify_init(struct aj_notify *n, int listener_fd, struct aj_error *err)
+{
+    int r;
+
+    n->fd = listener_fd;
+    n->req = NULL;
+    n->resp = NULL;
+    r = seccomp_notify_alloc(&n->req, &n->resp);
+    if (r < 0)
+        return aj_err(err, -r, "seccomp_notify_alloc");
+    return 0;
+}
+
+void aj_notify_clear(struct aj_notify *n)
+{
+    if (n->req || n->resp)
+        seccomp_notify_free(n->req, n->resp);
+    n->req = NULL;
+    n->resp = NULL;
+    if (n->fd >= 0)
+        (void)close(n->fd);
+    n->fd = -1;
+}
+
+/* How each argument is shown: s string (read from the sandbox), f clone
+ * flags, o ioctl command, d socket domain, t socket type, x hex, i int,
+ * - not shown. */
+static const struct {
+    const char *name;
+    const char *args;
+    const char *technique;
+} syscall_info[] = {
+    {"mount", "sssxx", "T1611"},       {"umount2", "sx", "T1611"},
+    {"pivot_root", "ss", "T1611"},     {"chroot", "s", "T1611"},
+    {"open_tree", "isx", "T1611"},     {"move_mount", "isisx", "T1611"},
+    {"fsopen", "sx", "T1611"},         {"fsconfig", "ixssi", "T1611"},
+    {"fsmount", "ixx", "T1611"},       {"fspick", "isx", "T1611"},
+    {"mount_setattr", "isx", "T1611"}, {"unshare", "f", "T1611"},
+    {"setns", "if", "T1611"},          {"clone", "f", "T1611"},
+    {"io_uring_setup", "ix", "T1068"}, {"io_uring_enter", "iiix", "T1068"},
+    {"io_uring_register", "iix", "T1068"}, {"userfaultfd", "x", "T1068"},
+    {"bpf", "ixi", "T1068"},           {"perf_event_open", "xiiix", "T1068"},
+    {"keyctl", "ixxxx", "T1552"},      {"add_key", "ssxii", "T1552"},
+    {"request_key", "ssx", "T1552"},   {"ptrace", "iixx", "T1055"},
+    {"process_vm_readv", "ixixix", "T1055"}, {"process_vm_writev", "ixixix", "T1055"},
+    {"pidfd_getfd", "iix", "T1055"},   {"kcmp", "iiixx", "T1055"},
+    {"open_by_handle_at", "ixx", "T1611"}, {"name_to_handle_at", "isxxx", "T1611"},
+    {"kexec_load", "xxxx", "T1611"},   {"kexec_file_load", "iixsx", "T1611"},
+    {"init_module", "xxs", "T1611"},   {"finit_module", "isx", "T1611"},
+    {"delete_module", "sx", "T1611"},  {"reboot", "xxxx", "T1611"},
+    {"swapon", "sx", "T1611"},         {"swapoff", "s", "T1611"},
+    {"acct", "s", "T1611"},            {"quotactl", "xsix", "T1611"},
+    {"iopl", "i", "T1611"},            {"ioperm", "xxi", "T1611"},
+    {"modify_ldt", "ixx", "T1611"},    {"syslog", "ixi", "T1082"},
+    {"ioctl", "io", "T1611"},          {"socket", "dti", "T1040"},
+    {"mknod", "sox", "T1611"},         {"mknodat", "isox", "T1611"},
+    {"personality", "x", "T1611"},     {"settimeofday", "xx", "T1611"},
+    {"clock_settime", "ix", "T1611"},  {"clock_adjtime", "ix", "T1611"},
+    {"adjtimex", "x", "T1611"},        {"sethostname", "si", "T1611"},
+};
+
+static const struct {
+    unsigned long flag;
+    const char *name;
+} clone_flags[] = {
+    {0x00020000, "CLONE_NEWNS"},  {0x02000000, "CLONE_NEWCGROUP"}, {0x04000000, "CLONE_NEWUTS"},
+    {0x08000000, "CLONE_NEWIPC"}, {0x10000000, "CLONE_NEWUSER"},   {0x20000000, "CLONE_NEWPID"},
+    {0x40000000, "CLONE_NEWNET"}, {0x00000080, "CLONE_NEWTIME"},
+};
+
+/* Best effort, for the record: the string as it was when we looked. */
+static json_t *read_string(pid_t pid, uint64_t addr)
+{
+    char buf[257];
+    struct iovec local = {.iov_base = buf, .iov_len = sizeof(buf) - 1};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = sizeof(buf) - 1};
+    ssize_t n;
+
+    if (!addr)
+        return json_null();
+    n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+        /* Across a page boundary, a shorter read may still work. */
+        remote.iov_len = local.iov_len = 4096 - (addr & 4095);
+        if (remote.iov_len > sizeof(buf) - 1)
+            remote.iov_len = local.iov_len = sizeof(buf) - 1;
+        n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    }
+    if (n <= 0)
+        return json_string("(unreadable)");
+    buf[n] = '\0';
+    for (ssize_t i = 0; i < n && buf[i]; i++)
+        if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] >= 0x7f)
+            buf[i] = '?';
+    return json_string(buf);
+}
+
+static json_t *hex(uint64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)v);
+    return json_string(buf);
+}
+
+static json_t *decode_flags(uint64_t v)
+{
+    char buf[256] = "";
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(clone_flags); i++)
+        if (v & clone_flags[i].flag) {
+            if (buf[0])
+                strcat(buf, "|");
+            strcat(buf, clone_flags[i].name);
+        }
+    if (!buf[0])
+        snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)v);
+    return json_string(buf);
+}
+
+static json_t *decode_arg(char kind, pid_t pid, uint64_t v)
+{
+    switch (kind) {
+    case 's':
+        return read_string(pid, v);
+    case 'f':
+        return decode_flags(v);
+    case 'i':
+        return json_integer((json_int_t)(int64_t)(int32_t)v);
+    case 'o':
+        if ((uint32_t)v == 0x5412)
+            return json_string("TIOCSTI");
+        if ((uint32_t)v == 0x541C)
+            return json_string("TIOCLINUX");
+        return hex(v);
+    case 'd':
+        if (v == 17)
+            return json_string("AF_PACKET");
+        if (v == 40)
+            return json_string("AF_VSOCK");
+        if (v == 2)
+            return json_string("AF_INET");
+        if (v == 10)
+            return json_string("AF_INET6");
+        return json_integer((json_int_t)v);
+    case 't':
+        return (v & 0xf) == 3 ? json_string("SOCK_RAW") : hex(v);
+    default:
+        return hex(v);
+    }
+}
+
+int aj_notify_handle(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev)
+{
+    struct seccomp_notif *req = n->req;
+    struct seccomp_notif_resp *resp = n->resp;
+    bool foreign;
+    char *name = NULL;
+    const char *argspec = "xxxxxx", *technique = "T1611";
+    json_t *ev, *args;
+    int r;
+
+    *ret_ev = NULL;
+    memset(req, 0, sizeof(*req));
+    r = seccomp_notify_receive(n->fd, req);
+    if (r < 0)
+        return r == -ENOENT || r == -EINTR ? 0 : r; /* ENOENT: the caller died meanwhile */
+
+    foreign = req->data.arch != AUDIT_ARCH_X86_64 || (req->data.nr & __X32_SYSCALL_BIT);
+    if (!foreign) {
+        name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, req->data.nr);
+        for (size_t i = 0; name && i < AJ_ARRAY_SIZE(syscall_info); i++)
+            if (strcmp(syscall_info[i].name, name) == 0) {
+                argspec = syscall_info[i].args;
+                technique = syscall_info[i].technique;
+            }
+    } else if (req->data.arch == AUDIT_ARCH_I386) {
+        name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86, req->data.nr);
+    } else {
+        name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X32, req->data.nr);
+    }
+
+    *ret_sev = foreign ? AJ_SEV_CRITICAL : AJ_SEV_HIGH;
+    ev = aj_audit_event(a, AJ_EV_ESCAPE_ATTEMPT, *ret_sev);
+    args = json_array();
+    for (size_t i = 0; args && !foreign && argspec[i] && i < 6; i++)
+        (void)json_array_append_new(args, decode_arg(argspec[i], (pid_t)req->pid, req->data.args[i]));
+    if (ev) {
+        (void)json_object_set_new(ev, "syscall", json_string(name ? name : "unknown"));
+        (void)json_object_set_new(ev, "syscall_nr", json_integer((json_int_t)req->data.nr));
+        (void)json_object_set_new(ev, "arch", json_string(req->data.arch == AUDIT_ARCH_X86_64
+                                                              ? ((req->data.nr & __X32_SYSCALL_BIT) ? "x32" : "x86_64")
+                                                              : req->data.arch == AUDIT_ARCH_I386 ? "i386" : "other"));
+        (void)json_object_set_new(ev, "pid", json_integer(req->pid));
+        (void)json_object_set_new(ev, "args", args ? args : json_array());
+        (void)json_object_set_new(ev, "action", json_string(foreign ? "killed" : "denied"));
+        aj_audit_technique(ev, foreign ? "T1611" : technique);
+        if (foreign)
+            (void)json_object_set_new(ev, "reason",
+                                      json_string("system call through a foreign ABI (a filter-bypass technique)"));
+    } else {
+        json_decref(args);
+    }
+    free(name);
+
+    if (foreign) {
+        /* The kernel's own filter kills such a caller with SIGSYS; do the
+         * same, through a pidfd, and only while the notification is still
+         * live (so the pid cannot have been reused). */
+        int pidfd = (int)syscall(__NR_pidfd_open, req->pid, 0);
+        if (pidfd >= 0) {
+            if (seccomp_notify_id_valid(n->fd, req->id) == 0)
+                (void)aj_sys_pidfd_send_signal(pidfd, SIGSYS);
+            (void)close(pidfd);
+        }
+    }
+    /* Refused, whatever the arguments said. Never CONTINUE. */
+    memset(resp, 0, sizeof(*resp));
+    resp->id = req->id;
+    resp->error = -EPERM;
+    resp->val = 0;
+    resp->flags = 0;
+    (void)seccomp_notify_respond(n->fd, resp); /* ENOENT: the caller is gone already */
+    *ret_ev = ev;
+    return 0;
+}
