@@ -72,10 +72,11 @@ struct aj_policy {
     uint32_t cpu_milli;         /* CPU bandwidth in thousandths of a CPU */
     uint64_t cpu_time_ms;       /* CPU time of the whole tree */
     uint64_t output_limit;      /* bytes per stream (stdout, stderr) */
-    /* Fail closed when a cgroup limit cannot be enforced. Set by any
-     * explicit cgroup limit (flag or policy key); without it the defaults
-     * apply only where a cgroup is available, and the result says so. */
-    bool require_cgroup;
+    /* The cgroup limits that must hold (AJ_LIMIT_* bits): the run fails
+     * closed if one cannot be enforced. A limit set by flag or policy key
+     * is required; the defaults apply only where a cgroup is available,
+     * and the result says what was applied. */
+    uint32_t required_limits;
 
     /* Detection (see docs/events.md). Escape-indicative syscalls always go
      * to the supervisor, which records them and answers EPERM. */

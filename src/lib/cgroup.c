@@ -290,10 +290,10 @@ static int write_limit(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file
     return r;
 }
 
-/* Whether the policy insists on a limit it sets (see require_cgroup). */
+/* Whether the policy insists on a limit it sets (see required_limits). */
 static bool required(const struct aj_policy *pol, uint32_t bit)
 {
-    if (!pol->require_cgroup)
+    if (!(pol->required_limits & bit))
         return false;
     switch (bit) {
     case AJ_LIMIT_MEMORY:
@@ -643,6 +643,8 @@ static int cleanup_base(const char *base)
         n++;
     }
     closedir(d);
+    /* An empty base left by a dead run goes too (EBUSY: live runs in it). */
+    (void)rmdir(base);
     return n;
 }
 

@@ -443,7 +443,7 @@ int aj_policy_set_memory(struct aj_policy *pol, const char *value, struct aj_err
         return aj_err(err, 0, "--memory: '%s' is not a size between 4M and 1P (e.g. 512M, 2G)",
                       value ? value : "");
     pol->memory_max = v;
-    pol->require_cgroup = true;
+    pol->required_limits |= AJ_LIMIT_MEMORY;
     return 0;
 }
 
@@ -455,7 +455,7 @@ int aj_policy_set_pids(struct aj_policy *pol, const char *value, struct aj_error
         return aj_err(err, 0, "--pids: '%s' is not a number of processes within 2..4194304",
                       value ? value : "");
     pol->pids_max = v;
-    pol->require_cgroup = true;
+    pol->required_limits |= AJ_LIMIT_PIDS;
     return 0;
 }
 
@@ -485,7 +485,7 @@ int aj_policy_set_cpus(struct aj_policy *pol, const char *value, struct aj_error
     if (milli < 10 || milli > 1024000)
         goto bad;
     pol->cpu_milli = (uint32_t)milli;
-    pol->require_cgroup = true;
+    pol->required_limits |= AJ_LIMIT_CPUS;
     return 0;
 bad:
     return aj_err(err, 0, "--cpus: '%s' is not a CPU share within 0.01..1024 (e.g. 0.5, 2)",
@@ -499,7 +499,7 @@ int aj_policy_set_cpu_time(struct aj_policy *pol, const char *value, struct aj_e
         return aj_err(err, 0, "--cpu-time: '%s' is not a duration (e.g. 10, 10s, 500ms; > 0, <= 7 days)",
                       value ? value : "");
     pol->cpu_time_ms = v;
-    pol->require_cgroup = true;
+    pol->required_limits |= AJ_LIMIT_CPU_TIME;
     return 0;
 }
 

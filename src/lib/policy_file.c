@@ -82,6 +82,17 @@ static json_t *duration_or_null(uint64_t ms)
     return json_string(buf);
 }
 
+/* Cgroup limits by policy key, in a fixed order. */
+static const struct {
+    const char *key;
+    uint32_t bit;
+} limit_names[] = {
+    {"memory", AJ_LIMIT_MEMORY},
+    {"pids", AJ_LIMIT_PIDS},
+    {"cpus", AJ_LIMIT_CPUS},
+    {"cpu_time", AJ_LIMIT_CPU_TIME},
+};
+
 /* ---- the policy as JSON ---------------------------------------------------- */
 
 char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
@@ -135,7 +146,13 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     ok &= json_object_set_new(limits, "output", size_or_null(pol->output_limit)) == 0;
     ok &= json_object_set_new(limits, "file_size", json_string(buf)) == 0;
     ok &= json_object_set_new(limits, "open_files", json_integer((json_int_t)pol->rlimit_nofile)) == 0;
-    ok &= json_object_set_new(limits, "require_cgroup", json_boolean(pol->require_cgroup)) == 0;
+    {
+        json_t *req = json_array();
+        for (size_t i = 0; req && i < AJ_ARRAY_SIZE(limit_names); i++)
+            if (pol->required_limits & limit_names[i].bit)
+                (void)json_array_append_new(req, json_string(limit_names[i].key));
+        ok &= req && json_object_set_new(limits, "require_cgroup", req) == 0;
+    }
     if (!ok) {
         json_decref(limits);
         goto fail;
@@ -702,7 +719,7 @@ static int load_limits(struct loader *L, const json_t *lim)
     };
     static const char *const keys[] = {"timeout", "memory", "pids", "cpus", "cpu_time", "output",
                                        "file_size", "open_files", "require_cgroup", NULL};
-    bool saw_cgroup_limit = false;
+    uint32_t named = 0;
     json_t *v;
     int r = want_type(L, "limits", lim, JSON_OBJECT, "an object");
 
@@ -741,16 +758,40 @@ static int load_limits(struct loader *L, const json_t *lim)
         r = table[i].set(L->pol, buf, L->err);
         if (r < 0)
             return setter_failed(L, path, r);
-        saw_cgroup_limit |= strcmp(table[i].key, "memory") == 0 || strcmp(table[i].key, "pids") == 0 ||
-                            strcmp(table[i].key, "cpus") == 0 || strcmp(table[i].key, "cpu_time") == 0;
+        for (size_t k = 0; k < AJ_ARRAY_SIZE(limit_names); k++)
+            if (strcmp(table[i].key, limit_names[k].key) == 0)
+                named |= limit_names[k].bit;
     }
     /* A limit named in the file is one the author relies on: fail closed
-     * unless the file says otherwise. */
-    L->pol->require_cgroup = L->pol->require_cgroup || saw_cgroup_limit;
+     * if it cannot be enforced, unless require_cgroup says otherwise (a list
+     * of limit keys, or true for every limit set, or false for none). */
+    L->pol->required_limits = L->pol->required_limits | named;
     if ((v = json_object_get(lim, "require_cgroup"))) {
-        if (!json_is_boolean(v))
-            return fail_at(L, "limits.require_cgroup", true, "expected a boolean, got %s", type_name(v));
-        L->pol->require_cgroup = json_is_true(v);
+        if (json_is_boolean(v)) {
+            L->pol->required_limits = 0;
+            if (json_is_true(v))
+                for (size_t k = 0; k < AJ_ARRAY_SIZE(limit_names); k++)
+                    L->pol->required_limits |= limit_names[k].bit;
+        } else if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            L->pol->required_limits = 0;
+            json_array_foreach(v, i, e) {
+                char kp[64];
+                bool found = false;
+                snprintf(kp, sizeof(kp), "limits.require_cgroup[%zu]", i);
+                for (size_t k = 0; json_is_string(e) && k < AJ_ARRAY_SIZE(limit_names); k++)
+                    if (strcmp(json_string_value(e), limit_names[k].key) == 0) {
+                        L->pol->required_limits |= limit_names[k].bit;
+                        found = true;
+                    }
+                if (!found)
+                    return fail_at(L, kp, true, "expected one of \"memory\", \"pids\", \"cpus\", \"cpu_time\"");
+            }
+        } else {
+            return fail_at(L, "limits.require_cgroup", true,
+                           "expected a list of limit names (or true/false), got %s", type_name(v));
+        }
     }
     return 0;
 }
@@ -1156,10 +1197,12 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
     diff_limit(&t, "limits.output", a->output_limit, b->output_limit, fmt_size);
     diff_limit(&t, "limits.file_size", a->rlimit_fsize, b->rlimit_fsize, fmt_size);
     diff_limit(&t, "limits.open_files", a->rlimit_nofile, b->rlimit_nofile, fmt_count);
-    if (a->require_cgroup != b->require_cgroup)
-        addf(&t, "limits.require_cgroup: A %s, B %s (%s is weaker: limits may silently not apply without a cgroup)\n",
-             a->require_cgroup ? "true" : "false", b->require_cgroup ? "true" : "false",
-             a->require_cgroup ? "B" : "A");
+    for (size_t k = 0; k < AJ_ARRAY_SIZE(limit_names); k++) {
+        bool ra = a->required_limits & limit_names[k].bit, rb = b->required_limits & limit_names[k].bit;
+        if (ra != rb)
+            addf(&t, "limits.require_cgroup: %s is required by %s only (%s is weaker: that limit may not apply "
+                     "without a cgroup)\n", limit_names[k].key, ra ? "A" : "B", ra ? "B" : "A");
+    }
     if (a->uid != b->uid || a->gid != b->gid)
         addf(&t, "identity: A uid %u gid %u, B uid %u gid %u%s\n", a->uid, a->gid, b->uid, b->gid,
              a->uid == 0 ? " (A runs as uid 0 inside)" : b->uid == 0 ? " (B runs as uid 0 inside)" : "");
