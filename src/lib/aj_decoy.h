@@ -31,11 +31,19 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
                   struct aj_decoy_files *files, char *env_out[2], json_t **ret_info, struct aj_error *err);
 
 /* Sandbox side (init, after pivot_root, capabilities held): listen on the
- * decoy socket, watch the decoy files, make /var/run read-only. */
-int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int *ret_inotify,
-                       int wds[AJ_DECOY_MAX_FILES], struct aj_error *err);
+ * decoy socket, open each decoy file (the supervisor takes a lease on it),
+ * make /var/run read-only. */
+int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int file_fds[AJ_DECOY_MAX_FILES],
+                       struct aj_error *err);
+
+/* Supervisor side: a write lease on each decoy file. Any open of the file
+ * by anyone else breaks the lease, and the kernel tells us with signal sig
+ * (si_fd = the file) before that open returns. fsnotify would do too, but
+ * tearing down its marks waits for an SRCU grace period on every run. */
+int aj_decoy_parent_lease(int fd, int sig, struct aj_error *err);
 
 /* Supervisor side: turn activity on the decoys into canary events. */
 void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev);
-size_t aj_decoy_on_inotify(int ifd, const struct aj_decoy_files *files, const int wds[AJ_DECOY_MAX_FILES],
-                           struct aj_audit *a, json_t **ret_evs, size_t max);
+/* A lease on file i broke: the event, and the lease is released so the
+ * opener goes on (and reads the decoy). */
+json_t *aj_decoy_on_lease_break(int fd, const struct aj_decoy_files *files, size_t i, struct aj_audit *a);

@@ -496,6 +496,47 @@ int aj_cgroup_parent_attach(const struct aj_cgroup *cg, pid_t pid, bool v2_too, 
     return 0;
 }
 
+int aj_cgroup_open_join_fds(const struct aj_cgroup *cg, int fds[AJ_CG_MAX_JOIN], size_t *ret_n,
+                            struct aj_error *err)
+{
+    size_t n = 0;
+
+    for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        char path[AJ_CG_PATH * 2 + 16];
+        bool dup = false;
+        if (!cg->v1_dir[c][0])
+            continue;
+        for (int o = 0; o < c; o++)
+            dup |= cg->v1_dir[o][0] && strcmp(cg->v1_dir[o], cg->v1_dir[c]) == 0;
+        if (dup)
+            continue;
+        if (n >= AJ_CG_MAX_JOIN) {
+            for (size_t i = 0; i < n; i++)
+                (void)close(fds[i]);
+            return aj_err(err, E2BIG, "too many cgroup v1 hierarchies");
+        }
+        snprintf(path, sizeof(path), "%s/tasks", cg->v1_dir[c]);
+        fds[n] = open(path, O_WRONLY | O_CLOEXEC);
+        if (fds[n] < 0) {
+            int e = errno;
+            for (size_t i = 0; i < n; i++)
+                (void)close(fds[i]);
+            return aj_err(err, e, "open %s", path);
+        }
+        n++;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+int aj_cgroup_child_join(const int *fds, size_t n, struct aj_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (write(fds[i], "0", 1) != 1)
+            return aj_err(err, errno, "join the run's cgroup v1 hierarchy");
+    return 0;
+}
+
 int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *st)
 {
     uint64_t v;

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -134,17 +133,17 @@ fail:
     return r;
 }
 
-int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int *ret_inotify,
-                       int wds[AJ_DECOY_MAX_FILES], struct aj_error *err)
+int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int file_fds[AJ_DECOY_MAX_FILES],
+                       struct aj_error *err)
 {
-    _cleanup_close_ int sock = -1, ifd = -1, run = -1;
+    _cleanup_close_ int sock = -1, run = -1;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     struct aj_mount_attr ro = {.attr_set = AJ_MOUNT_ATTR_RDONLY};
     mode_t old;
 
-    *ret_sock = *ret_inotify = -1;
+    *ret_sock = -1;
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
-        wds[i] = -1;
+        file_fds[i] = -1;
     if (files->n == 0)
         return 0;
     if (access("/var/run", F_OK) == 0) {
@@ -162,24 +161,50 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int *r
         if (listen(sock, 16) < 0)
             return aj_err(err, errno, "listen %s", AJ_DECOY_SOCKET);
     }
-    /* inotify sees opens of these inodes from any mount and namespace; the
-     * watches come after the files are written, so only the payload's
-     * opens count. */
-    ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (ifd < 0)
-        return aj_err(err, errno, "inotify for decoys");
     for (size_t i = 0; i < files->n; i++) {
-        wds[i] = inotify_add_watch(ifd, files->paths[i], IN_OPEN);
-        if (wds[i] < 0)
-            return aj_err(err, errno, "watch %s", files->paths[i]);
+        file_fds[i] = open(files->paths[i], O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+        if (file_fds[i] < 0) {
+            int e = errno;
+            for (size_t j = 0; j < i; j++)
+                (void)close(file_fds[j]);
+            return aj_err(err, e, "open decoy %s", files->paths[i]);
+        }
     }
     /* The decoys stay as they are: their tmpfs becomes read-only. */
     run = open("/var/run", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    if (run >= 0 && aj_sys_mount_setattr(run, "", AT_EMPTY_PATH, &ro) < 0)
-        return aj_err(err, errno, "make /var/run read-only");
+    if (run >= 0 && aj_sys_mount_setattr(run, "", AT_EMPTY_PATH, &ro) < 0) {
+        int e = errno;
+        for (size_t j = 0; j < files->n; j++)
+            (void)close(file_fds[j]);
+        return aj_err(err, e, "make /var/run read-only");
+    }
     *ret_sock = TAKE_FD(sock);
-    *ret_inotify = TAKE_FD(ifd);
     return 0;
+}
+
+int aj_decoy_parent_lease(int fd, int sig, struct aj_error *err)
+{
+    if (fcntl(fd, F_SETSIG, sig) < 0 || fcntl(fd, F_SETOWN, getpid()) < 0)
+        return aj_err(err, errno, "decoy signal");
+    /* A write lease: broken by any open, for reading too. */
+    if (fcntl(fd, F_SETLEASE, F_WRLCK) < 0)
+        return aj_err(err, errno, "lease on a decoy file (fs.leases-enable?)");
+    return 0;
+}
+
+json_t *aj_decoy_on_lease_break(int fd, const struct aj_decoy_files *files, size_t i, struct aj_audit *a)
+{
+    json_t *ev = aj_audit_event(a, AJ_EV_CANARY, AJ_SEV_HIGH);
+
+    /* Let the opener through: it reads the decoy, which is the point. */
+    (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+    if (ev && i < files->n) {
+        (void)json_object_set_new(ev, "decoy", json_string(files->kinds[i]));
+        (void)json_object_set_new(ev, "path", json_string(files->paths[i]));
+        (void)json_object_set_new(ev, "access", json_string("open"));
+        aj_audit_technique(ev, "T1552");
+    }
+    return ev;
 }
 
 void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev)
@@ -215,33 +240,4 @@ void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev)
     (void)send(c, reply, sizeof(reply) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)close(c);
     *ret_ev = ev;
-}
-
-size_t aj_decoy_on_inotify(int ifd, const struct aj_decoy_files *files, const int wds[AJ_DECOY_MAX_FILES],
-                           struct aj_audit *a, json_t **ret_evs, size_t max)
-{
-    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    size_t out = 0;
-    ssize_t n = read(ifd, buf, sizeof(buf));
-
-    for (char *p = buf; n > 0 && p < buf + n && out < max;) {
-        struct inotify_event *ie = (struct inotify_event *)p;
-        p += sizeof(*ie) + ie->len;
-        if (!(ie->mask & IN_OPEN))
-            continue;
-        for (size_t i = 0; i < files->n; i++) {
-            json_t *ev;
-            if (wds[i] != ie->wd)
-                continue;
-            ev = aj_audit_event(a, AJ_EV_CANARY, AJ_SEV_HIGH);
-            if (ev) {
-                (void)json_object_set_new(ev, "decoy", json_string(files->kinds[i]));
-                (void)json_object_set_new(ev, "path", json_string(files->paths[i]));
-                (void)json_object_set_new(ev, "access", json_string("open"));
-                aj_audit_technique(ev, "T1552");
-                ret_evs[out++] = ev;
-            }
-        }
-    }
-    return out;
 }

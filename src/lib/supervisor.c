@@ -53,18 +53,24 @@ enum aj_msg_type {
     AJ_MSG_ERROR,    /* sandbox → supervisor: setup failed, err says why */
     AJ_MSG_READY,    /* payload → supervisor: every layer applied, about to exec */
     AJ_MSG_EXIT,     /* init → supervisor: the payload's wait status */
-    AJ_MSG_DECOYS,   /* init → supervisor: decoy socket + inotify fds, watch ids */
+    AJ_MSG_DECOYS,   /* init → supervisor: decoy files (+ socket); wstatus = number of files */
     AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
 };
+
+/* fds one message can carry: the decoy socket and its files at most. */
+#define AJ_MAX_MSG_FDS (1 + AJ_DECOY_MAX_FILES + 1)
 
 struct aj_sync_msg {
     uint32_t type;
     int32_t wstatus;
     uint32_t layers;
     int32_t landlock_abi;
-    int32_t wds[AJ_DECOY_MAX_FILES];
     struct aj_error err;
 };
+
+/* Lease breaks on the decoy files (see aj_decoy_parent_lease). Real-time,
+ * so each break is queued with its fd; clear of glibc's own (SIGRTMIN+0..2). */
+#define SIG_DECOY (SIGRTMIN + 6)
 
 #define NS_FLAGS                                                                                   \
     (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |     \
@@ -82,6 +88,8 @@ struct run_ctx {
     sigset_t orig_mask;
     int sock;             /* sandbox end of the sync socket */
     int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
+    int cg_join[AJ_CG_MAX_JOIN]; /* v1 "tasks" files to write "0" to, first thing */
+    size_t n_cg_join;
     int landlock_abi;
     bool rootless;
     bool degraded;
@@ -110,14 +118,14 @@ static void send_msg(int sock, uint32_t type, int wstatus, uint32_t layers, int 
 static int send_fds(int sock, const struct aj_sync_msg *m, const int *fds, int nfds)
 {
     union {
-        char buf[CMSG_SPACE(sizeof(int) * 4)];
+        char buf[CMSG_SPACE(sizeof(int) * AJ_MAX_MSG_FDS)];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     struct cmsghdr *cm;
 
-    if (nfds < 1 || nfds > 4)
+    if (nfds < 1 || nfds > AJ_MAX_MSG_FDS)
         return -EINVAL;
     memset(&u, 0, sizeof(u));
     mh.msg_control = u.buf;
@@ -345,6 +353,9 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
 
     if (arm_death_signal(-1) < 0)
         _exit(125);
+    /* Into the run's v1 cgroups before anything else happens here. */
+    if (aj_cgroup_child_join(c->cg_join, c->n_cg_join, &err) < 0)
+        child_fail(c, &err, 125);
     do
         n = read(c->sock, &go, sizeof(go));
     while (n < 0 && errno == EINTR);
@@ -376,21 +387,21 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_ROOTFS;
     if (c->decoys.n > 0) {
-        struct aj_sync_msg m = {.type = AJ_MSG_DECOYS};
-        int fds[2];
-        if (aj_decoy_child_arm(&c->decoys, &fds[0], &fds[1], m.wds, &err) < 0)
+        struct aj_sync_msg m = {.type = AJ_MSG_DECOYS, .wstatus = (int32_t)c->decoys.n};
+        int fds[1 + AJ_DECOY_MAX_FILES], sock, nfds = 0;
+        if (aj_decoy_child_arm(&c->decoys, &sock, fds + 1, &err) < 0)
             child_fail(c, &err, 125);
-        if (fds[0] < 0) {
-            fds[0] = fds[1];
-            fds[1] = -1;
-        }
-        if (send_fds(c->sock, &m, fds, fds[1] >= 0 ? 2 : 1) < 0) {
+        /* [socket,] file, file, ... */
+        if (sock >= 0)
+            fds[nfds++] = sock;
+        for (size_t i = 0; i < c->decoys.n; i++)
+            fds[nfds++] = fds[1 + i];
+        if (send_fds(c->sock, &m, fds, nfds) < 0) {
             aj_err(&err, errno, "hand the decoys to the supervisor");
             child_fail(c, &err, 125);
         }
-        (void)close(fds[0]);
-        if (fds[1] >= 0)
-            (void)close(fds[1]);
+        for (int i = 0; i < nfds; i++)
+            (void)close(fds[i]);
         c->layers |= AJ_LAYER_DECOYS;
     }
     /* Time namespace (5.6+): only children created after unshare enter it,
@@ -643,8 +654,8 @@ struct supervise_state {
     int pidfd, sock, sigfd;
     struct out_stream out[2];
     struct aj_notify notify;     /* fd -1 until the payload hands it over */
-    int decoy_sock, decoy_inotify;
-    int wds[AJ_DECOY_MAX_FILES];
+    int decoy_sock;
+    int decoy_files[AJ_DECOY_MAX_FILES]; /* leased (see aj_decoy_parent_lease) */
     struct alert alert;
     bool degraded, started;
     /* outcome */
@@ -758,6 +769,28 @@ static void emit_start(struct supervise_state *st)
     emit(st, ev, AJ_EV_START, AJ_SEV_INFO);
 }
 
+static void on_decoy_socket(struct supervise_state *st);
+
+/* Record what is pending on the decoy socket, then let go of the decoys.
+ * Now, while the sandbox's mounts are alive: the socket is bound on the
+ * sandbox's /var/run, and if our close() dropped the last reference to
+ * that mount, tearing it down (an RCU grace period) would land on our path. */
+static void finish_decoys(struct supervise_state *st)
+{
+    struct pollfd d = {.fd = st->decoy_sock, .events = POLLIN};
+
+    if (st->decoy_sock >= 0 && poll(&d, 1, 0) > 0 && (d.revents & POLLIN))
+        on_decoy_socket(st);
+    if (st->decoy_sock >= 0)
+        (void)close(st->decoy_sock);
+    st->decoy_sock = -1;
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        if (st->decoy_files[i] >= 0) {
+            (void)close(st->decoy_files[i]);
+            st->decoy_files[i] = -1;
+        }
+}
+
 static void close_fds_of(const int *fds, int n)
 {
     for (int i = 0; i < n; i++)
@@ -778,20 +811,33 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
     } else if (msg->type == AJ_MSG_EXIT) {
         st->exit_wstatus = msg->wstatus;
         st->have_exit = true;
+        /* init is about to exit: let go of the decoys now, while the
+         * sandbox's mounts are still alive. Holding the socket (bound on
+         * the sandbox's /var/run) past init's exit would make our close()
+         * the one that tears that mount down, an RCU grace period (~10 ms)
+         * on the supervisor's path. */
+        finish_decoys(st);
     } else if (msg->type == AJ_MSG_LISTENER && nfds == 1 && st->notify.fd < 0) {
         st->notify.fd = fds[0];
         fds[0] = -1;
-    } else if (msg->type == AJ_MSG_DECOYS && nfds >= 1 && st->decoy_inotify < 0) {
-        /* [socket, inotify] or [inotify] alone. */
-        if (nfds == 2) {
+    } else if (msg->type == AJ_MSG_DECOYS && msg->wstatus >= 0 && msg->wstatus <= AJ_DECOY_MAX_FILES &&
+               (nfds == msg->wstatus || nfds == msg->wstatus + 1) && st->decoy_sock < 0) {
+        int k = 0;
+        if (nfds == msg->wstatus + 1) {
             st->decoy_sock = fds[0];
-            st->decoy_inotify = fds[1];
-            fds[0] = fds[1] = -1;
-        } else {
-            st->decoy_inotify = fds[0];
-            fds[0] = -1;
+            fds[k++] = -1;
         }
-        memcpy(st->wds, msg->wds, sizeof(st->wds));
+        for (int i = 0; i < msg->wstatus; i++, k++) {
+            struct aj_error lerr;
+            st->decoy_files[i] = fds[k];
+            fds[k] = -1;
+            if (aj_decoy_parent_lease(st->decoy_files[i], SIG_DECOY, &lerr) < 0) {
+                json_t *ev = aj_audit_event(st->audit, AJ_EV_ERROR, AJ_SEV_MEDIUM);
+                if (ev)
+                    (void)json_object_set_new(ev, "error", json_string(lerr.msg));
+                emit(st, ev, AJ_EV_ERROR, AJ_SEV_MEDIUM);
+            }
+        }
     }
     close_fds_of(fds, nfds); /* anything not taken above */
 }
@@ -802,12 +848,12 @@ static int recv_msg(struct supervise_state *st)
 {
     struct aj_sync_msg msg;
     union {
-        char buf[CMSG_SPACE(sizeof(int) * 4)];
+        char buf[CMSG_SPACE(sizeof(int) * AJ_MAX_MSG_FDS)];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = &msg, .iov_len = sizeof(msg)};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-    int fds[4] = {-1, -1, -1, -1}, nfds = 0;
+    int fds[AJ_MAX_MSG_FDS] = {-1, -1, -1, -1, -1, -1}, nfds = 0;
     ssize_t n = recvmsg(st->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
     if (n < 0)
@@ -817,7 +863,7 @@ static int recv_msg(struct supervise_state *st)
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
             int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            for (int i = 0; i < k && nfds < 4; i++)
+            for (int i = 0; i < k && nfds < AJ_MAX_MSG_FDS; i++)
                 memcpy(&fds[nfds++], CMSG_DATA(cm) + (size_t)i * sizeof(int), sizeof(int));
         }
     if (n != (ssize_t)sizeof(msg) || (mh.msg_flags & MSG_CTRUNC)) {
@@ -904,7 +950,7 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
-enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_INOTIFY, PF_COUNT };
+enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_COUNT };
 
 static void on_notify(struct supervise_state *st)
 {
@@ -920,21 +966,20 @@ static void on_notify(struct supervise_state *st)
     emit(st, ev, AJ_EV_ESCAPE_ATTEMPT, sev);
 }
 
-static void on_decoys(struct supervise_state *st, bool sock_ready, bool inotify_ready)
+static void on_decoy_socket(struct supervise_state *st)
 {
-    json_t *evs[16];
-    size_t n;
+    json_t *ev = NULL;
+    aj_decoy_on_socket(st->decoy_sock, st->audit, &ev);
+    emit(st, ev, AJ_EV_CANARY, AJ_SEV_HIGH);
+}
 
-    if (sock_ready) {
-        json_t *ev = NULL;
-        aj_decoy_on_socket(st->decoy_sock, st->audit, &ev);
-        emit(st, ev, AJ_EV_CANARY, AJ_SEV_HIGH);
-    }
-    if (inotify_ready) {
-        n = aj_decoy_on_inotify(st->decoy_inotify, st->decoys, st->wds, st->audit, evs, AJ_ARRAY_SIZE(evs));
-        for (size_t i = 0; i < n; i++)
-            emit(st, evs[i], AJ_EV_CANARY, AJ_SEV_HIGH);
-    }
+static void on_lease_break(struct supervise_state *st, int fd)
+{
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        if (st->decoy_files[i] == fd && fd >= 0) {
+            emit(st, aj_decoy_on_lease_break(fd, st->decoys, i, st->audit), AJ_EV_CANARY, AJ_SEV_HIGH);
+            return;
+        }
 }
 
 static int supervise(struct supervise_state *st, uint64_t start, struct aj_error *err)
@@ -953,7 +998,6 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             [PF_ERR] = {.fd = st->out[1].rfd, .events = POLLIN},
             [PF_NOTIFY] = {.fd = st->notify.fd, .events = POLLIN},
             [PF_DSOCK] = {.fd = st->decoy_sock, .events = POLLIN},
-            [PF_INOTIFY] = {.fd = st->decoy_inotify, .events = POLLIN},
         };
         int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
         int r;
@@ -986,8 +1030,8 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             aj_notify_clear(&st->notify);
             (void)aj_notify_init(&st->notify, -1, NULL);
         }
-        if (pfd[PF_DSOCK].revents & POLLIN || pfd[PF_INOTIFY].revents & POLLIN)
-            on_decoys(st, pfd[PF_DSOCK].revents & POLLIN, pfd[PF_INOTIFY].revents & POLLIN);
+        if (pfd[PF_DSOCK].revents & POLLIN)
+            on_decoy_socket(st);
         if (pfd[PF_SOCK].revents & (POLLIN | POLLHUP | POLLERR)) {
             if (recv_msg(st) < 0) {
                 (void)close(st->sock); /* every sandbox end is closed */
@@ -999,11 +1043,15 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
                 pump_output(st, &st->out[i]);
         if (pfd[PF_SIG].revents & POLLIN) {
             struct signalfd_siginfo si;
-            if (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si) && !st->interrupted) {
-                st->interrupted = (int)si.ssi_signo;
-                (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
-                if (st->cg)
-                    aj_cgroup_kill(st->cg);
+            while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                if ((int)si.ssi_signo == SIG_DECOY) {
+                    on_lease_break(st, (int)si.ssi_fd);
+                } else if (!st->interrupted) {
+                    st->interrupted = (int)si.ssi_signo;
+                    (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+                    if (st->cg)
+                        aj_cgroup_kill(st->cg);
+                }
             }
         }
         if (pfd[PF_PIDFD].revents & POLLIN) {
@@ -1020,11 +1068,7 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
      * be the last decoy touches. */
     while (st->sock >= 0 && recv_msg(st) > 0)
         ;
-    if (st->decoy_sock >= 0 || st->decoy_inotify >= 0) {
-        struct pollfd d[2] = {{.fd = st->decoy_sock, .events = POLLIN}, {.fd = st->decoy_inotify, .events = POLLIN}};
-        if (poll(d, 2, 0) > 0)
-            on_decoys(st, d[0].revents & POLLIN, d[1].revents & POLLIN);
-    }
+    finish_decoys(st);
     if (st->degraded) {
         kill_orphans();
         /* The payload is the direct child: its status is init_status. */
@@ -1200,7 +1244,8 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     struct aj_cgroup cg;
     struct aj_audit audit = {.fd = -1};
     struct supervise_state st = {.pol = pol, .cg = &cg, .audit = &audit, .argv = argv, .pid = -1, .pidfd = -1,
-                                 .sock = -1, .sigfd = -1, .decoy_sock = -1, .decoy_inotify = -1,
+                                 .sock = -1, .sigfd = -1, .decoy_sock = -1,
+                                 .decoy_files = {-1, -1, -1, -1},
                                  .limit = AJ_STATUS_OK};
     char *decoy_env[2] = {NULL, NULL};
     bool audit_open = false;
@@ -1279,6 +1324,11 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     r = setup_cgroup(pol, res, &cg, err);
     if (r < 0)
         goto out;
+    if (cg.created) {
+        r = aj_cgroup_open_join_fds(&cg, c.cg_join, &c.n_cg_join, err);
+        if (r < 0)
+            goto out;
+    }
     r = setup_output(pol, &st, err);
     if (r < 0)
         goto out;
@@ -1299,6 +1349,7 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGQUIT);
+    sigaddset(&mask, SIG_DECOY);
     if (sigprocmask(SIG_BLOCK, &mask, &c.orig_mask) < 0) {
         r = aj_err(err, errno, "sigprocmask");
         goto out;
@@ -1353,8 +1404,11 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
             /* The supervisor releases us once we are in our cgroups. */
             struct aj_sync_msg go;
             ssize_t n;
+            struct aj_error jerr;
             if (arm_death_signal(-1) < 0)
                 _exit(125);
+            if (aj_cgroup_child_join(c.cg_join, c.n_cg_join, &jerr) < 0)
+                child_fail(&c, &jerr, 125);
             do
                 n = read(c.sock, &go, sizeof(go));
             while (n < 0 && errno == EINTR);
@@ -1374,8 +1428,16 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
 
     /* Confined before it runs anything of its own: cgroups (v1, and v2 when
      * CLONE_INTO_CGROUP was not possible), then id maps, then GO. */
-    if (cg.created) {
-        r = aj_cgroup_parent_attach(&cg, st.pid, !in_cgroup, err);
+    /* v1: the child joins by itself (see aj_cgroup_open_join_fds); v2 was
+     * entered at clone time, or is joined here if that was not possible. */
+    for (size_t i = 0; i < c.n_cg_join; i++)
+        close_fd(&c.cg_join[i]);
+    c.n_cg_join = 0;
+    if (cg.created && !in_cgroup && cg.v2_dir[0]) {
+        struct aj_cgroup v2only = cg;
+        for (int i = 0; i < AJ_CG_NCTRL; i++)
+            v2only.v1_dir[i][0] = '\0';
+        r = aj_cgroup_parent_attach(&v2only, st.pid, true, err);
         if (r < 0)
             goto out;
     }
@@ -1414,6 +1476,16 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
 out:
     if (st.pid > 0)
         kill_and_reap(st.pid, st.pidfd);
+    /* No lease may outlive the blocked signal it reports with: drop the
+     * decoys, then discard any break still queued, then unblock. */
+    close_fd(&st.decoy_sock);
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        close_fd(&st.decoy_files[i]);
+    if (st.sigfd >= 0) {
+        struct signalfd_siginfo si;
+        while (read(st.sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+            ;
+    }
     if (mask_set)
         (void)sigprocmask(SIG_SETMASK, &c.orig_mask, NULL);
     if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
@@ -1429,8 +1501,6 @@ out:
         aj_audit_close(&audit);
     }
     aj_notify_clear(&st.notify);
-    close_fd(&st.decoy_sock);
-    close_fd(&st.decoy_inotify);
     json_decref(st.decoy_info);
     free(decoy_env[0]);
     free(decoy_env[1]);
@@ -1444,6 +1514,8 @@ out:
         close_fd(&st.out[i].rfd);
         close_fd(&st.out[i].wfd_child);
     }
+    for (size_t i = 0; i < c.n_cg_join; i++)
+        close_fd(&c.cg_join[i]);
     aj_userns_lease_release(&lease);
     aj_mount_plan_clear(&c.plan);
     aj_seccomp_clear(&c.bpf);
