@@ -45,6 +45,15 @@ pytest_as() { # name, bin dir, runner prefix...
 
 unit build
 unit build-asan
+echo "== fuzz: policy parser (${AJ_FUZZ_SECONDS:-20}s)"
+if tests/fuzz/run.sh "${AJ_FUZZ_SECONDS:-20}" > "$out/fuzz.log" 2>&1; then
+  echo "ok 1 - fuzz_policy: no findings" > "$out/fuzz.tap"
+else
+  echo "not ok 1 - fuzz_policy: see the log below" > "$out/fuzz.tap"
+  tail -40 "$out/fuzz.log"
+  status=1
+fi
+cat "$out/fuzz.tap"
 pytest_as root build env
 if [ "${AJ_QUICK:-0}" != 1 ]; then
   pytest_as nobody build setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp AJ_LEAK_RUNS=100

@@ -130,6 +130,10 @@ AJ_EXPORT int aj_policy_set_alert_timeout(struct aj_policy *pol, const char *val
 
 AJ_EXPORT int aj_policy_add_bind_paths(struct aj_policy *pol, const char *host, const char *sandbox,
                                        bool rw, struct aj_error *err);
+/* Same; *ret_bad_sandbox is set when the sandbox path (not the host path)
+ * was at fault. */
+AJ_EXPORT int aj_policy_add_bind_paths_ex(struct aj_policy *pol, const char *host, const char *sandbox,
+                                          bool rw, int *ret_bad_sandbox, struct aj_error *err);
 
 /* Whole-policy checks (conflicts, paths that must exist). The _at form
  * also names the policy key at fault ("filesystem.binds[1].sandbox"). */

@@ -51,8 +51,9 @@ enum aj_layer {
     AJ_LAYER_OUTPUT_LIMIT = 1u << 26,
     AJ_LAYER_MONITOR = 1u << 27,      /* escape-indicative syscalls reach the supervisor */
     AJ_LAYER_DECOYS = 1u << 28,       /* honeytokens in place and watched */
+    AJ_LAYER_NO_NESTED_NS = 1u << 29, /* max_*_namespaces = 0 inside */
 };
-#define AJ_LAYER_COUNT 29
+#define AJ_LAYER_COUNT 30
 
 struct aj_result {
     enum aj_status status;

@@ -21,8 +21,9 @@ struct aj_bpf {
  * when pol uses the default filter, else compiled now. */
 AJ_EXPORT int aj_seccomp_build(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
                                struct aj_error *err);
-/* Compile with libseccomp now (build-time generator, tests). */
-AJ_EXPORT int aj_seccomp_compile(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
+/* Compile with libseccomp now (build-time generator, tests, degraded runs:
+ * without a network namespace, socket() is refused altogether). */
+AJ_EXPORT int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, struct aj_bpf *ret,
                                  struct aj_error *err);
 AJ_EXPORT void aj_seccomp_clear(struct aj_bpf *bpf);
 /* Sandbox side: needs no_new_privs set already. Returns the listener fd

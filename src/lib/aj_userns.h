@@ -34,6 +34,17 @@ int aj_userns_parent_write_maps(pid_t child, uid_t inside_uid, gid_t inside_gid,
  * rest of the setup. */
 int aj_userns_child_become(uid_t uid, gid_t gid, bool rootless, struct aj_error *err);
 
+/* Sandbox side: set every max_*_namespaces of the sandbox's user namespace
+ * to 0, a second layer under seccomp (even a filter bypass cannot create a
+ * user namespace to regain capabilities, or any other namespace). In two
+ * steps: open the files while the host's /proc is still mounted (they
+ * resolve to the opener's user namespace), write after the root is built
+ * (open_tree clones count as mount namespaces). Entries a kernel lacks are
+ * skipped (fd -1). */
+#define AJ_USERNS_NS_KINDS 8
+int aj_userns_child_nesting_open(int fds[AJ_USERNS_NS_KINDS], struct aj_error *err);
+int aj_userns_child_nesting_forbid(int fds[AJ_USERNS_NS_KINDS], struct aj_error *err);
+
 /* After clone(CLONE_NEWUSER) failed with errnum: fill err with the exact
  * cause on this host and the fix. */
 int aj_userns_explain_failure(int errnum, struct aj_error *err);

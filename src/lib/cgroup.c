@@ -377,7 +377,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         /* A hierarchy holding several controllers (cpu,cpuacct) is one dir. */
         for (int o = 0; o < c; o++)
             if (cg->version[o] == 1 && strcmp(host->ctrl[o].mount, host->ctrl[c].mount) == 0) {
-                snprintf(cg->v1_dir[c], sizeof(cg->v1_dir[c]), "%s", cg->v1_dir[o]);
+                memcpy(cg->v1_dir[c], cg->v1_dir[o], sizeof(cg->v1_dir[c]));
                 break;
             }
         if (cg->v1_dir[c][0])

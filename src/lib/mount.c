@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -449,13 +450,48 @@ static int split_parent(int rootfd, const char *dst, char *name, size_t name_siz
     return aj_mkdir_beneath(rootfd, parent, false, err);
 }
 
+/* Filesystems that are the host's kernel or its other processes, never a
+ * bind source. Checked on what the source resolved to, by fd: the policy
+ * check on the path alone is fooled by a symlink to /proc. */
+static const struct {
+    unsigned long magic;
+    const char *name;
+} refused_fs[] = {
+    {0x9fa0, "proc"},           {0x62656572, "sysfs"},      {0x27e0eb, "cgroup"},
+    {0x63677270, "cgroup2"},    {0x64626720, "debugfs"},    {0x73636673, "securityfs"},
+    {0xcafe4a11, "bpf"},        {0x74726163, "tracefs"},    {0x1cd1, "devpts"},
+    {0x6e736673, "nsfs"},       {0xde5e81e4, "efivarfs"},   {0x6165676c, "pstore"},
+    {0x62656570, "configfs"},   {0x65735543, "fusectl"},    {0x42494e4d, "binfmt_misc"},
+};
+
+static int check_bind_source(int fd, const char *path, struct aj_error *err)
+{
+    struct statfs sfs;
+    struct stat st, root, dev;
+
+    if (fstatfs(fd, &sfs) < 0 || fstat(fd, &st) < 0)
+        return aj_err(err, errno, "bind source %s", path);
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(refused_fs); i++)
+        if ((unsigned long)sfs.f_type == refused_fs[i].magic)
+            return aj_err(err, 0, "bind source %s is on the host's %s filesystem; refused (it would expose the "
+                          "host kernel or its processes)", path, refused_fs[i].name);
+    if (S_ISBLK(st.st_mode) || S_ISCHR(st.st_mode))
+        return aj_err(err, 0, "bind source %s is a device node; refused", path);
+    /* The host's root, or its /dev (devtmpfs looks like any tmpfs). */
+    if (stat("/", &root) == 0 && st.st_dev == root.st_dev && st.st_ino == root.st_ino)
+        return aj_err(err, 0, "bind source %s is the host's root directory; refused", path);
+    if (stat("/dev", &dev) == 0 && st.st_dev == dev.st_dev)
+        return aj_err(err, 0, "bind source %s is in the host's /dev; refused", path);
+    return 0;
+}
+
 static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
 {
     for (size_t i = 0; i < plan->n; i++) {
         const struct aj_mnt_entry *e = &plan->entries[i];
         uint64_t attrs = AJ_MOUNT_ATTR_NOSUID;
         struct stat st;
-        int fd;
+        int fd, r;
 
         plan->src_fds[i] = -1;
         if (e->kind != AJ_MNT_BIND && e->kind != AJ_MNT_DEV)
@@ -481,6 +517,10 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
              * /dev/mem reached by a swapped path would be game over. */
             if (fstat(fd, &st) < 0 || !S_ISCHR(st.st_mode))
                 return aj_err(err, EINVAL, "%s is not a character device", e->src);
+        } else {
+            r = check_bind_source(fd, e->src, err);
+            if (r < 0)
+                return r;
         }
     }
     return 0;

@@ -269,23 +269,30 @@ static int push(void **arr, size_t *n, size_t elem, const void *item)
 int aj_policy_add_bind_paths(struct aj_policy *pol, const char *host_in, const char *sandbox_in, bool rw,
                              struct aj_error *err)
 {
+    return aj_policy_add_bind_paths_ex(pol, host_in, sandbox_in, rw, NULL, err);
+}
+
+int aj_policy_add_bind_paths_ex(struct aj_policy *pol, const char *host_in, const char *sandbox_in, bool rw,
+                                int *ret_bad_sandbox, struct aj_error *err)
+{
     const char *what = rw ? "--bind-rw" : "--bind-ro";
     _cleanup_free_ char *host = NULL, *sandbox = NULL;
     struct aj_bind b;
     int r;
 
     r = normalise_abs_path(host_in, &host, what, err);
+    if (r == 0)
+        r = check_host_source(host, what, err);
     if (r < 0)
         return r;
     r = normalise_abs_path(sandbox_in ? sandbox_in : host, &sandbox, what, err);
-    if (r < 0)
+    if (r == 0)
+        r = check_sandbox_path(sandbox, what, err);
+    if (r < 0) {
+        if (ret_bad_sandbox)
+            *ret_bad_sandbox = 1;
         return r;
-    r = check_sandbox_path(sandbox, what, err);
-    if (r < 0)
-        return r;
-    r = check_host_source(host, what, err);
-    if (r < 0)
-        return r;
+    }
     b = (struct aj_bind){.host = host, .sandbox = sandbox, .rw = rw};
     if (push((void **)&pol->binds, &pol->n_binds, sizeof(b), &b) < 0)
         return aj_err(err, ENOMEM, "%s", what);
@@ -581,6 +588,18 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
             BAD_KEY("filesystem.binds[%zu].host", i);
             return aj_err(err, errno, "%s: host path %s", b->rw ? "--bind-rw" : "--bind-ro", b->host);
         }
+        {
+            /* The refused sources, once more on where the path leads (a
+             * symlink to /proc, say). The mount layer checks the opened
+             * source again by fd; this is for a clear early error. */
+            char *real = realpath(b->host, NULL);
+            int r = real && strcmp(real, b->host) != 0 ? check_host_source(real, b->rw ? "--bind-rw" : "--bind-ro", err) : 0;
+            free(real);
+            if (r < 0) {
+                BAD_KEY("filesystem.binds[%zu].host", i);
+                return r;
+            }
+        }
         for (size_t j = 0; j < i; j++) {
             const struct aj_bind *o = &pol->binds[j];
             if (strcmp(o->sandbox, b->sandbox) == 0) {
@@ -589,13 +608,19 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
                               b->sandbox);
             }
             /* A rw bind nested inside a ro one would reopen for writing
-             * what the ro bind promised to protect. */
-            if (b->rw && !o->rw && path_is_or_under(b->sandbox, o->sandbox)) {
+             * what the ro bind promised to protect, whichever is listed
+             * first (mounts are made parents first). */
+            const struct aj_bind *inner = NULL, *outer = NULL;
+            if (b->rw && !o->rw && path_is_or_under(b->sandbox, o->sandbox))
+                inner = b, outer = o;
+            else if (o->rw && !b->rw && path_is_or_under(o->sandbox, b->sandbox))
+                inner = o, outer = b;
+            if (inner) {
                 BAD_KEY("filesystem.binds[%zu].sandbox", i);
                 return aj_err(err, 0,
                               "--bind-rw %s lies under the read-only bind %s; a writable path "
                               "inside a read-only bind is not allowed",
-                              b->sandbox, o->sandbox);
+                              inner->sandbox, outer->sandbox);
             }
         }
     }

@@ -119,13 +119,11 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     /* Later entries override earlier ones: the effective map is what counts. */
     for (size_t i = 0; i < pol->n_env; i++) {
         const char *eq = strchr(pol->env[i], '=');
-        char name[256];
-        size_t n = (size_t)(eq - pol->env[i]);
-        if (n >= sizeof(name))
+        char *name = strndup(pol->env[i], (size_t)(eq - pol->env[i]));
+        if (!name)
             goto fail;
-        memcpy(name, pol->env[i], n);
-        name[n] = '\0';
         ok &= json_object_set_new(envset, name, json_string(eq + 1)) == 0;
+        free(name);
     }
     for (size_t i = 0; i < pol->n_env_pass; i++)
         ok &= json_array_append_new(pass, json_string(pol->env_pass[i])) == 0;
@@ -228,6 +226,18 @@ static int pos_add(struct pos_index *idx, const char *path, int line, int col)
 #define POS_DEPTH 64
 
 /* Syntax is already validated by jansson, so this only tracks structure. */
+/* Columns count characters, as jansson's do: UTF-8 continuation bytes
+ * (10xxxxxx) do not start one. */
+static int chars_in(const char *t, size_t from, size_t to)
+{
+    int n = 0;
+    for (size_t i = from; i < to; i++)
+        n += ((unsigned char)t[i] & 0xc0) != 0x80;
+    return n;
+}
+
+/* Syntax is already validated by jansson, so this only tracks structure;
+ * still, every step advances by at least one byte, whatever the input. */
 static int index_positions(const char *t, size_t len, struct pos_index *idx)
 {
     struct {
@@ -250,7 +260,7 @@ static int index_positions(const char *t, size_t len, struct pos_index *idx)
             i++;
             continue;
         }
-        if (isspace((unsigned char)c) || c == ':') {
+        if (isspace((unsigned char)c) || c == ':' || c == '\0') {
             col++;
             i++;
             continue;
@@ -282,6 +292,8 @@ static int index_positions(const char *t, size_t len, struct pos_index *idx)
             size_t j = i + 1, plen = st[depth].plen;
             while (j < len && t[j] != '"')
                 j += t[j] == '\\' ? 2 : 1;
+            if (j > len)
+                j = len;
             path[plen] = '\0';
             if (plen + 1 + (j - i - 1) + 1 < sizeof(path)) {
                 if (plen)
@@ -292,7 +304,7 @@ static int index_positions(const char *t, size_t len, struct pos_index *idx)
                 return -ENOMEM;
             st[depth].want_key = false;
             pending_value = true;
-            col += (int)(j + 1 - i);
+            col += chars_in(t, i, j < len ? j + 1 : len);
             i = j + 1;
             continue;
         }
@@ -302,6 +314,11 @@ static int index_positions(const char *t, size_t len, struct pos_index *idx)
             if (plen + 24 < sizeof(path))
                 snprintf(path + plen, sizeof(path) - plen, "[%zu]", st[depth].index);
             if (pos_add(idx, path, tline, tcol) < 0)
+                return -ENOMEM;
+        } else if (depth < 0 && pending_value) {
+            /* The top-level value: where errors about it (a missing
+             * "version") point. */
+            if (pos_add(idx, "", tline, tcol) < 0)
                 return -ENOMEM;
         } else if (idx->n && pending_value) {
             idx->e[idx->n - 1].vline = tline;
@@ -325,13 +342,17 @@ static int index_positions(const char *t, size_t len, struct pos_index *idx)
             size_t j = i + 1;
             while (j < len && t[j] != '"')
                 j += t[j] == '\\' ? 2 : 1;
-            col += (int)(j + 1 - i);
+            if (j > len)
+                j = len;
+            col += chars_in(t, i, j < len ? j + 1 : len);
             i = j + 1;
         } else {
-            while (i < len && !strchr(",}] \t\r\n", t[i])) {
-                i++;
-                col++;
-            }
+            /* A number or a literal: up to the next delimiter. */
+            size_t j = i + 1;
+            while (j < len && t[j] != '\0' && !strchr(",}] \t\r\n:", t[j]))
+                j++;
+            col += chars_in(t, i, j);
+            i = j;
         }
         if (depth >= 0)
             path[st[depth].plen] = '\0';
@@ -352,8 +373,11 @@ static const struct pos_entry *pos_find(const struct pos_index *idx, const char 
         char *br = strrchr(p, '[');
         if (br && (!cut || br > cut))
             cut = br;
-        if (!cut)
-            return NULL;
+        if (!cut) {
+            if (!p[0])
+                return NULL;
+            cut = p; /* last: the top-level object (path "") */
+        }
         *cut = '\0';
     }
 }
@@ -361,6 +385,7 @@ static const struct pos_entry *pos_find(const struct pos_index *idx, const char 
 /* ---- loading ----------------------------------------------------------------- */
 
 struct loader {
+    size_t bind_base;   /* binds the policy had before this file (a profile's) */
     const char *name;
     struct pos_index idx;
     struct aj_policy *pol;
@@ -583,9 +608,16 @@ static int load_binds(struct loader *L, const json_t *arr)
         }
         if (opt && access(hostpath, F_OK) < 0)
             continue;
-        r = aj_policy_add_bind_paths(L->pol, hostpath, sandbox ? json_string_value(sandbox) : NULL, rw, L->err);
-        if (r < 0)
-            return setter_failed(L, kp, r);
+        {
+            int bad_sandbox = 0;
+            r = aj_policy_add_bind_paths_ex(L->pol, hostpath, sandbox ? json_string_value(sandbox) : NULL, rw,
+                                            &bad_sandbox, L->err);
+            if (r < 0) {
+                if (bad_sandbox && sandbox)
+                    snprintf(kp, sizeof(kp), "%s.sandbox", p);
+                return setter_failed(L, kp, r);
+            }
+        }
         {
             size_t *nk = realloc(L->bind_keys, (L->n_bind_keys + 1) * sizeof(*nk));
             if (!nk)
@@ -634,8 +666,12 @@ static int load_filesystem(struct loader *L, const json_t *fs)
             }
             snprintf(spec, sizeof(spec), "%s%s%s", json_string_value(path), size[0] ? ":" : "", size);
             r = aj_policy_add_tmpfs(L->pol, spec, L->err);
-            if (r < 0)
-                return setter_failed(L, p, r);
+            if (r < 0) {
+                char kp[160];
+                /* A size error names the size; anything else the path. */
+                snprintf(kp, sizeof(kp), "%s.%s", p, strstr(L->err->msg, "size") ? "size" : "path");
+                return setter_failed(L, kp, r);
+            }
         }
     }
     if ((v = json_object_get(fs, "tmp_size"))) {
@@ -950,7 +986,7 @@ static int load_root(struct loader *L, const json_t *root)
 int aj_policy_load_buffer(struct aj_policy *pol, const char *buf, size_t len, const char *name,
                           struct aj_error *err)
 {
-    struct loader L = {.name = name ? name : "policy", .pol = pol, .err = err};
+    struct loader L = {.name = name ? name : "policy", .pol = pol, .err = err, .bind_base = pol->n_binds};
     json_error_t jerr;
     json_t *root;
     char key[160];
@@ -958,6 +994,22 @@ int aj_policy_load_buffer(struct aj_policy *pol, const char *buf, size_t len, co
 
     if (len > AJ_POLICY_MAX_BYTES)
         return aj_err(err, 0, "%s: larger than %d bytes", L.name, AJ_POLICY_MAX_BYTES);
+    /* JSON text has no NUL bytes; jansson lets one through after a number. */
+    {
+        const char *nul = memchr(buf, '\0', len);
+        if (nul) {
+            int line = 1, col = 1;
+            for (const char *p = buf; p < nul; p++) {
+                if (*p == '\n') {
+                    line++;
+                    col = 1;
+                } else if (((unsigned char)*p & 0xc0) != 0x80) {
+                    col++;
+                }
+            }
+            return aj_err(err, 0, "%s:%d:%d: a NUL byte; a policy is JSON text", L.name, line, col);
+        }
+    }
     root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return aj_err(err, 0, "%s:%d:%d: %s", L.name, jerr.line, jerr.column, jerr.text);
@@ -974,10 +1026,13 @@ int aj_policy_load_buffer(struct aj_policy *pol, const char *buf, size_t len, co
             /* Name the key as it is in the file (optional binds may have
              * been skipped, so indices can differ). */
             size_t bi;
-            if (sscanf(key, "filesystem.binds[%zu]", &bi) == 1 && bi < L.n_bind_keys) {
+            if (sscanf(key, "filesystem.binds[%zu]", &bi) == 1) {
                 const char *rest = strchr(key, ']') + 1;
                 char fixed[160];
-                snprintf(fixed, sizeof(fixed), "filesystem.binds[%zu]%s", L.bind_keys[bi], rest);
+                if (bi >= L.bind_base && bi - L.bind_base < L.n_bind_keys)
+                    snprintf(fixed, sizeof(fixed), "filesystem.binds[%zu]%s", L.bind_keys[bi - L.bind_base], rest);
+                else /* a bind from an earlier source (a profile) */
+                    snprintf(fixed, sizeof(fixed), "filesystem.binds");
                 snprintf(key, sizeof(key), "%s", fixed);
             }
             r = setter_failed(&L, key[0] ? key : "(policy)", r);

@@ -97,6 +97,8 @@ const char *aj_layer_name(enum aj_layer l)
         return "escape_monitor";
     case AJ_LAYER_DECOYS:
         return "decoys";
+    case AJ_LAYER_NO_NESTED_NS:
+        return "nested_namespaces_refused";
     }
     return NULL;
 }

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <linux/netlink.h>
+#include <netinet/in.h>
 #include <linux/seccomp.h>
 #include <unistd.h>
 
@@ -71,7 +72,7 @@ static const char *const allowed_syscalls[] = {
     "timerfd_settime", "timerfd_gettime", "accept4", "signalfd4", "eventfd2", "epoll_create1",
     "dup3", "pipe2", "inotify_init1", "preadv", "pwritev", "rt_tgsigqueueinfo", "recvmmsg",
     "prlimit64", "syncfs", "sendmmsg", "getcpu", "sched_setattr", "sched_getattr", "renameat2",
-    "getrandom", "memfd_create", "execveat", "membarrier", "copy_file_range", "preadv2", "pwritev2",
+    "getrandom", "execveat", "membarrier", "copy_file_range", "preadv2", "pwritev2",
     "pkey_mprotect", "pkey_alloc", "pkey_free", "statx", "rseq", "pidfd_send_signal", "pidfd_open",
     "close_range", "openat2", "faccessat2", "epoll_pwait2", "futex_waitv",
     /* Landlock can only ever add restrictions. */
@@ -131,7 +132,10 @@ static int rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned
     return 0;
 }
 
-static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, struct aj_error *err)
+#define MFD_NOEXEC_SEAL_FLAG 0x0008U
+#define MFD_EXEC_FLAG 0x0010U
+
+static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, struct aj_error *err)
 {
     const uint32_t allow = SCMP_ACT_ALLOW;
     int r = 0;
@@ -209,20 +213,53 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, struct aj_e
                                        SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW)};
             r = rule(ctx, deny, "socket", 2, a, err);
         }
-        if (r == 0)
-            r = rule(ctx, allow, "socket", 1, u, err);
-        if (r == 0)
-            r = rule(ctx, allow, "socketpair", 1, u, err);
-        if (r == 0)
-            r = rule(ctx, allow, "socket", 2, nl, err);
-        for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
-            for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
-                /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in its
-                 * high bits; compare the low nibble (the socket type). */
-                struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
-                                           SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t])};
-                r = rule(ctx, allow, "socket", 2, a, err);
-            }
+        if (degraded) {
+            /* No network namespace: an inet socket would reach the host's
+             * network, a unix one the host's services (/run/...). Only
+             * socketpair stays. */
+            if (r == 0)
+                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 0, NULL, err);
+            if (r == 0)
+                r = rule(ctx, allow, "socketpair", 1, u, err);
+        } else {
+            if (r == 0)
+                r = rule(ctx, allow, "socket", 1, u, err);
+            if (r == 0)
+                r = rule(ctx, allow, "socketpair", 1, u, err);
+            if (r == 0)
+                r = rule(ctx, allow, "socket", 2, nl, err);
+            /* Plain TCP and UDP only (protocol 0 or the one named): not
+             * MPTCP, SCTP, ICMP and other protocol modules, attack surface
+             * the payload has no use for. */
+            for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
+                for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++)
+                    for (int pi = 0; r == 0 && pi < 2; pi++) {
+                        /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in
+                         * its high bits; compare the low nibble (the type). */
+                        uint32_t proto = pi == 0 ? 0 : inet_types[t] == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP;
+                        struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
+                                                   SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
+                                                   SCMP_A2_32(SCMP_CMP_EQ, proto)};
+                        r = rule(ctx, allow, "socket", 3, a, err);
+                    }
+        }
+        if (r < 0)
+            return r;
+    }
+
+    /* memfd_create: only sealed non-executable (MFD_NOEXEC_SEAL, 6.3). Landlock
+     * does not cover memfds, so an executable one would let the payload run
+     * a binary it wrote (fileless execution past the noexec mounts). */
+    {
+        struct scmp_arg_cmp m[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG,
+                                              MFD_NOEXEC_SEAL_FLAG)};
+        r = rule(ctx, allow, "memfd_create", 1, m, err);
+        /* The other flag combinations: EPERM, said plainly. */
+        for (uint32_t v = 0; r == 0 && v <= (MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG); v += MFD_NOEXEC_SEAL_FLAG) {
+            struct scmp_arg_cmp d[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG, v)};
+            if (v != MFD_NOEXEC_SEAL_FLAG)
+                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "memfd_create", 1, d, err);
+        }
         if (r < 0)
             return r;
     }
@@ -268,7 +305,8 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, struct aj_e
     return 0;
 }
 
-int aj_seccomp_compile(const struct aj_policy *pol, bool notify, struct aj_bpf *ret, struct aj_error *err)
+int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, struct aj_bpf *ret,
+                       struct aj_error *err)
 {
     /* With monitoring, every escape-indicative call goes to the supervisor,
      * which records it and answers EPERM (or kills); without, the kernel
@@ -318,7 +356,7 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, struct aj_bpf *
         if (r < 0)
             goto out;
     }
-    r = add_conditional_rules(ctx, deny, err);
+    r = add_conditional_rules(ctx, deny, degraded, err);
     if (r < 0)
         goto out;
 

@@ -348,6 +348,7 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     struct aj_error err = {0};
     struct aj_sync_msg go;
     const char *hostname = pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME;
+    int nest_fds[AJ_USERNS_NS_KINDS];
     pid_t payload;
     ssize_t n;
 
@@ -383,9 +384,20 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     }
     if (aj_netns_child_setup(pol, &err) < 0)
         child_fail(c, &err, 125);
+    /* Time namespace (5.6+): only children created after unshare enter it,
+     * which is exactly the payload. Optional: older kernels lack it. */
+    if (unshare(CLONE_NEWTIME) == 0)
+        c->layers |= AJ_LAYER_TIMENS;
+    if (aj_userns_child_nesting_open(nest_fds, &err) < 0)
+        child_fail(c, &err, 125);
     if (aj_mount_child_setup(&c->plan, pol, &err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_ROOTFS;
+    /* The last namespace init itself creates is behind us: from here on,
+     * none can be created inside. */
+    if (aj_userns_child_nesting_forbid(nest_fds, &err) < 0)
+        child_fail(c, &err, 125);
+    c->layers |= AJ_LAYER_NO_NESTED_NS;
     if (c->decoys.n > 0) {
         struct aj_sync_msg m = {.type = AJ_MSG_DECOYS, .wstatus = (int32_t)c->decoys.n};
         int fds[1 + AJ_DECOY_MAX_FILES], sock, nfds = 0;
@@ -404,10 +416,6 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
             (void)close(fds[i]);
         c->layers |= AJ_LAYER_DECOYS;
     }
-    /* Time namespace (5.6+): only children created after unshare enter it,
-     * which is exactly the payload. Optional: older kernels lack it. */
-    if (unshare(CLONE_NEWTIME) == 0)
-        c->layers |= AJ_LAYER_TIMENS;
     /* A fresh anonymous session keyring: the host session keyring (and any
      * tokens cached in it) is not inherited. */
     if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0) {
@@ -761,7 +769,7 @@ static void emit_start(struct supervise_state *st)
     if (ev) {
         (void)json_object_set_new(ev, "command", argv ? argv : json_array());
         (void)json_object_set_new(ev, "layers", layers ? layers : json_array());
-        (void)json_object_set(ev, "decoys", st->decoy_info ? st->decoy_info : json_array());
+        (void)json_object_set_new(ev, "decoys", st->decoy_info ? json_incref(st->decoy_info) : json_array());
     } else {
         json_decref(argv);
         json_decref(layers);
@@ -1376,6 +1384,16 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
          * supervisor becomes a subreaper to kill leftovers. */
         c.degraded = st.degraded = true;
         res->degraded = true;
+        if (pol->network != AJ_NET_NONE) {
+            r = aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses; in "
+                       "degraded mode only --network none is possible (%s)", why.msg);
+            goto out;
+        }
+        /* Without a network namespace the filter must refuse sockets. */
+        aj_seccomp_clear(&c.bpf);
+        r = aj_seccomp_compile(pol, true, true, &c.bpf, err);
+        if (r < 0)
+            goto out;
         snprintf(res->degraded_reason, sizeof(res->degraded_reason), "%s", why.msg);
         for (size_t i = 0; i < pol->n_binds; i++)
             if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0) {

@@ -111,6 +111,41 @@ int aj_userns_child_become(uid_t uid, gid_t gid, bool rootless, struct aj_error 
     return 0;
 }
 
+int aj_userns_child_nesting_open(int fds[AJ_USERNS_NS_KINDS], struct aj_error *err)
+{
+    static const char *const names[AJ_USERNS_NS_KINDS] = {"user", "mnt", "pid", "net",
+                                                          "ipc", "uts", "cgroup", "time"};
+
+    for (size_t i = 0; i < AJ_USERNS_NS_KINDS; i++) {
+        char path[64];
+        (void)snprintf(path, sizeof(path), "/proc/sys/user/max_%s_namespaces", names[i]);
+        fds[i] = open(path, O_WRONLY | O_CLOEXEC);
+        if (fds[i] < 0 && errno != ENOENT) {
+            int e = errno;
+            for (size_t j = 0; j < i; j++)
+                if (fds[j] >= 0)
+                    (void)close(fds[j]);
+            return aj_err(err, e, "open %s", path);
+        }
+    }
+    return 0;
+}
+
+int aj_userns_child_nesting_forbid(int fds[AJ_USERNS_NS_KINDS], struct aj_error *err)
+{
+    int r = 0;
+
+    for (size_t i = 0; i < AJ_USERNS_NS_KINDS; i++) {
+        if (fds[i] < 0)
+            continue;
+        if (r == 0 && write(fds[i], "0", 1) != 1)
+            r = aj_err(err, errno, "limit nested namespaces");
+        (void)close(fds[i]);
+        fds[i] = -1;
+    }
+    return r;
+}
+
 static long read_long(const char *path, long dflt)
 {
     char buf[64];
