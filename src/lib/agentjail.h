@@ -6,6 +6,7 @@
 #include "aj_error.h"
 #include "aj_policy.h"
 #include "aj_result.h"
+#include "aj_verify.h"
 
 /* Run argv[0] (searched in the sandbox's PATH) inside a fresh sandbox built
  * from pol, wait for it, fill res. Returns 0 when the sandbox ran (whatever
@@ -17,6 +18,8 @@ AJ_EXPORT int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_
 
 struct aj_run_options {
     const char *events_path; /* audit events as JSON Lines: a file, "-" for stderr, or NULL */
+    int stdout_fd;           /* > 0: the payload's stdout (else the caller's fd 1) */
+    int stderr_fd;           /* > 0: the payload's stderr (else the caller's fd 2) */
 };
 
 AJ_EXPORT int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,

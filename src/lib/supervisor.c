@@ -637,7 +637,8 @@ static void kill_orphans(void)
 /* One captured output stream (stdout or stderr) with its byte budget. */
 struct out_stream {
     int rfd;          /* read end, -1 once EOF */
-    int wfd_child;    /* write end, given to the sandbox (closed here after clone) */
+    int wfd_child;    /* what the sandbox gets as this fd, or -1 for ours as it is */
+    bool owns_w;      /* wfd_child is our pipe's write end (closed after clone) */
     int dest;         /* our own fd 1 or 2 */
     uint64_t bytes;   /* written by the payload */
     bool truncated;
@@ -1191,17 +1192,26 @@ static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, stru
     return 0;
 }
 
-static int setup_output(const struct aj_policy *pol, struct supervise_state *st, struct aj_error *err)
+static int setup_output(const struct aj_policy *pol, const struct aj_run_options *opts, struct supervise_state *st,
+                        struct aj_error *err)
 {
     for (int i = 0; i < 2; i++) {
         int p[2];
-        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = i + 1};
-        if (!pol->output_limit)
+        int dest = i == 0 ? (opts && opts->stdout_fd > 0 ? opts->stdout_fd : 1)
+                          : (opts && opts->stderr_fd > 0 ? opts->stderr_fd : 2);
+        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest};
+        if (!pol->output_limit) {
+            /* No budget: the sandbox writes to the destination directly
+             * (init makes it its fd 1/2). */
+            if (dest != i + 1)
+                st->out[i].wfd_child = dest;
             continue;
+        }
         if (pipe2(p, O_CLOEXEC) < 0)
             return aj_err(err, errno, "pipe for output capture");
         st->out[i].rfd = p[0];
         st->out[i].wfd_child = p[1];
+        st->out[i].owns_w = true;
         if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)
             return aj_err(err, errno, "nonblocking output pipe");
     }
@@ -1337,7 +1347,7 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
         if (r < 0)
             goto out;
     }
-    r = setup_output(pol, &st, err);
+    r = setup_output(pol, opts, &st, err);
     if (r < 0)
         goto out;
     c.out_fd = st.out[0].wfd_child;
@@ -1440,8 +1450,12 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     c.sock = -1;
     st.sock = socks[0];
     socks[0] = -1;
-    close_fd(&st.out[0].wfd_child);
-    close_fd(&st.out[1].wfd_child);
+    for (int i = 0; i < 2; i++) {
+        if (st.out[i].owns_w)
+            close_fd(&st.out[i].wfd_child); /* the sandbox has its copy now */
+        st.out[i].wfd_child = -1;           /* a caller's fd is not ours to close */
+        st.out[i].owns_w = false;
+    }
     fill_layers_from_ns(res, c.degraded);
 
     /* Confined before it runs anything of its own: cgroups (v1, and v2 when
@@ -1530,7 +1544,8 @@ out:
     close_fd(&socks[1]);
     for (int i = 0; i < 2; i++) {
         close_fd(&st.out[i].rfd);
-        close_fd(&st.out[i].wfd_child);
+        if (st.out[i].owns_w)
+            close_fd(&st.out[i].wfd_child);
     }
     for (size_t i = 0; i < c.n_cg_join; i++)
         close_fd(&c.cg_join[i]);
