@@ -27,13 +27,34 @@ def syscall(name, *args):
     return r, ctypes.get_errno()
 
 
+def record_decoy(label, detail):
+    # agentjail plants decoys where escape tooling looks first: what the
+    # payload got is worthless, and touching it raised a canary event.
+    results.append(False)
+    print("  %-44s %-8s %s" % (label, "DECOY", detail))
+
+
 def try_read(label, path):
     try:
         with open(path, "rb") as f:
-            f.read(16)
-        record(label, True, "read " + path)
+            data = f.read(4096)
     except OSError as e:
         record(label, False, "%s: %s" % (path, errno.errorcode.get(e.errno, e.errno)))
+        return
+    if path.endswith("serviceaccount/token") and is_decoy_token(data):
+        record_decoy(label, "a decoy token naming this run; canary raised")
+    else:
+        record(label, True, "read " + path)
+
+
+def is_decoy_token(data):
+    import base64
+    try:
+        payload = data.split(b".")[1]
+        claims = base64.urlsafe_b64decode(payload + b"=" * (-len(payload) % 4))
+        return b"agentjail-" in claims
+    except (IndexError, ValueError):
+        return False
 
 
 print("agentjail demo: a hostile payload probes its sandbox\n")
@@ -46,7 +67,12 @@ record("cloud credentials in the environment", bool(leaked), "env: %s" % (sorted
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect("/var/run/docker.sock")
-    record("Docker socket", True, "connected")
+    s.sendall(b"GET /containers/json HTTP/1.1\r\nHost: docker\r\n\r\n")
+    reply = s.recv(200)
+    if reply.startswith(b"HTTP/1.1 403"):
+        record_decoy("Docker socket", "a decoy socket: 403, canary raised")
+    else:
+        record("Docker socket", True, "the Docker API answered")
 except OSError as e:
     record("Docker socket", False, errno.errorcode.get(e.errno, str(e.errno)))
 finally:

@@ -8,12 +8,24 @@ scripts/deps.sh build
 scripts/build.sh
 tmp=$(mktemp -d /tmp/ajdemo.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-echo "+ AWS_SECRET_ACCESS_KEY=demo-not-a-real-key build/agentjail run --bind-ro $(pwd)/examples:/demo --timeout 30s --result $tmp/result.json -- python3 /demo/escape_attempt.py"
+echo "+ AWS_SECRET_ACCESS_KEY=demo-not-a-real-key build/agentjail run --bind-ro $(pwd)/examples:/demo --timeout 30s --events $tmp/events.jsonl --result $tmp/result.json -- python3 /demo/escape_attempt.py"
 set +e
 AWS_SECRET_ACCESS_KEY=demo-not-a-real-key build/agentjail run --bind-ro "$(pwd)/examples:/demo" \
-  --timeout 30s --result "$tmp/result.json" -- python3 /demo/escape_attempt.py
+  --timeout 30s --events "$tmp/events.jsonl" --result "$tmp/result.json" -- python3 /demo/escape_attempt.py
 rc=$?
 set -e
+echo
+echo "what the security team sees ($tmp/events.jsonl):"
+python3 - "$tmp/events.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["type"] == "escape_attempt":
+        print("  %-15s %-9s %-18s %s %s" % (e["type"], e["severity"], e["syscall"], e.get("technique", ""),
+                                           json.dumps(e.get("args", []))[:60]))
+    elif e["type"] == "canary":
+        print("  %-15s %-9s %-18s %s %s" % (e["type"], e["severity"], e["decoy"], e.get("technique", ""), e["path"]))
+PY
 echo
 echo "result ($tmp/result.json):"
 python3 - "$tmp/result.json" <<'PY'
@@ -24,6 +36,7 @@ print("  status=%s exit_code=%s wall_ms=%s mode=%s host_uid=%s landlock_abi=%s" 
 print("  layers applied: " + ", ".join(k for k, v in sorted(r["layers"].items()) if v))
 missing = [k for k, v in sorted(r["layers"].items()) if not v]
 print("  layers missing: " + (", ".join(missing) if missing else "none"))
+print("  events: " + ", ".join("%s=%d" % (k, v) for k, v in sorted(r["events"].items()) if v))
 print("  policy sha256: " + r["policy_sha256"])
 PY
 exit $rc

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <nettle/base64.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,7 +227,10 @@ void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev)
         (void)json_object_set_new(ev, "path", json_string(AJ_DECOY_SOCKET));
         (void)json_object_set_new(ev, "access", json_string("connect"));
         aj_audit_technique(ev, "T1611");
-        /* The request line, if it is already there: what the tool wanted. */
+        /* The request line: what the tool wanted. A client writes it right
+         * after connecting; wait for it briefly (only an attack gets here). */
+        struct pollfd pfd = {.fd = c, .events = POLLIN};
+        (void)poll(&pfd, 1, 100);
         n = recv(c, buf, sizeof(buf) - 1, MSG_DONTWAIT);
         if (n > 0) {
             buf[n] = '\0';
