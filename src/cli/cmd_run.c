@@ -314,6 +314,9 @@ int aj_cmd_run(int argc, char **argv)
     }
     if (res.degraded)
         print_degraded_warning(&res);
+    if (res.unsafe_skipped[0])
+        fprintf(stderr, "agentjail: WARNING: the %s layer was LEFT OUT on purpose (AGENTJAIL_UNSAFE_SKIP_LAYER); "
+                        "this sandbox is weaker than its policy\n", res.unsafe_skipped);
     if (r < 0)
         fprintf(stderr, "agentjail: %s\n", err.msg);
     if (result_path) {

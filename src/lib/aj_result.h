@@ -76,6 +76,7 @@ struct aj_result {
     char cgroup_versions[4][8];          /* per controller: "v1", "v2", "none" */
     uint64_t event_counts[8];            /* by enum aj_event_type */
     bool escape_attempted;               /* any escape_attempt or canary event */
+    char unsafe_skipped[16];             /* a layer left out on purpose (tests only) */
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);

@@ -160,6 +160,11 @@ char *aj_result_to_json(const struct aj_result *res)
             return NULL;
         }
     }
+    if (res->unsafe_skipped[0] &&
+        json_object_set_new(root, "unsafe_skipped_layer", json_string(res->unsafe_skipped)) < 0) {
+        json_decref(root);
+        return NULL;
+    }
     if ((res->status == AJ_STATUS_SETUP_ERROR &&
          json_object_set_new(root, "error", json_text(res->error)) < 0) ||
         (res->degraded && json_object_set_new(root, "degraded_reason", json_text(res->degraded_reason)) < 0)) {

@@ -97,6 +97,15 @@ struct run_ctx {
     gid_t host_gid;
     uint32_t layers;      /* accumulated on the sandbox side */
     struct aj_decoy_files decoys;
+    unsigned skip;        /* AJ_SKIP_*: layers left out on purpose (tests of verify) */
+};
+
+/* AGENTJAIL_UNSAFE_SKIP_LAYER=seccomp|landlock: leave one layer out, so
+ * that the tests can show `agentjail verify` notices. Never for production:
+ * it is loud on stderr, in the result's layers and in a warning event. */
+enum {
+    AJ_SKIP_SECCOMP = 1u << 0,
+    AJ_SKIP_LANDLOCK = 1u << 1,
 };
 
 /* ---- sandbox side ------------------------------------------------------------ */
@@ -246,9 +255,11 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
     if (aj_caps_child_no_new_privs(&err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_NNP;
-    if (aj_landlock_child_apply(pol, c->landlock_abi, c->degraded, &ll_layers, &err) < 0)
-        child_fail(c, &err, 125);
-    c->layers |= ll_layers;
+    if (!(c->skip & AJ_SKIP_LANDLOCK)) {
+        if (aj_landlock_child_apply(pol, c->landlock_abi, c->degraded, &ll_layers, &err) < 0)
+            child_fail(c, &err, 125);
+        c->layers |= ll_layers;
+    }
     /* Every inherited fd but 0-2 goes at exec, including ones leaked to
      * agentjail by whoever started it (CVE-2024-21626: a leaked host
      * directory fd let runc's payload walk out of its root). Before seccomp,
@@ -258,10 +269,13 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_FDS_CLOSED | AJ_LAYER_ENV_CLEARED;
-    r = aj_seccomp_child_load(&c->bpf, &err);
-    if (r < 0)
+    r = (c->skip & AJ_SKIP_SECCOMP) ? -1 : aj_seccomp_child_load(&c->bpf, &err);
+    if (r == -1 && (c->skip & AJ_SKIP_SECCOMP))
+        r = 0;
+    else if (r < 0)
         child_fail(c, &err, 125);
-    c->layers |= AJ_LAYER_SECCOMP;
+    else
+        c->layers |= AJ_LAYER_SECCOMP;
     if (r > 0) {
         /* The listener goes to the supervisor; this process keeps no copy
          * (a payload holding its own listener could answer itself). */
@@ -674,6 +688,7 @@ struct supervise_state {
     struct aj_error child_err;
     uint32_t layers;       /* reported by the sandbox side */
     uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
+    const char *unsafe_skipped;
     struct rusage ru;
 };
 
@@ -776,6 +791,13 @@ static void emit_start(struct supervise_state *st)
         json_decref(layers);
     }
     emit(st, ev, AJ_EV_START, AJ_SEV_INFO);
+    if (st->unsafe_skipped && st->unsafe_skipped[0]) {
+        ev = aj_audit_event(st->audit, AJ_EV_ERROR, AJ_SEV_HIGH);
+        if (ev)
+            (void)json_object_set_new(ev, "error", json_pack("s++", "layer skipped on purpose (AGENTJAIL_UNSAFE_SKIP_LAYER): ",
+                                                             st->unsafe_skipped, ""));
+        emit(st, ev, AJ_EV_ERROR, AJ_SEV_HIGH);
+    }
 }
 
 static void on_decoy_socket(struct supervise_state *st);
@@ -1311,6 +1333,20 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     res->host_gid = c.host_gid;
     c.landlock_abi = aj_landlock_abi();
     res->landlock_abi = c.landlock_abi;
+    {
+        const char *skip = getenv("AGENTJAIL_UNSAFE_SKIP_LAYER");
+        if (skip && *skip) {
+            if (strcmp(skip, "seccomp") == 0)
+                c.skip = AJ_SKIP_SECCOMP;
+            else if (strcmp(skip, "landlock") == 0)
+                c.skip = AJ_SKIP_LANDLOCK;
+            else {
+                r = aj_err(err, 0, "AGENTJAIL_UNSAFE_SKIP_LAYER: '%s' is not seccomp or landlock", skip);
+                goto out;
+            }
+            snprintf(res->unsafe_skipped, sizeof(res->unsafe_skipped), "%s", skip);
+        }
+    }
     if (c.landlock_abi < 1) {
         /* Fail closed: Landlock is the layer that holds if a mount is wrong. */
         r = aj_err(err, EOPNOTSUPP,
@@ -1489,6 +1525,7 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     }
 
     st.base_layers = res->layers;
+    st.unsafe_skipped = res->unsafe_skipped;
     r = supervise(&st, start, err);
     if (r < 0)
         goto out;
