@@ -96,6 +96,9 @@ py=/usr/bin/python3
 
 exec "$py" -c '
 import json, os, platform, random, shutil, sys, time
+sys.path.insert(0, sys.argv[-1])
+from benchlib import Candidates, keep_runnable, measure, median, run_once, summarise, spawn_env, spawn_actions
+env, fa = spawn_env(), spawn_actions()
 
 n, reps, json_path, aj = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 TRUE = "/bin/true"
@@ -107,12 +110,8 @@ def wrap(uid):
     return [setpriv, "--reuid=%d" % uid, "--regid=%d" % uid, "--clear-groups",
             envbin, "HOME=/tmp"]
 
-cands, skipped = [], []
-def add(name, argv, why_missing=None):
-    if why_missing:
-        skipped.append((name, why_missing))
-    else:
-        cands.append((name, argv))
+C = Candidates()
+add = C.add
 
 have_aj = os.access(aj, os.X_OK)
 no_aj = None if have_aj else "%s not built" % aj
@@ -131,73 +130,11 @@ add("default-sp", wrap(0) + [aj, "run", "--", TRUE] if not (no_aj or no_sp) else
     no_aj or no_sp)
 add("sp-bare", wrap(0) + [TRUE] if not no_sp else None, no_sp)
 
-devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-fa = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
-      (os.POSIX_SPAWN_DUP2, devnull, 2)]
-env = dict(os.environ)
+keep_runnable(C)
+cands, skipped = C.cands, C.skipped
+samples, fails, warm = measure(cands, n)
 
-def run_once(argv):
-    t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
-    _, st = os.waitpid(pid, 0)
-    t1 = time.perf_counter_ns()
-    return t1 - t0, os.waitstatus_to_exitcode(st)
-
-def trial(argv, limit_s=10.0):
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        got, st = os.waitpid(pid, os.WNOHANG)
-        if got:
-            return os.waitstatus_to_exitcode(st)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return None
-
-ok = []
-for name, argv in cands:
-    try:
-        code = trial(argv)
-    except OSError as e:
-        skipped.append((name, "spawn failed: %s" % e))
-        continue
-    if code is None:
-        skipped.append((name, "trial run did not finish in 10 s"))
-    elif code != 0:
-        skipped.append((name, "trial run exited %d: %s" % (code, " ".join(argv))))
-    else:
-        ok.append((name, argv))
-cands = ok
-
-for _ in range(min(10, n)):
-    for name, argv in cands:
-        run_once(argv)
-
-samples = {name: [] for name, _ in cands}
-fails = {name: 0 for name, _ in cands}
-order = list(cands)
-for _ in range(n):
-    random.shuffle(order)
-    for name, argv in order:
-        ns, code = run_once(argv)
-        samples[name].append(ns)
-        if code != 0:
-            fails[name] += 1
-
-def median(xs):
-    s = sorted(xs); k = len(s)
-    return s[k // 2] if k % 2 else (s[k // 2 - 1] + s[k // 2]) / 2
-
-def p95(xs):
-    s = sorted(xs)
-    return s[max(0, -(-95 * len(s) // 100) - 1)]
-
-summary = {}
-for name, _ in cands:
-    xs = samples[name]
-    summary[name] = {"n": len(xs), "failed": fails[name], "median_ns": median(xs),
-                     "p95_ns": p95(xs), "min_ns": min(xs), "max_ns": max(xs)}
+summary = summarise(cands, samples, fails)
 
 def ratio(name, ref):
     if ref not in summary or name == "bare" or name == "sp-bare":
@@ -304,4 +241,4 @@ if json_path:
         json.dump(doc, f, indent=1)
         f.write("\n")
     print("raw samples written to %s" % json_path)
-' "$n" "$reps" "$json" "$aj"
+' "$n" "$reps" "$json" "$aj" "$here"

@@ -96,6 +96,8 @@ py=/usr/bin/python3
 # little as possible to each sample (bare shows what it does add).
 exec "$py" -c '
 import json, os, platform, random, shutil, sys, time
+sys.path.insert(0, sys.argv[-1])
+from benchlib import Candidates, keep_runnable, measure, run_once, summarise
 
 n, json_path, aj = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 TRUE = "/bin/true"
@@ -110,12 +112,8 @@ def bwrap_argv(path):
             argv += ["--ro-bind", d, d]
     return argv + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", TRUE]
 
-cands, skipped = [], []
-def add(name, argv, why_missing=None):
-    if why_missing:
-        skipped.append((name, why_missing))
-    else:
-        cands.append((name, argv))
+C = Candidates()
+add = C.add
 
 add("bare", [TRUE])
 p = shutil.which("bwrap")
@@ -128,79 +126,11 @@ p = shutil.which("firejail")
 add("firejail", [p, "--quiet", "--noprofile", "--net=none", TRUE] if p else None,
     None if p else "not installed (optional)")
 
-devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-fa = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
-      (os.POSIX_SPAWN_DUP2, devnull, 2)]
-env = dict(os.environ)
+keep_runnable(C)
+cands, skipped = C.cands, C.skipped
+samples, fails, warm = measure(cands, n)
 
-def run_once(argv):
-    t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
-    _, st = os.waitpid(pid, 0)
-    t1 = time.perf_counter_ns()
-    return t1 - t0, os.waitstatus_to_exitcode(st)
-
-# Trial run: a candidate that cannot run here is skipped, with its reason,
-# rather than timed as a fast failure.
-# The trial also has a time limit, so a hanging candidate is skipped
-# instead of hanging the benchmark.
-def trial(argv, limit_s=10.0):
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        got, st = os.waitpid(pid, os.WNOHANG)
-        if got:
-            return os.waitstatus_to_exitcode(st)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return None
-
-ok = []
-for name, argv in cands:
-    try:
-        code = trial(argv)
-    except OSError as e:
-        skipped.append((name, "spawn failed: %s" % e))
-        continue
-    if code is None:
-        skipped.append((name, "trial run did not finish in 10 s"))
-        continue
-    if code != 0:
-        skipped.append((name, "trial run exited %d: %s" % (code, " ".join(argv))))
-        continue
-    ok.append((name, argv))
-cands = ok
-
-warm = min(10, n)
-for _ in range(warm):
-    for name, argv in cands:
-        run_once(argv)
-
-samples = {name: [] for name, _ in cands}
-fails = {name: 0 for name, _ in cands}
-order = list(cands)
-for _ in range(n):
-    random.shuffle(order)
-    for name, argv in order:
-        ns, code = run_once(argv)
-        samples[name].append(ns)
-        if code != 0:
-            fails[name] += 1
-
-def median(xs):
-    s = sorted(xs); k = len(s)
-    return s[k // 2] if k % 2 else (s[k // 2 - 1] + s[k // 2]) / 2
-
-def p95(xs):
-    s = sorted(xs)
-    return s[max(0, -(-95 * len(s) // 100) - 1)]   # nearest rank
-
-summary = {}
-for name, _ in cands:
-    xs = samples[name]
-    summary[name] = {"n": len(xs), "failed": fails[name], "median_ns": median(xs),
-                     "p95_ns": p95(xs), "min_ns": min(xs), "max_ns": max(xs)}
+summary = summarise(cands, samples, fails)
 
 def ratio(name, ref):
     if ref not in summary:
@@ -229,4 +159,4 @@ if json_path:
         json.dump(doc, f, indent=1)
         f.write("\n")
     print("raw samples written to %s" % json_path)
-' "$n" "$json" "$aj"
+' "$n" "$json" "$aj" "$here"

@@ -46,6 +46,30 @@ def run_aj(args, cmd, timeout=60, input=None, pass_fds=(), env=None, prefix=(), 
         return Run(proc, result)
 
 
+def new_tag():
+    """A unique argv marker for processes a test starts (`sleep 1000.TAG`)."""
+    import random
+    return "1000.%06d%03d" % (random.randrange(10 ** 6), os.getpid() % 1000)
+
+
+def pids_with(tag):
+    """Host pids of `sleep TAG` processes (not agentjail's own, whose argv
+    holds TAG too)."""
+    want = tag.encode()
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].rsplit(b"/", 1)[-1] == b"sleep" and want in argv:
+            found.append(int(pid))
+    return found
+
+
 def helper(name):
     return os.path.join(AJ_HELPERS, name)
 

@@ -480,6 +480,13 @@ static int want_type(struct loader *L, const char *path, const json_t *v, json_t
     return 0;
 }
 
+/* A group of the policy: an object whose keys are all known. */
+static int open_group(struct loader *L, const char *path, const json_t *v, const char *const *keys)
+{
+    int r = want_type(L, path[0] ? path : "(top level)", v, JSON_OBJECT, "an object");
+    return r < 0 ? r : check_keys(L, path, v, keys);
+}
+
 /* Sizes, durations and counts accept a number or a string ("512M", "10s").
  * Returns the text form in buf, or "" for null (no limit, where allowed). */
 static int scalar_text(struct loader *L, const char *path, const json_t *v, bool null_ok, const char *example,
@@ -633,10 +640,8 @@ static int load_filesystem(struct loader *L, const json_t *fs)
 {
     static const char *const keys[] = {"binds", "tmpfs", "tmp_size", "workdir", NULL};
     json_t *v;
-    int r = want_type(L, "filesystem", fs, JSON_OBJECT, "an object");
+    int r = open_group(L, "filesystem", fs, keys);
 
-    if (r == 0)
-        r = check_keys(L, "filesystem", fs, keys);
     if (r < 0)
         return r;
     if ((v = json_object_get(fs, "binds")) && (r = load_binds(L, v)) < 0)
@@ -692,10 +697,8 @@ static int load_environment(struct loader *L, const json_t *env)
 {
     static const char *const keys[] = {"set", "pass", NULL};
     json_t *v;
-    int r = want_type(L, "environment", env, JSON_OBJECT, "an object");
+    int r = open_group(L, "environment", env, keys);
 
-    if (r == 0)
-        r = check_keys(L, "environment", env, keys);
     if (r < 0)
         return r;
     if ((v = json_object_get(env, "set"))) {
@@ -757,10 +760,8 @@ static int load_limits(struct loader *L, const json_t *lim)
                                        "file_size", "open_files", "require_cgroup", NULL};
     uint32_t named = 0;
     json_t *v;
-    int r = want_type(L, "limits", lim, JSON_OBJECT, "an object");
+    int r = open_group(L, "limits", lim, keys);
 
-    if (r == 0)
-        r = check_keys(L, "limits", lim, keys);
     if (r < 0)
         return r;
     for (size_t i = 0; i < AJ_ARRAY_SIZE(table); i++) {
@@ -836,10 +837,8 @@ static int load_identity(struct loader *L, const json_t *id)
 {
     static const char *const keys[] = {"uid", "gid", "hostname", "uid_range", NULL};
     json_t *v;
-    int r = want_type(L, "identity", id, JSON_OBJECT, "an object");
+    int r = open_group(L, "identity", id, keys);
 
-    if (r == 0)
-        r = check_keys(L, "identity", id, keys);
     if (r < 0)
         return r;
     if ((v = json_object_get(id, "uid")) && (r = load_u32(L, "identity.uid", v, 0xfffffffeU, &L->pol->uid)) < 0)
@@ -883,10 +882,8 @@ static int load_detection(struct loader *L, const json_t *d)
 {
     static const char *const keys[] = {"decoys", "cloud_decoys", "on_escape", "alert_cmd", "alert_timeout", NULL};
     json_t *v;
-    int r = want_type(L, "detection", d, JSON_OBJECT, "an object");
+    int r = open_group(L, "detection", d, keys);
 
-    if (r == 0)
-        r = check_keys(L, "detection", d, keys);
     if (r < 0)
         return r;
     if ((v = json_object_get(d, "decoys")) && (r = load_bool(L, "detection.decoys", v, &L->pol->decoys)) < 0)
@@ -943,7 +940,7 @@ static int load_root(struct loader *L, const json_t *root)
     if ((v = json_object_get(root, "network"))) {
         static const char *const nkeys[] = {"mode", NULL};
         json_t *m;
-        if ((r = want_type(L, "network", v, JSON_OBJECT, "an object")) < 0 || (r = check_keys(L, "network", v, nkeys)) < 0)
+        if ((r = open_group(L, "network", v, nkeys)) < 0)
             return r;
         if ((m = json_object_get(v, "mode"))) {
             if ((r = want_type(L, "network.mode", m, JSON_STRING, "\"none\" or \"loopback\"")) < 0)
@@ -960,7 +957,7 @@ static int load_root(struct loader *L, const json_t *root)
     if ((v = json_object_get(root, "degraded"))) {
         static const char *const dkeys[] = {"allow", NULL};
         json_t *a;
-        if ((r = want_type(L, "degraded", v, JSON_OBJECT, "an object")) < 0 || (r = check_keys(L, "degraded", v, dkeys)) < 0)
+        if ((r = open_group(L, "degraded", v, dkeys)) < 0)
             return r;
         if ((a = json_object_get(v, "allow"))) {
             if (!json_is_boolean(a))
@@ -973,7 +970,7 @@ static int load_root(struct loader *L, const json_t *root)
     if ((v = json_object_get(root, "seccomp"))) {
         static const char *const skeys[] = {"filter", NULL};
         json_t *f;
-        if ((r = want_type(L, "seccomp", v, JSON_OBJECT, "an object")) < 0 || (r = check_keys(L, "seccomp", v, skeys)) < 0)
+        if ((r = open_group(L, "seccomp", v, skeys)) < 0)
             return r;
         /* One filter exists today; naming it keeps the policy explicit
          * about what is enforced, and its hash changes if that ever does. */

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, root_only, run_aj
+from conftest import new_tag, pids_with, AJ_BIN, IS_ROOT, root_only, run_aj
 
 PY = "/usr/bin/python3"
 LEAK_RUNS = int(os.environ.get("AJ_LEAK_RUNS", "100"))
@@ -39,25 +39,6 @@ SIGXFSZ = 25
 
 # ---- helpers ------------------------------------------------------------------
 
-def new_tag():
-    return "1000.%06d%03d" % (random.randrange(10 ** 6), os.getpid() % 1000)
-
-
-def pids_with(tag):
-    """Host pids of `sleep TAG` processes (not agentjail's, whose argv holds TAG too)."""
-    want = tag.encode()
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].rsplit(b"/", 1)[-1] == b"sleep" and want in argv:
-            found.append(int(pid))
-    return found
 
 
 def proc_status(pid, key):
