@@ -28,7 +28,7 @@ int main(int argc, char **argv)
     for (int notify = 0; notify < 2; notify++) {
         struct aj_bpf bpf = {0};
         const char *name = notify ? "notify" : "errno";
-        if (aj_seccomp_compile(&pol, notify, &bpf, &err) < 0) {
+        if (aj_seccomp_compile(&pol, notify, false, &bpf, &err) < 0) {
             fprintf(stderr, "gen-seccomp: %s\n", err.msg);
             fclose(f);
             return 1;
