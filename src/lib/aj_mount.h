@@ -45,6 +45,10 @@ int aj_mount_plan_add_tmpfs(struct aj_mount_plan *plan, const char *dst, uint64_
                             struct aj_error *err);
 int aj_mount_plan_add_file(struct aj_mount_plan *plan, const char *dst, const char *content, struct aj_error *err);
 
+/* Supervisor side: refuse a bind source with a kernel filesystem (proc,
+ * sysfs, cgroup, devtmpfs...) mounted somewhere inside it. */
+int aj_mount_check_bind_submounts(const struct aj_policy *pol, struct aj_error *err);
+
 /* Sandbox side (pid 1 of the new pid namespace, in the new mount and user
  * namespaces, capabilities held): build the root and pivot into it. */
 int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_policy *pol,

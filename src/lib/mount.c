@@ -253,6 +253,75 @@ void aj_mount_plan_clear(struct aj_mount_plan *plan)
     plan->n = 0;
 }
 
+/* A bind source is cloned with its submounts (recursive: the host's mounts
+ * are locked together in a user namespace). The check on the opened
+ * source (check_bind_source) sees only its top; a procfs or sysfs mounted
+ * somewhere below it would come along. Refuse such a source here, from
+ * the supervisor's mount table, which the sandbox's is a copy of. */
+static const char *const refused_fstypes[] = {
+    "proc",      "sysfs",   "cgroup",   "cgroup2",   "debugfs",  "securityfs", "bpf",
+    "tracefs",   "devpts",  "devtmpfs", "nsfs",      "efivarfs", "pstore",     "configfs",
+    "fusectl",   "binfmt_misc",
+};
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape_octal(char *s)
+{
+    char *o = s;
+    for (; *s; s++) {
+        if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+            s[3] <= '7') {
+            *o++ = (char)(((s[1] - '0') << 6) | ((s[2] - '0') << 3) | (s[3] - '0'));
+            s += 3;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = '\0';
+}
+
+int aj_mount_check_bind_submounts(const struct aj_policy *pol, struct aj_error *err)
+{
+    FILE *f;
+    char *line = NULL;
+    size_t cap = 0;
+    int r = 0;
+
+    if (pol->n_binds == 0)
+        return 0;
+    f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return aj_err(err, errno, "read /proc/self/mountinfo");
+    while (r == 0 && getline(&line, &cap, f) > 0) {
+        char mnt[4096], fstype[64];
+        const char *sep = strstr(line, " - ");
+        if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 || sscanf(sep + 3, "%63s", fstype) != 1)
+            continue;
+        unescape_octal(mnt);
+        for (size_t k = 0; k < AJ_ARRAY_SIZE(refused_fstypes); k++) {
+            if (strcmp(fstype, refused_fstypes[k]) != 0)
+                continue;
+            for (size_t i = 0; i < pol->n_binds; i++) {
+                char *real = realpath(pol->binds[i].host, NULL);
+                size_t n = real ? strlen(real) : 0;
+                bool under = real && strncmp(mnt, real, n) == 0 && (mnt[n] == '/' || (n == 1 && real[0] == '/'));
+                if (under)
+                    r = aj_err(err, 0,
+                               "%s %s: the host has a %s mount inside it (%s), which would come along into "
+                               "the sandbox; bind a path without it",
+                               pol->binds[i].rw ? "--bind-rw" : "--bind-ro", pol->binds[i].host, fstype, mnt);
+                free(real);
+                if (r < 0)
+                    break;
+            }
+            break;
+        }
+    }
+    free(line);
+    fclose(f);
+    return r;
+}
+
 /* ---- sandbox side ---------------------------------------------------------- */
 
 static int set_tree_attrs(int fd, uint64_t attrs, struct aj_error *err, const char *what)

@@ -216,9 +216,21 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
         if (degraded) {
             /* No network namespace: an inet socket would reach the host's
              * network, a unix one the host's services (/run/...). Only
-             * socketpair stays. */
-            if (r == 0)
-                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 0, NULL, err);
+             * socketpair stays. Refused without an event (ordinary
+             * programs try these); the escape-indicative families and raw
+             * sockets above still reach the supervisor. Conditional rules
+             * only: an unconditional one would override those. */
+            static const int quiet_families[] = {AF_UNIX, AF_NETLINK};
+            for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(quiet_families); f++) {
+                struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)quiet_families[f])};
+                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, a, err);
+            }
+            for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
+                for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
+                    struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
+                                               SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t])};
+                    r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, a, err);
+                }
             if (r == 0)
                 r = rule(ctx, allow, "socketpair", 1, u, err);
         } else {

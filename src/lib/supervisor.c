@@ -679,6 +679,7 @@ struct supervise_state {
     struct aj_notify notify;     /* fd -1 until the payload hands it over */
     int decoy_sock;
     int decoy_files[AJ_DECOY_MAX_FILES]; /* leased (see aj_decoy_parent_lease) */
+    bool decoy_unarmed;                  /* a lease failed: the decoys are not all watched */
     struct alert alert;
     bool degraded, started;
     /* outcome */
@@ -863,6 +864,7 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
             st->decoy_files[i] = fds[k];
             fds[k] = -1;
             if (aj_decoy_parent_lease(st->decoy_files[i], SIG_DECOY, &lerr) < 0) {
+                st->decoy_unarmed = true;
                 json_t *ev = aj_audit_event(st->audit, AJ_EV_ERROR, AJ_SEV_MEDIUM);
                 if (ev)
                     (void)json_object_set_new(ev, "error", json_string(lerr.msg));
@@ -1128,6 +1130,8 @@ static void fill_result(struct supervise_state *st, struct aj_result *res)
     bool cg_stats = st->cg && st->cg->created && aj_cgroup_read_stats(st->cg, &cs) == 0;
 
     res->layers |= st->layers;
+    if (st->decoy_unarmed)
+        res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* present, but not all watched */
     res->stdout_truncated = st->out[0].truncated;
     res->stderr_truncated = st->out[1].truncated;
     res->stdout_bytes = st->out[0].bytes;
@@ -1358,6 +1362,9 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     r = aj_seccomp_build(pol, true, &c.bpf, err);
     if (r < 0)
         goto out;
+    r = aj_mount_check_bind_submounts(pol, err);
+    if (r < 0)
+        goto out;
     r = aj_mount_plan_build(pol, &c.plan, err);
     if (r < 0)
         goto out;
@@ -1428,13 +1435,14 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
         /* Degraded: no namespaces at all. Landlock confines the filesystem
          * to the named host paths, seccomp and no_new_privs stay, the
          * supervisor becomes a subreaper to kill leftovers. */
-        c.degraded = st.degraded = true;
-        res->degraded = true;
         if (pol->network != AJ_NET_NONE) {
-            r = aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses; in "
-                       "degraded mode only --network none is possible (%s)", why.msg);
+            r = aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses (%s); "
+                       "in degraded mode only --network none is possible",
+                       e == EPERM ? "namespace creation is not permitted" : strerror(e));
             goto out;
         }
+        c.degraded = st.degraded = true;
+        res->degraded = true;
         /* Without a network namespace the filter must refuse sockets. */
         aj_seccomp_clear(&c.bpf);
         r = aj_seccomp_compile(pol, true, true, &c.bpf, err);

@@ -2070,6 +2070,158 @@ static void p_shm(int argc, char **argv)
     report(true, 0, "SysV shm segment with key %ld is visible (id %d)", key, id);
 }
 
+/* ---- securebits, memfd, socket protocols ----------------------------------- */
+
+#ifndef SECBIT_NOROOT
+#define SECBIT_NOROOT (1 << 0)
+#define SECBIT_NOROOT_LOCKED (1 << 1)
+#define SECBIT_NO_SETUID_FIXUP (1 << 2)
+#define SECBIT_NO_SETUID_FIXUP_LOCKED (1 << 3)
+#define SECBIT_KEEP_CAPS_LOCKED (1 << 5)
+#define SECBIT_NO_CAP_AMBIENT_RAISE (1 << 6)
+#define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
+#endif
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+
+/* Blocked when root's special treatment is off and locked for good: a uid
+ * 0 process (or a setuid-root exec) gains nothing, and no later prctl can
+ * turn it back on. Only reads. */
+static void p_securebits(int argc, char **argv)
+{
+    const int want = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    int r;
+
+    (void)argv;
+    if (argc)
+        usage("securebits");
+    r = prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+    if (r < 0)
+        report(false, errno, "prctl(PR_GET_SECUREBITS)");
+    if ((r & want) == want)
+        report(false, 0, "securebits=0x%x: noroot, no_setuid_fixup, no_cap_ambient_raise locked", r);
+    report(true, 0, "securebits=0x%x: not locked (missing 0x%x)", r, want & ~r);
+}
+
+/* memfd-exec none|exec|noexec-seal: create a memfd with those flags, copy
+ * this static binary into it and execute it (as "aj-try noop", output
+ * discarded) in a child. Permitted: the memfd ran, fileless execution. */
+static void p_memfd_exec(int argc, char **argv)
+{
+    static char buf[1 << 16];
+    unsigned flags = MFD_CLOEXEC;
+    int mfd, self, pipefd[2], status, e = 0;
+    ssize_t n;
+    pid_t pid;
+
+    if (argc != 1)
+        usage("memfd-exec none|exec|noexec-seal");
+    if (!strcmp(argv[0], "exec"))
+        flags |= MFD_EXEC;
+    else if (!strcmp(argv[0], "noexec-seal"))
+        flags |= MFD_NOEXEC_SEAL;
+    else if (strcmp(argv[0], "none"))
+        usage("memfd-exec none|exec|noexec-seal");
+    mfd = (int)syscall(SYS_memfd_create, "aj-try", flags);
+    if (mfd < 0)
+        report(false, errno, "memfd_create(flags 0x%x)", flags);
+    self = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (self < 0)
+        usage("cannot open /proc/self/exe");
+    while ((n = read(self, buf, sizeof buf)) > 0)
+        if (write(mfd, buf, (size_t)n) != n)
+            usage("cannot fill the memfd");
+    close(self);
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        usage("pipe");
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        usage("fork");
+    if (pid == 0) {
+        char *args[] = {"aj-try", "noop", NULL};
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 1);
+        syscall(SYS_execveat, mfd, "", args, environ, AT_EMPTY_PATH);
+        e = errno;
+        if (write(pipefd[1], &e, sizeof e) != (ssize_t)sizeof e)
+            _exit(126);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    n = read(pipefd[0], &e, sizeof e);
+    if (waitpid(pid, &status, 0) < 0)
+        usage("waitpid");
+    if (n == (ssize_t)sizeof e)
+        report(false, e, "memfd created (flags 0x%x) but execveat refused", flags);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        report(true, 0, "executed a binary from a memfd (flags 0x%x)", flags);
+    report(false, 0, "memfd child ended with status 0x%x", status);
+}
+
+static int parse_family(const char *s)
+{
+    if (!strcmp(s, "unix"))
+        return AF_UNIX;
+    if (!strcmp(s, "inet"))
+        return AF_INET;
+    if (!strcmp(s, "inet6"))
+        return AF_INET6;
+    if (!strcmp(s, "netlink"))
+        return AF_NETLINK;
+    usage("FAMILY: unix, inet, inet6 or netlink");
+}
+
+static int parse_socktype(const char *s)
+{
+    if (!strcmp(s, "stream"))
+        return SOCK_STREAM;
+    if (!strcmp(s, "dgram"))
+        return SOCK_DGRAM;
+    if (!strcmp(s, "seqpacket"))
+        return SOCK_SEQPACKET;
+    if (!strcmp(s, "raw"))
+        return SOCK_RAW;
+    usage("TYPE: stream, dgram, seqpacket or raw");
+}
+
+/* socket-proto FAMILY TYPE PROTO: create (and close) one socket. */
+static void p_socket_proto(int argc, char **argv)
+{
+    char what[96];
+
+    if (argc != 3)
+        usage("socket-proto FAMILY TYPE PROTO");
+    snprintf(what, sizeof what, "%s, %s, %ld", argv[0], argv[1], parse_long(argv[2], "PROTO"));
+    socket_verdict(parse_family(argv[0]), parse_socktype(argv[1]), (int)parse_long(argv[2], "PROTO"), what);
+}
+
+/* socketpair: a connected AF_UNIX pair, one byte across. */
+static void p_socketpair(int argc, char **argv)
+{
+    int sv[2];
+    char c = 'x';
+
+    (void)argv;
+    if (argc)
+        usage("socketpair");
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        report(false, errno, "socketpair(AF_UNIX, SOCK_STREAM)");
+    if (write(sv[0], &c, 1) != 1 || read(sv[1], &c, 1) != 1)
+        report(false, errno, "byte across the socketpair");
+    report(true, 0, "socketpair(AF_UNIX) works, one byte across");
+}
+
 /* ---- dispatch ---------------------------------------------------------------- */
 
 struct probe {
@@ -2165,6 +2317,10 @@ static const struct probe probes[] = {
     {"tiocsti-filter", p_tiocsti_filter},
     {"tioclinux", p_tioclinux},
     {"shm", p_shm},
+    {"securebits", p_securebits},
+    {"memfd-exec", p_memfd_exec},
+    {"socket-proto", p_socket_proto},
+    {"socketpair", p_socketpair},
 };
 
 int main(int argc, char **argv)
