@@ -42,8 +42,12 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int fi
  * tearing down its marks waits for an SRCU grace period on every run. */
 int aj_decoy_parent_lease(int fd, int sig, struct aj_error *err);
 
-/* Supervisor side: turn activity on the decoys into canary events. */
-void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev);
-/* A lease on file i broke: the event, and the lease is released so the
- * opener goes on (and reads the decoy). */
-json_t *aj_decoy_on_lease_break(int fd, const struct aj_decoy_files *files, size_t i, struct aj_audit *a);
+/* Supervisor side: a connection to the decoy socket (non-blocking, or -1);
+ * later, its event: the request line if one came, then a 403, then close. */
+int aj_decoy_accept(int sock);
+json_t *aj_decoy_conn_event(int conn, struct aj_audit *a);
+#define AJ_DECOY_REQUEST_WAIT_MS 1000 /* how long a client has to send its request */
+/* A lease on file i broke: its event. The opener is held until
+ * aj_decoy_release_lease (then it reads the decoy). */
+json_t *aj_decoy_lease_event(const struct aj_decoy_files *files, size_t i, struct aj_audit *a);
+void aj_decoy_release_lease(int fd);

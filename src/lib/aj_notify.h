@@ -20,13 +20,18 @@ struct aj_notify {
     int fd; /* the listener, -1 when none */
     struct seccomp_notif *req;
     struct seccomp_notif_resp *resp;
+    bool pending; /* received, not answered yet */
+    bool foreign;
 };
 
 int aj_notify_init(struct aj_notify *n, int listener_fd, struct aj_error *err);
 void aj_notify_clear(struct aj_notify *n);
 
-/* Receive one notification, answer it (EPERM; a foreign-ABI call also
- * kills the caller with SIGSYS, as the kernel's own filter would) and
- * return its event in *ret_ev (NULL if the notification vanished).
- * Returns 0, or -errno when the listener is gone. */
-int aj_notify_handle(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev);
+/* Receive one notification and build its event (*ret_ev). Returns 1 when
+ * one is pending an answer, 0 when it vanished, -errno when the listener
+ * is gone. The caller is held in the kernel until aj_notify_answer: the
+ * supervisor can record it, and end the run, before it goes on. */
+int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev);
+/* EPERM; a foreign-ABI caller is also killed with SIGSYS, as the kernel's
+ * own filter would. */
+void aj_notify_answer(struct aj_notify *n);

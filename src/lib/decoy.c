@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <nettle/base64.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +68,10 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
             goto fail;
         /* A service-account token shaped like the real thing (a JWT whose
          * claims name this run), with its CA and namespace. */
-        b64url((const uint8_t *)"{\"alg\":\"RS256\",\"kid\":\"agentjail-decoy\"}", 38, header, sizeof(header));
+        {
+            static const char hdr[] = "{\"alg\":\"RS256\",\"kid\":\"agentjail-decoy\"}";
+            b64url((const uint8_t *)hdr, sizeof(hdr) - 1, header, sizeof(header));
+        }
         snprintf(body, sizeof(body),
                  "{\"iss\":\"kubernetes/serviceaccount\",\"sub\":\"system:serviceaccount:default:agentjail-%.12s\","
                  "\"jti\":\"%s\"}",
@@ -193,12 +195,10 @@ int aj_decoy_parent_lease(int fd, int sig, struct aj_error *err)
     return 0;
 }
 
-json_t *aj_decoy_on_lease_break(int fd, const struct aj_decoy_files *files, size_t i, struct aj_audit *a)
+json_t *aj_decoy_lease_event(const struct aj_decoy_files *files, size_t i, struct aj_audit *a)
 {
     json_t *ev = aj_audit_event(a, AJ_EV_CANARY, AJ_SEV_HIGH);
 
-    /* Let the opener through: it reads the decoy, which is the point. */
-    (void)fcntl(fd, F_SETLEASE, F_UNLCK);
     if (ev && i < files->n) {
         (void)json_object_set_new(ev, "decoy", json_string(files->kinds[i]));
         (void)json_object_set_new(ev, "path", json_string(files->paths[i]));
@@ -208,29 +208,31 @@ json_t *aj_decoy_on_lease_break(int fd, const struct aj_decoy_files *files, size
     return ev;
 }
 
-void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev)
+void aj_decoy_release_lease(int fd)
+{
+    /* Let the opener through: it reads the decoy, which is the point. */
+    (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+}
+
+int aj_decoy_accept(int sock)
+{
+    return accept4(sock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+}
+
+json_t *aj_decoy_conn_event(int c, struct aj_audit *a)
 {
     static const char reply[] = "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
                                 "Connection: close\r\n\r\nforbidden\n";
     char buf[512];
-    int c;
     ssize_t n;
-    json_t *ev;
+    json_t *ev = aj_audit_event(a, AJ_EV_CANARY, AJ_SEV_HIGH);
 
-    *ret_ev = NULL;
-    c = accept4(sock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0)
-        return;
-    ev = aj_audit_event(a, AJ_EV_CANARY, AJ_SEV_HIGH);
     if (ev) {
         (void)json_object_set_new(ev, "decoy", json_string("docker_socket"));
         (void)json_object_set_new(ev, "path", json_string(AJ_DECOY_SOCKET));
         (void)json_object_set_new(ev, "access", json_string("connect"));
         aj_audit_technique(ev, "T1611");
-        /* The request line: what the tool wanted. A client writes it right
-         * after connecting; wait for it briefly (only an attack gets here). */
-        struct pollfd pfd = {.fd = c, .events = POLLIN};
-        (void)poll(&pfd, 1, 100);
+        /* The request line, if the client sent one: what the tool wanted. */
         n = recv(c, buf, sizeof(buf) - 1, MSG_DONTWAIT);
         if (n > 0) {
             buf[n] = '\0';
@@ -243,5 +245,5 @@ void aj_decoy_on_socket(int sock, struct aj_audit *a, json_t **ret_ev)
     }
     (void)send(c, reply, sizeof(reply) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)close(c);
-    *ret_ev = ev;
+    return ev;
 }

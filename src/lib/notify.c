@@ -23,6 +23,8 @@ int aj_notify_init(struct aj_notify *n, int listener_fd, struct aj_error *err)
     int r;
 
     n->fd = listener_fd;
+    n->pending = false;
+    n->foreign = false;
     n->req = NULL;
     n->resp = NULL;
     r = seccomp_notify_alloc(&n->req, &n->resp);
@@ -152,6 +154,7 @@ static json_t *decode_arg(char kind, pid_t pid, uint64_t v)
             return json_string("TIOCLINUX");
         return hex(v);
     case 'd':
+        v = (uint32_t)v; /* an int to the kernel: the high bits are ignored */
         if (v == 17)
             return json_string("AF_PACKET");
         if (v == 40)
@@ -168,10 +171,9 @@ static json_t *decode_arg(char kind, pid_t pid, uint64_t v)
     }
 }
 
-int aj_notify_handle(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev)
+int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev)
 {
     struct seccomp_notif *req = n->req;
-    struct seccomp_notif_resp *resp = n->resp;
     bool foreign;
     char *name = NULL;
     const char *argspec = "xxxxxx", *technique = "T1611";
@@ -221,7 +223,21 @@ int aj_notify_handle(struct aj_notify *n, const struct aj_audit *a, json_t **ret
     }
     free(name);
 
-    if (foreign) {
+    n->pending = true;
+    n->foreign = foreign;
+    *ret_ev = ev;
+    return 1;
+}
+
+void aj_notify_answer(struct aj_notify *n)
+{
+    struct seccomp_notif *req = n->req;
+    struct seccomp_notif_resp *resp = n->resp;
+
+    if (!n->pending)
+        return;
+    n->pending = false;
+    if (n->foreign) {
         /* The kernel's own filter kills such a caller with SIGSYS; do the
          * same, through a pidfd, and only while the notification is still
          * live (so the pid cannot have been reused). */
@@ -236,9 +252,5 @@ int aj_notify_handle(struct aj_notify *n, const struct aj_audit *a, json_t **ret
     memset(resp, 0, sizeof(*resp));
     resp->id = req->id;
     resp->error = -EPERM;
-    resp->val = 0;
-    resp->flags = 0;
     (void)seccomp_notify_respond(n->fd, resp); /* ENOENT: the caller is gone already */
-    *ret_ev = ev;
-    return 0;
 }

@@ -171,16 +171,16 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
      * libseccomp lets an unconditional allow override conditional denials,
      * so the allowed commands are spelled as ranges around the two. */
     {
-        struct scmp_arg_cmp below[] = {SCMP_A1_32(SCMP_CMP_LT, TIOCSTI)};
-        struct scmp_arg_cmp above[] = {SCMP_A1_32(SCMP_CMP_GT, TIOCLINUX)};
-        struct scmp_arg_cmp sti[] = {SCMP_A1_32(SCMP_CMP_EQ, TIOCSTI)};
-        struct scmp_arg_cmp linux_[] = {SCMP_A1_32(SCMP_CMP_EQ, TIOCLINUX)};
+        struct scmp_arg_cmp below[] = {SCMP_A1_64(SCMP_CMP_LT, TIOCSTI)};
+        struct scmp_arg_cmp above[] = {SCMP_A1_64(SCMP_CMP_GT, TIOCLINUX)};
+        struct scmp_arg_cmp sti[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)};
+        struct scmp_arg_cmp linux_[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)};
 
         r = rule(ctx, allow, "ioctl", 1, below, err);
         if (r == 0)
             r = rule(ctx, allow, "ioctl", 1, above, err);
         for (uint32_t cmd = TIOCSTI + 1; r == 0 && cmd < TIOCLINUX; cmd++) {
-            struct scmp_arg_cmp eq[] = {SCMP_A1_32(SCMP_CMP_EQ, cmd)};
+            struct scmp_arg_cmp eq[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, cmd)};
             r = rule(ctx, allow, "ioctl", 1, eq, err);
         }
         if (r == 0)
@@ -198,19 +198,19 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
     {
         static const int inet_families[] = {AF_INET, AF_INET6};
         static const int inet_types[] = {SOCK_STREAM, SOCK_DGRAM};
-        struct scmp_arg_cmp u[] = {SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX)};
-        struct scmp_arg_cmp nl[] = {SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
-                                    SCMP_A2_32(SCMP_CMP_EQ, NETLINK_ROUTE)};
+        struct scmp_arg_cmp u[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNIX)};
+        struct scmp_arg_cmp nl[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                                    SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, NETLINK_ROUTE)};
 
         /* Refused loudly (EPERM) rather than by the ENOSYS default. */
         static const int denied_families[] = {AF_PACKET, AF_VSOCK};
         for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(denied_families); f++) {
-            struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)denied_families[f])};
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)denied_families[f])};
             r = rule(ctx, deny, "socket", 1, a, err);
         }
         for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++) {
-            struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
-                                       SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW)};
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                                       SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW)};
             r = rule(ctx, deny, "socket", 2, a, err);
         }
         if (degraded) {
@@ -222,13 +222,13 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
              * only: an unconditional one would override those. */
             static const int quiet_families[] = {AF_UNIX, AF_NETLINK};
             for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(quiet_families); f++) {
-                struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)quiet_families[f])};
+                struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)quiet_families[f])};
                 r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, a, err);
             }
             for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
                 for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
-                    struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
-                                               SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t])};
+                    struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                                               SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t])};
                     r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, a, err);
                 }
             if (r == 0)
@@ -249,9 +249,9 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
                         /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in
                          * its high bits; compare the low nibble (the type). */
                         uint32_t proto = pi == 0 ? 0 : inet_types[t] == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP;
-                        struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_EQ, (uint32_t)inet_families[f]),
-                                                   SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
-                                                   SCMP_A2_32(SCMP_CMP_EQ, proto)};
+                        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
+                                                   SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, proto)};
                         r = rule(ctx, allow, "socket", 3, a, err);
                     }
         }
@@ -263,12 +263,12 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
      * does not cover memfds, so an executable one would let the payload run
      * a binary it wrote (fileless execution past the noexec mounts). */
     {
-        struct scmp_arg_cmp m[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG,
+        struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG,
                                               MFD_NOEXEC_SEAL_FLAG)};
         r = rule(ctx, allow, "memfd_create", 1, m, err);
         /* The other flag combinations: EPERM, said plainly. */
         for (uint32_t v = 0; r == 0 && v <= (MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG); v += MFD_NOEXEC_SEAL_FLAG) {
-            struct scmp_arg_cmp d[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG, v)};
+            struct scmp_arg_cmp d[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG, v)};
             if (v != MFD_NOEXEC_SEAL_FLAG)
                 r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "memfd_create", 1, d, err);
         }
@@ -281,16 +281,16 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
     {
         static const uint32_t types[] = {S_IFIFO, S_IFREG, S_IFSOCK, 0};
         for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(types); i++) {
-            struct scmp_arg_cmp m[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
-            struct scmp_arg_cmp mat[] = {SCMP_A2_32(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
+            struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
+            struct scmp_arg_cmp mat[] = {SCMP_A2_64(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
             r = rule(ctx, allow, "mknod", 1, m, err);
             if (r == 0)
                 r = rule(ctx, allow, "mknodat", 1, mat, err);
         }
         static const uint32_t devtypes[] = {S_IFCHR, S_IFBLK};
         for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(devtypes); i++) {
-            struct scmp_arg_cmp m[] = {SCMP_A1_32(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
-            struct scmp_arg_cmp mat[] = {SCMP_A2_32(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
+            struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
+            struct scmp_arg_cmp mat[] = {SCMP_A2_64(SCMP_CMP_MASKED_EQ, S_IFMT, devtypes[i])};
             r = rule(ctx, deny, "mknod", 1, m, err);
             if (r == 0)
                 r = rule(ctx, deny, "mknodat", 1, mat, err);
@@ -303,9 +303,9 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
      * READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE and friends weaken exploit
      * mitigations: EPERM for 1..0xfffffffe. */
     {
-        struct scmp_arg_cmp q[] = {SCMP_A0_32(SCMP_CMP_EQ, 0xffffffffU)};
-        struct scmp_arg_cmp l[] = {SCMP_A0_32(SCMP_CMP_EQ, 0)};
-        struct scmp_arg_cmp other[] = {SCMP_A0_32(SCMP_CMP_GT, 0)};
+        struct scmp_arg_cmp q[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, 0xffffffffU)};
+        struct scmp_arg_cmp l[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, 0)};
+        struct scmp_arg_cmp other[] = {SCMP_A0_64(SCMP_CMP_GT, 0)};
         r = rule(ctx, allow, "personality", 1, q, err);
         if (r == 0)
             r = rule(ctx, allow, "personality", 1, l, err);

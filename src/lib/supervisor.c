@@ -32,6 +32,7 @@
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "aj_audit.h"
@@ -678,6 +679,10 @@ struct supervise_state {
     struct out_stream out[2];
     struct aj_notify notify;     /* fd -1 until the payload hands it over */
     int decoy_sock;
+    struct {
+        int fd;
+        uint64_t deadline;
+    } dconn[4];                          /* decoy socket connections awaiting their request */
     int decoy_files[AJ_DECOY_MAX_FILES]; /* leased (see aj_decoy_parent_lease) */
     bool decoy_unarmed;                  /* a lease failed: the decoys are not all watched */
     struct alert alert;
@@ -712,9 +717,11 @@ static void start_alert(struct supervise_state *st, json_t *ev)
     pid = fork();
     if (pid == 0) {
         /* Host side, the operator's own command: not sandboxed, on purpose
-         * (it may need to revoke credentials through the network). */
+         * (it may need to revoke credentials through the network). In a
+         * process group of its own, so that the deadline kills all of it. */
         char *const args[] = {"/bin/sh", "-c", st->pol->alert_cmd, NULL};
         sigset_t none;
+        (void)setpgid(0, 0);
         sigemptyset(&none);
         (void)sigprocmask(SIG_SETMASK, &none, NULL);
         if (dup2(p[0], STDIN_FILENO) < 0)
@@ -739,26 +746,38 @@ static void start_alert(struct supervise_state *st, json_t *ev)
     free(json);
 }
 
-/* Reap the hook if it is done; kill it at its deadline (or when asked). */
+/* Reap the hook if it is done; at its deadline kill its whole process
+ * group. final: wait for it, but never past its deadline. */
 static void check_alert(struct supervise_state *st, bool final)
 {
     int status;
 
     while (st->alert.pid > 0) {
-        pid_t w = waitpid(st->alert.pid, &status, final ? 0 : WNOHANG);
-        if (w == st->alert.pid || (w < 0 && errno != EINTR)) {
+        siginfo_t si = {0};
+        /* WNOWAIT: while the leader is an unreaped zombie its process group
+         * id cannot be reused, so killing the group hits only its own. */
+        int w = waitid(P_PID, (id_t)st->alert.pid, &si, WEXITED | WNOHANG | WNOWAIT);
+        if ((w == 0 && si.si_pid == st->alert.pid) || (w < 0 && errno != EINTR)) {
+            (void)kill(-st->alert.pid, SIGKILL); /* anything it left behind */
+            while (waitpid(st->alert.pid, &status, 0) < 0 && errno == EINTR)
+                ;
             st->alert.pid = 0;
             return;
         }
-        if (w == 0 && aj_now_ms() >= st->alert.deadline) {
+        if (aj_now_ms() >= st->alert.deadline) {
+            (void)kill(-st->alert.pid, SIGKILL);
             (void)kill(st->alert.pid, SIGKILL);
-            final = true; /* reap it now */
-            continue;
+            while (waitpid(st->alert.pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            st->alert.pid = 0;
+            return;
         }
         if (!final)
             return;
-        if (aj_now_ms() >= st->alert.deadline)
-            (void)kill(st->alert.pid, SIGKILL);
+        {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            (void)nanosleep(&ts, NULL);
+        }
     }
 }
 
@@ -767,10 +786,12 @@ static void emit(struct supervise_state *st, json_t *ev, enum aj_event_type type
 {
     if (!ev)
         return;
-    if (aj_audit_emit(st->audit, ev, type, sev)) /* takes ev */
-        start_alert(st, st->audit->first_high);
+    /* Kill first: the offending call is still held (notification not
+     * answered, lease not released), so the payload never goes on. */
     if ((type == AJ_EV_ESCAPE_ATTEMPT || type == AJ_EV_CANARY) && st->pol->on_escape == AJ_ON_ESCAPE_KILL)
         end_run(st, AJ_STATUS_ESCAPE_ATTEMPT);
+    if (aj_audit_emit(st->audit, ev, type, sev)) /* takes ev */
+        start_alert(st, st->audit->first_high);
 }
 
 static void emit_start(struct supervise_state *st)
@@ -802,6 +823,7 @@ static void emit_start(struct supervise_state *st)
 }
 
 static void on_decoy_socket(struct supervise_state *st);
+static void check_dconns(struct supervise_state *st, bool all);
 
 /* Record what is pending on the decoy socket, then let go of the decoys.
  * Now, while the sandbox's mounts are alive: the socket is bound on the
@@ -813,6 +835,7 @@ static void finish_decoys(struct supervise_state *st)
 
     if (st->decoy_sock >= 0 && poll(&d, 1, 0) > 0 && (d.revents & POLLIN))
         on_decoy_socket(st);
+    check_dconns(st, true);
     if (st->decoy_sock >= 0)
         (void)close(st->decoy_sock);
     st->decoy_sock = -1;
@@ -985,32 +1008,96 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_COUNT };
 
+/* Every message the sandbox side queued before this moment: the payload
+ * sends READY (and with it the start event) before it execs, so draining
+ * first keeps "start" ahead of anything the payload does. */
+static void drain_msgs(struct supervise_state *st)
+{
+    int r;
+    while (st->sock >= 0 && (r = recv_msg(st)) != 0)
+        if (r < 0) {
+            (void)close(st->sock);
+            st->sock = -1;
+        }
+}
+
 static void on_notify(struct supervise_state *st)
 {
     json_t *ev = NULL;
     enum aj_severity sev = AJ_SEV_HIGH;
+    int r = aj_notify_receive(&st->notify, st->audit, &ev, &sev);
 
-    if (aj_notify_handle(&st->notify, st->audit, &ev, &sev) < 0) {
+    if (r < 0) {
         /* The listener is gone (every process of the filter exited). */
         aj_notify_clear(&st->notify);
         (void)aj_notify_init(&st->notify, -1, NULL);
         return;
     }
+    if (r == 0)
+        return;
+    drain_msgs(st);
+    /* Recorded (and with --on-escape kill, the run ended) while the caller
+     * is still held in the kernel: it never sees a return. */
     emit(st, ev, AJ_EV_ESCAPE_ATTEMPT, sev);
+    aj_notify_answer(&st->notify);
+}
+
+/* A connection's canary: now (request line if any, 403, close). */
+static void finish_dconn(struct supervise_state *st, size_t i)
+{
+    int fd = st->dconn[i].fd;
+    st->dconn[i].fd = -1;
+    if (fd >= 0)
+        emit(st, aj_decoy_conn_event(fd, st->audit), AJ_EV_CANARY, AJ_SEV_HIGH);
 }
 
 static void on_decoy_socket(struct supervise_state *st)
 {
-    json_t *ev = NULL;
-    aj_decoy_on_socket(st->decoy_sock, st->audit, &ev);
-    emit(st, ev, AJ_EV_CANARY, AJ_SEV_HIGH);
+    int c = aj_decoy_accept(st->decoy_sock);
+    size_t slot = 0;
+
+    if (c < 0)
+        return;
+    drain_msgs(st);
+    /* The client writes its request right after connecting: give it a
+     * moment, so the event can say what it wanted. With --on-escape kill
+     * there is no moment to give. */
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
+        if (st->dconn[i].fd < 0 || st->dconn[i].deadline < st->dconn[slot].deadline) {
+            slot = i;
+            if (st->dconn[i].fd < 0)
+                break;
+        }
+    if (st->dconn[slot].fd >= 0)
+        finish_dconn(st, slot);
+    st->dconn[slot].fd = c;
+    st->dconn[slot].deadline = aj_now_ms() + AJ_DECOY_REQUEST_WAIT_MS;
+    if (st->pol->on_escape == AJ_ON_ESCAPE_KILL)
+        finish_dconn(st, slot);
+}
+
+/* Connections whose request came (or whose time is up). */
+static void check_dconns(struct supervise_state *st, bool all)
+{
+    uint64_t now = aj_now_ms();
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++) {
+        struct pollfd p = {.fd = st->dconn[i].fd, .events = POLLIN};
+        if (st->dconn[i].fd < 0)
+            continue;
+        if (all || now >= st->dconn[i].deadline || (poll(&p, 1, 0) > 0 && p.revents))
+            finish_dconn(st, i);
+    }
 }
 
 static void on_lease_break(struct supervise_state *st, int fd)
 {
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         if (st->decoy_files[i] == fd && fd >= 0) {
-            emit(st, aj_decoy_on_lease_break(fd, st->decoys, i, st->audit), AJ_EV_CANARY, AJ_SEV_HIGH);
+            drain_msgs(st);
+            /* The opener waits until the lease goes: record (and maybe end
+             * the run) first, then let it through. */
+            emit(st, aj_decoy_lease_event(st->decoys, i, st->audit), AJ_EV_CANARY, AJ_SEV_HIGH);
+            aj_decoy_release_lease(fd);
             return;
         }
 }
@@ -1018,6 +1105,7 @@ static void on_lease_break(struct supervise_state *st, int fd)
 static int supervise(struct supervise_state *st, uint64_t start, struct aj_error *err)
 {
     uint64_t deadline = st->pol->timeout_ms ? start + st->pol->timeout_ms : 0;
+    uint64_t last_cg_check = 0;
     bool watch_cgroup = st->cg && st->cg->created &&
                         (st->cg->limits & (AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT) ||
                          st->pol->cpu_time_ms);
@@ -1043,6 +1131,9 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         }
         if (st->alert.pid > 0 && (timeout < 0 || timeout > 50))
             timeout = 50; /* watch the hook's deadline */
+        for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
+            if (st->dconn[i].fd >= 0 && (timeout < 0 || timeout > 20))
+                timeout = 20; /* a decoy connection's request */
         r = poll(pfd, PF_COUNT, timeout);
         if (r < 0) {
             if (errno == EINTR)
@@ -1050,13 +1141,19 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             return aj_err(err, errno, "poll");
         }
         if (st->limit == AJ_STATUS_OK) {
-            if (deadline && aj_now_ms() >= deadline)
+            uint64_t now = aj_now_ms();
+            if (deadline && now >= deadline)
                 end_run(st, AJ_STATUS_TIMEOUT);
-            else if (watch_cgroup)
+            else if (watch_cgroup && now - last_cg_check >= CGROUP_POLL_MS) {
+                /* On the timer, not on every wake-up: an escape notification
+                 * should not pay for reading cgroup files. */
+                last_cg_check = now;
                 check_cgroup_limits(st);
+            }
         }
         check_alert(st, false);
-        /* Escape attempts first: a notified syscall holds its caller. */
+        if (pfd[PF_SOCK].revents & (POLLIN | POLLHUP | POLLERR))
+            drain_msgs(st);
         if (pfd[PF_NOTIFY].revents & POLLIN)
             on_notify(st);
         else if (pfd[PF_NOTIFY].revents & (POLLHUP | POLLERR)) {
@@ -1065,12 +1162,7 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         }
         if (pfd[PF_DSOCK].revents & POLLIN)
             on_decoy_socket(st);
-        if (pfd[PF_SOCK].revents & (POLLIN | POLLHUP | POLLERR)) {
-            if (recv_msg(st) < 0) {
-                (void)close(st->sock); /* every sandbox end is closed */
-                st->sock = -1;
-            }
-        }
+        check_dconns(st, false);
         for (int i = 0; i < 2; i++)
             if (pfd[PF_OUT + i].revents & (POLLIN | POLLHUP | POLLERR))
                 pump_output(st, &st->out[i]);
@@ -1290,6 +1382,7 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     struct supervise_state st = {.pol = pol, .cg = &cg, .audit = &audit, .argv = argv, .pid = -1, .pidfd = -1,
                                  .sock = -1, .sigfd = -1, .decoy_sock = -1,
                                  .decoy_files = {-1, -1, -1, -1},
+                                 .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                  .limit = AJ_STATUS_OK};
     char *decoy_env[2] = {NULL, NULL};
     bool audit_open = false;
@@ -1556,6 +1649,8 @@ out:
     /* No lease may outlive the blocked signal it reports with: drop the
      * decoys, then discard any break still queued, then unblock. */
     close_fd(&st.decoy_sock);
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(st.dconn); i++)
+        close_fd(&st.dconn[i].fd);
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         close_fd(&st.decoy_files[i]);
     if (st.sigfd >= 0) {
