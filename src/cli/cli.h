@@ -11,6 +11,10 @@
 
 int aj_cmd_run(int argc, char **argv);
 int aj_cmd_policy(int argc, char **argv);
+int aj_cmd_verify(int argc, char **argv);
+int aj_cmd_probe(int argc, char **argv);
+int aj_cmd_check(int argc, char **argv);
+int aj_cmd_report(int argc, char **argv);
 
 /* Find --profile NAME and --policy FILE anywhere before "--" and load them
  * into pol (profile first), so that flags can override them whatever

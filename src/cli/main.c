@@ -8,6 +8,10 @@ static void usage(FILE *f)
 {
     fputs("usage: agentjail run [--profile NAME] [--policy FILE] [FLAGS] -- CMD [ARGS...]\n"
           "       agentjail policy check|show|diff|profiles ...\n"
+          "       agentjail verify [--policy FILE | --profile NAME] [--json]\n"
+          "       agentjail probe [--json] [--only NAME]\n"
+          "       agentjail check [--json]\n"
+          "       agentjail report [--policy FILE | --profile NAME] [--format md|json|html]\n"
           "       agentjail --version | --help\n"
           "\n"
           "Runs CMD in a fresh sandbox: user, pid, mount, network, ipc, uts, cgroup and time\n"
@@ -26,6 +30,14 @@ int main(int argc, char **argv)
         return aj_cmd_run(argc - 1, argv + 1);
     if (strcmp(argv[1], "policy") == 0)
         return aj_cmd_policy(argc - 1, argv + 1);
+    if (strcmp(argv[1], "verify") == 0)
+        return aj_cmd_verify(argc - 1, argv + 1);
+    if (strcmp(argv[1], "probe") == 0)
+        return aj_cmd_probe(argc - 1, argv + 1);
+    if (strcmp(argv[1], "check") == 0)
+        return aj_cmd_check(argc - 1, argv + 1);
+    if (strcmp(argv[1], "report") == 0)
+        return aj_cmd_report(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);
         return 0;

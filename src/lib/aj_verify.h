@@ -16,3 +16,12 @@ AJ_EXPORT int aj_probe_locate(char *buf, size_t size, struct aj_error *err);
  * the run's result. */
 AJ_EXPORT int aj_probe_in_policy(const struct aj_policy *pol, char **ret_json, struct aj_result *ret_res,
                                  struct aj_error *err);
+
+#include <jansson.h>
+
+/* Compare what the policy declares with what the probe observed inside
+ * the sandbox it describes, protection by protection. *ret_report:
+ * {"policy_sha256", "matches", "checks": [{"protection", "declared",
+ * "observed", "ok"}], "result": {...}}. Returns 0 (whatever the outcome:
+ * see "matches"), or -errno when the probe could not run. */
+AJ_EXPORT int aj_verify(const struct aj_policy *pol, json_t **ret_report, struct aj_error *err);

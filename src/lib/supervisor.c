@@ -339,6 +339,8 @@ static void scrub_cmdline(void)
         else if (field == 49)
             end = strtoul(p + 1, NULL, 10);
     }
+    /* comm too (/proc/1/comm, ps): a name, not the host binary's. */
+    (void)prctl(PR_SET_NAME, "agentjail-init", 0, 0, 0);
     if (start == 0 || end <= start || end - start > (1UL << 20))
         return;
     memset((void *)start, 0, end - start);

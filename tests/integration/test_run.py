@@ -461,7 +461,7 @@ def test_mountinfo_has_no_unnamed_host_path(hostdir):
 def test_proc_is_the_sandbox_pid_namespace():
     r = run_aj([], ["sh", "-c", "grep -E '^(Name|PPid):' /proc/1/status; echo $$"])
     assert r.returncode == 0, r
-    assert r.stdout.split() == ["Name:", "agentjail", "PPid:", "0", "2"], r
+    assert r.stdout.split() == ["Name:", "agentjail-init", "PPid:", "0", "2"], r
     r = run_aj([], ["ls", "/proc"])
     pids = sorted(int(e) for e in r.stdout.split() if e.isdigit())
     assert pids == [1, 2], pids  # init and ls, nothing of the host
