@@ -45,7 +45,7 @@ int aj_decoy_parent_lease(int fd, int sig, struct aj_error *err);
 /* Supervisor side: a connection to the decoy socket (non-blocking, or -1);
  * later, its event: the request line if one came, then a 403, then close. */
 int aj_decoy_accept(int sock);
-json_t *aj_decoy_conn_event(int conn, struct aj_audit *a);
+json_t *aj_decoy_conn_event(int conn, struct aj_audit *a, bool reply_403);
 #define AJ_DECOY_REQUEST_WAIT_MS 1000 /* how long a client has to send its request */
 /* A lease on file i broke: its event. The opener is held until
  * aj_decoy_release_lease (then it reads the decoy). */

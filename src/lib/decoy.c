@@ -219,7 +219,7 @@ int aj_decoy_accept(int sock)
     return accept4(sock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 }
 
-json_t *aj_decoy_conn_event(int c, struct aj_audit *a)
+json_t *aj_decoy_conn_event(int c, struct aj_audit *a, bool reply_403)
 {
     static const char reply[] = "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
                                 "Connection: close\r\n\r\nforbidden\n";
@@ -243,7 +243,8 @@ json_t *aj_decoy_conn_event(int c, struct aj_audit *a)
             (void)json_object_set_new(ev, "request", json_string(buf));
         }
     }
-    (void)send(c, reply, sizeof(reply) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (reply_403)
+        (void)send(c, reply, sizeof(reply) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)close(c);
     return ev;
 }

@@ -1039,18 +1039,26 @@ static void on_notify(struct supervise_state *st)
         return;
     drain_msgs(st);
     /* Recorded (and with --on-escape kill, the run ended) while the caller
-     * is still held in the kernel: it never sees a return. */
+     * is still held in the kernel. */
     emit(st, ev, AJ_EV_ESCAPE_ATTEMPT, sev);
-    aj_notify_answer(&st->notify);
+    /* A run being killed leaves the call unanswered: the caller stays
+     * blocked until the SIGKILL reaches it (the wait is killable), so it
+     * never runs another instruction. Answering would race the kill. */
+    if (st->limit == AJ_STATUS_ESCAPE_ATTEMPT)
+        st->notify.pending = false;
+    else
+        aj_notify_answer(&st->notify);
 }
 
 /* A connection's canary: now (request line if any, 403, close). */
 static void finish_dconn(struct supervise_state *st, size_t i)
 {
     int fd = st->dconn[i].fd;
+    bool killing = st->pol->on_escape == AJ_ON_ESCAPE_KILL;
     st->dconn[i].fd = -1;
+    /* Being killed: no answer for the client to read before it dies. */
     if (fd >= 0)
-        emit(st, aj_decoy_conn_event(fd, st->audit), AJ_EV_CANARY, AJ_SEV_HIGH);
+        emit(st, aj_decoy_conn_event(fd, st->audit, !killing), AJ_EV_CANARY, AJ_SEV_HIGH);
 }
 
 static void on_decoy_socket(struct supervise_state *st)
@@ -1099,7 +1107,9 @@ static void on_lease_break(struct supervise_state *st, int fd)
             /* The opener waits until the lease goes: record (and maybe end
              * the run) first, then let it through. */
             emit(st, aj_decoy_lease_event(st->decoys, i, st->audit), AJ_EV_CANARY, AJ_SEV_HIGH);
-            aj_decoy_release_lease(fd);
+            /* Being killed: the opener stays blocked in open() until then. */
+            if (st->limit != AJ_STATUS_ESCAPE_ATTEMPT)
+                aj_decoy_release_lease(fd);
             return;
         }
 }

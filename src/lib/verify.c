@@ -60,7 +60,8 @@ int aj_probe_in_policy(const struct aj_policy *pol_in, char **ret_json, struct a
     binds = calloc(pol.n_binds + 1, sizeof(*binds));
     if (!binds)
         return aj_err(err, ENOMEM, "probe run");
-    memcpy(binds, pol.binds, pol.n_binds * sizeof(*binds));
+    if (pol.n_binds)
+        memcpy(binds, pol.binds, pol.n_binds * sizeof(*binds));
     binds[pol.n_binds] = (struct aj_bind){.host = probe, .sandbox = PROBE_IN_SANDBOX, .rw = false};
     pol.binds = binds;
     pol.n_binds++;
