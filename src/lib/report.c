@@ -1207,6 +1207,38 @@ static void html_status(FILE *o, const char *s)
     fputs("</span>", o);
 }
 
+/* One findings table: a heading, then a row per finding (status badge, id,
+ * two text columns), or a sentence when there is none. */
+static void html_findings(FILE *o, json_t *arr, const char *anchor, const char *heading, const char *none,
+                          const char *header_row, const char *status_key, const char *col3, const char *col4)
+{
+    size_t i;
+    json_t *x;
+
+    fprintf(o, "<h2 id=\"%s\">", anchor);
+    h(o, heading);
+    fputs("</h2>\n", o);
+    if (json_array_size(arr) == 0) {
+        fputs("<p>", o);
+        h(o, none);
+        fputs("</p>\n", o);
+        return;
+    }
+    fprintf(o, "<table>\n%s\n", header_row);
+    json_array_foreach(arr, i, x) {
+        fputs("<tr><td>", o);
+        html_status(o, js(x, status_key));
+        fputs("</td><td><code class=\"id\">", o);
+        h(o, js(x, "id"));
+        fputs("</code></td><td>", o);
+        h(o, js(x, col3));
+        fputs("</td><td>", o);
+        h(o, js(x, col4));
+        fputs("</td></tr>\n", o);
+    }
+    fputs("</table>\n", o);
+}
+
 static void html_tr(FILE *o, size_t n, ...)
 {
     va_list ap;
@@ -1314,42 +1346,15 @@ static void render_html(const json_t *rep, FILE *o)
     snprintf(a, sizeof(a), "%ld", ji(ctl, "env_pass"));
     html_tr(o, 2, "Variables passed from the caller", a);
     html_tr(o, 2, "Degraded mode allowed", yesno(ctl, "allow_degraded"));
-    fputs("</table>\n<h2 id=\"host\">Host posture findings to act on</h2>\n", o);
-    if (json_array_size(json_object_get(rep, "host_findings")) == 0) {
-        fputs("<p>None: every host finding is ok.</p>\n", o);
-    } else {
-        fputs("<table>\n<tr><th>Status</th><th>Finding</th><th>Value</th><th>Recommendation</th></tr>\n", o);
-        json_array_foreach(json_object_get(rep, "host_findings"), i, x) {
-            fputs("<tr><td>", o);
-            html_status(o, js(x, "status"));
-            fputs("</td><td><code class=\"id\">", o);
-            h(o, js(x, "id"));
-            fputs("</code></td><td>", o);
-            h(o, js(x, "value"));
-            fputs("</td><td>", o);
-            h(o, js(x, "recommendation"));
-            fputs("</td></tr>\n", o);
-        }
-        fputs("</table>\n", o);
-    }
-    fputs("<h2 id=\"probe\">Probe findings inside the sandbox</h2>\n", o);
-    if (json_array_size(json_object_get(rep, "probe_findings")) == 0) {
-        fputs("<p>None: the probe found no escape vector or exposure.</p>\n", o);
-    } else {
-        fputs("<table>\n<tr><th>Exposed</th><th>Finding</th><th>What</th><th>Detail</th></tr>\n", o);
-        json_array_foreach(json_object_get(rep, "probe_findings"), i, x) {
-            fputs("<tr><td>", o);
-            html_status(o, js(x, "severity"));
-            fputs("</td><td><code class=\"id\">", o);
-            h(o, js(x, "id"));
-            fputs("</code></td><td>", o);
-            h(o, js(x, "title"));
-            fputs("</td><td>", o);
-            h(o, js(x, "detail"));
-            fputs("</td></tr>\n", o);
-        }
-        fputs("</table>\n", o);
-    }
+    fputs("</table>\n", o);
+    html_findings(o, json_object_get(rep, "host_findings"), "host", "Host posture findings to act on",
+                  "None: every host finding is ok.",
+                  "<tr><th>Status</th><th>Finding</th><th>Value</th><th>Recommendation</th></tr>", "status",
+                  "value", "recommendation");
+    html_findings(o, json_object_get(rep, "probe_findings"), "probe", "Probe findings inside the sandbox",
+                  "None: the probe found no escape vector or exposure.",
+                  "<tr><th>Exposed</th><th>Finding</th><th>What</th><th>Detail</th></tr>", "severity", "title",
+                  "detail");
     fputs("<h2 id=\"frameworks\">Framework mapping</h2>\n<table>\n<tr><th>Framework</th><th>Reference</th>"
           "<th>agentjail control</th><th>Here</th><th>Covers</th><th>Misses</th></tr>\n",
           o);
