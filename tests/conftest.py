@@ -70,6 +70,35 @@ def pids_with(tag):
     return found
 
 
+def write(path, text, mode=0o644):
+    """A host file with exactly this mode (umask aside)."""
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def wait_for(pred, timeout):
+    """pred() until it is truthy or timeout seconds pass; its last value."""
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    return pred()
+
+
+@pytest.fixture
+def hostdir():
+    """A host temp dir every host uid can traverse (root mode runs as a per-run uid)."""
+    import shutil
+    d = tempfile.mkdtemp(prefix="ajtest-")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def helper(name):
     return os.path.join(AJ_HELPERS, name)
 

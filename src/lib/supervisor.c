@@ -619,33 +619,59 @@ static void kill_and_reap(pid_t pid, int pidfd)
         ;
 }
 
-/* Degraded runs have no pid namespace: the supervisor is a subreaper and
- * kills every process that was reparented to it when the payload ends. */
-static void kill_orphans(void)
+/* Degraded runs have no pid namespace: the supervisor is a subreaper and,
+ * when the payload ends, kills what was reparented to it from the run. A
+ * library caller may have children of its own: those that existed before
+ * the run (and the alert hook) are left alone; everything else among our
+ * children came from the run. Each is reaped by its pid, never with
+ * waitpid(-1). */
+#define AJ_MAX_PRIOR_CHILDREN 64
+
+struct prior_children {
+    pid_t pids[AJ_MAX_PRIOR_CHILDREN];
+    size_t n;
+};
+
+static size_t list_children(pid_t *out, size_t max)
+{
+    char path[64], buf[4096];
+    size_t n = 0;
+
+    (void)snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+    if (aj_read_small_file(path, buf, sizeof(buf)) > 0) {
+        char *s = buf, *end;
+        while (*s && n < max) {
+            long c = strtol(s, &end, 10);
+            if (end == s)
+                break;
+            if (c > 0)
+                out[n++] = (pid_t)c;
+            s = end;
+        }
+    }
+    return n;
+}
+
+static void kill_orphans(const struct prior_children *prior, pid_t keep)
 {
     for (int round = 0; round < 100; round++) {
-        pid_t p = waitpid(-1, NULL, WNOHANG);
+        pid_t kids[256];
+        size_t n = list_children(kids, AJ_ARRAY_SIZE(kids));
         bool found = false;
-        char path[64], buf[512];
 
-        (void)snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
-        if (aj_read_small_file(path, buf, sizeof(buf)) > 0) {
-            char *s = buf, *end;
-            while (*s) {
-                long c = strtol(s, &end, 10);
-                if (end == s)
-                    break;
-                if (c > 0) {
-                    (void)kill((pid_t)c, SIGKILL);
-                    found = true;
-                }
-                s = end;
-            }
+        for (size_t i = 0; i < n; i++) {
+            bool mine = kids[i] == keep;
+            for (size_t j = 0; !mine && j < prior->n; j++)
+                mine = prior->pids[j] == kids[i];
+            if (mine)
+                continue;
+            (void)kill(kids[i], SIGKILL);
+            while (waitpid(kids[i], NULL, 0) < 0 && errno == EINTR)
+                ;
+            found = true;
         }
-        if (!found && p <= 0)
+        if (!found)
             return;
-        if (found)
-            (void)waitpid(-1, NULL, 0);
     }
 }
 
@@ -689,6 +715,8 @@ struct supervise_state {
     bool decoy_unarmed;                  /* a lease failed: the decoys are not all watched */
     struct alert alert;
     bool degraded, started;
+    struct prior_children prior; /* degraded: our children before the run */
+    bool subreaper_set;    /* we made this process a subreaper: undo at the end */
     /* outcome */
     bool have_exit, have_child_err;
     int exit_wstatus, init_status, interrupted;
@@ -1207,7 +1235,7 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         ;
     finish_decoys(st);
     if (st->degraded) {
-        kill_orphans();
+        kill_orphans(&st->prior, st->alert.pid);
         /* The payload is the direct child: its status is init_status. */
         if (!st->have_exit && !st->have_child_err) {
             st->exit_wstatus = st->init_status;
@@ -1562,10 +1590,15 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
                            pol->binds[i].host, pol->binds[i].sandbox);
                 goto out;
             }
-        if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
-            r = aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
-            goto out;
+        {
+            int was = 0;
+            if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
+                r = aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
+                goto out;
+            }
+            st.subreaper_set = !was;
         }
+        st.prior.n = list_children(st.prior.pids, AJ_MAX_PRIOR_CHILDREN);
         st.pid = clone_sandbox(0, cg.v2_fd, &st.pidfd, &in_cgroup);
         if (st.pid < 0) {
             r = aj_err(err, errno, "fork");
@@ -1672,6 +1705,8 @@ out:
     }
     if (mask_set)
         (void)sigprocmask(SIG_SETMASK, &c.orig_mask, NULL);
+    if (st.subreaper_set)
+        (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
     if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
         snprintf(res->error, sizeof(res->error), "%s", err->msg);
         if (res->exit_code == 0)

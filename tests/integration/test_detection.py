@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from conftest import AJ_BIN, new_tag, pids_with, run_aj, try_args
+from conftest import hostdir, write, AJ_BIN, new_tag, pids_with, run_aj, try_args
 
 PY = "/usr/bin/python3"
 TRY = "/opt/aj-try"
@@ -139,19 +139,6 @@ def probe(argv, args=(), **kw):
     return r, events, (json.loads(line[-1]) if line else None)
 
 
-@pytest.fixture
-def hostdir():
-    """A host temp dir every uid can read (root mode runs as a per-run uid)."""
-    d = tempfile.mkdtemp(prefix="ajdet-")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def write(path, text, mode=0o644):
-    with open(path, "w") as f:
-        f.write(text)
-    os.chmod(path, mode)
 
 
 def b64url(s):

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from conftest import new_tag, pids_with, AJ_BIN, IS_ROOT, root_only, run_aj
+from conftest import wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, root_only, run_aj
 
 PY = "/usr/bin/python3"
 LEAK_RUNS = int(os.environ.get("AJ_LEAK_RUNS", "100"))
@@ -51,15 +51,6 @@ def proc_status(pid, key):
         pass
     return None
 
-
-def wait_for(pred, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    return pred()
 
 
 def cg_dirs(match, maxdepth=6):

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, run_aj
+from conftest import hostdir, write, AJ_BIN, IS_ROOT, run_aj
 
 PY = "/usr/bin/python3"
 UID_BASE, UID_COUNT = 1610612736, 65536
@@ -35,19 +35,6 @@ def py_json(code, args=(), **kw):
     return json.loads(r.stdout)
 
 
-@pytest.fixture
-def hostdir():
-    """A host temp dir every host uid can read (root mode runs as a per-run uid)."""
-    d = tempfile.mkdtemp(prefix="ajtest-")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def write(path, text, mode=0o644):
-    with open(path, "w") as f:
-        f.write(text)
-    os.chmod(path, mode)
 
 
 # ---- exit status ------------------------------------------------------------

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import new_tag, pids_with, AJ_BIN, IS_ROOT, helper, must_skip, run_aj
+from conftest import wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, helper, must_skip, run_aj
 
 LEAK_RUNS = int(os.environ.get("AJ_LEAK_RUNS", "50"))
 NS_LAYERS = ("user_namespace", "pid_namespace", "mount_namespace", "network_namespace",
@@ -33,15 +33,6 @@ def ppid(pid):
         pass
     return 0
 
-
-def wait_for(pred, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    return pred()
 
 
 @pytest.fixture
