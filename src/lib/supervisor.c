@@ -56,7 +56,18 @@ enum aj_msg_type {
     AJ_MSG_EXIT,     /* init → supervisor: the payload's wait status */
     AJ_MSG_DECOYS,   /* init → supervisor: decoy files (+ socket); wstatus = number of files */
     AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
+    AJ_MSG_RUN,      /* pool → parked payload: its command (struct aj_run_msg) */
 };
+
+/* A pooled run's command: this header, argc NUL-terminated strings, and
+ * three fds (stdin, stdout, stderr). Bounded so the waiting payload can
+ * take it into static memory with one recvmsg. */
+struct aj_run_msg {
+    uint32_t type;
+    uint32_t argc;
+};
+#define AJ_RUN_MAX_BYTES (64 * 1024)
+#define AJ_RUN_MAX_ARGS 4096
 
 /* fds one message can carry: the decoy socket and its files at most. */
 #define AJ_MAX_MSG_FDS (1 + AJ_DECOY_MAX_FILES + 1)
@@ -89,6 +100,8 @@ struct run_ctx {
     sigset_t orig_mask;
     int sock;             /* sandbox end of the sync socket */
     int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
+    int in_fd;            /* parked: /dev/null for init's stdin, else -1 */
+    bool parked;          /* pooled: the payload waits for AJ_MSG_RUN before exec */
     int cg_join[AJ_CG_MAX_JOIN]; /* v1 "tasks" files to write "0" to, first thing */
     size_t n_cg_join;
     int landlock_abi;
@@ -191,11 +204,100 @@ static int exec_command(struct run_ctx *c)
  * and everything it starts inherit them). */
 static int redirect_output(struct run_ctx *c, struct aj_error *err)
 {
+    if (c->in_fd >= 0 && dup2(c->in_fd, STDIN_FILENO) < 0)
+        return aj_err(err, errno, "redirect stdin");
     if (c->out_fd >= 0 && dup2(c->out_fd, STDOUT_FILENO) < 0)
         return aj_err(err, errno, "redirect stdout");
     if (c->err_fd >= 0 && dup2(c->err_fd, STDERR_FILENO) < 0)
         return aj_err(err, errno, "redirect stderr");
     return 0;
+}
+
+/* A message with a payload of its own and fds: the pool's run request. */
+static int send_buf_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 3)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *cm;
+
+    if (nfds != 3)
+        return -EINVAL;
+    memset(&u, 0, sizeof(u));
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof(u.buf);
+    cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * 3);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * 3);
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)len)
+        return -errno;
+    return 0;
+}
+
+/* A pooled sandbox's payload waits here, every layer applied, for its one
+ * command. Static memory: this process is a fork that will exec, and the
+ * request is bounded (AJ_RUN_MAX_*). The fds arrive close-on-exec; the
+ * copies made onto 0, 1 and 2 are what the command inherits. */
+static char run_buf[AJ_RUN_MAX_BYTES];
+static char *run_argv[AJ_RUN_MAX_ARGS + 1];
+
+static void receive_run(struct run_ctx *c)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 3)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = run_buf, .iov_len = sizeof(run_buf)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+    struct aj_error err = {0};
+    struct aj_run_msg hdr;
+    int fds[3] = {-1, -1, -1}, nfds = 0;
+    size_t off, argc = 0;
+    ssize_t n;
+
+    do
+        n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        _exit(125); /* the pool went away before using this sandbox */
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < k && nfds < 3; i++)
+                memcpy(&fds[nfds++], CMSG_DATA(cm) + (size_t)i * sizeof(int), sizeof(int));
+        }
+    memcpy(&hdr, run_buf, (size_t)n < sizeof(hdr) ? (size_t)n : sizeof(hdr));
+    if ((size_t)n < sizeof(hdr) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds != 3 ||
+        hdr.type != AJ_MSG_RUN || hdr.argc < 1 || hdr.argc > AJ_RUN_MAX_ARGS) {
+        aj_err(&err, EPROTO, "malformed run request from the pool");
+        child_fail(c, &err, 125);
+    }
+    off = sizeof(hdr);
+    while (argc < hdr.argc && off < (size_t)n) {
+        char *end = memchr(run_buf + off, '\0', (size_t)n - off);
+        if (!end)
+            break;
+        run_argv[argc++] = run_buf + off;
+        off = (size_t)(end - run_buf) + 1;
+    }
+    if (argc != hdr.argc) {
+        aj_err(&err, EPROTO, "malformed run request from the pool");
+        child_fail(c, &err, 125);
+    }
+    run_argv[argc] = NULL;
+    for (int i = 0; i < 3; i++)
+        if (dup2(fds[i], i) < 0) {
+            aj_err(&err, errno, "take the caller's fd %d", i);
+            child_fail(c, &err, 125);
+        }
+    for (int i = 0; i < 3; i++)
+        (void)close(fds[i]);
+    c->argv = run_argv;
 }
 
 static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
@@ -289,6 +391,8 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         (void)close(lfd);
         c->layers |= AJ_LAYER_MONITOR;
     }
+    if (c->parked)
+        receive_run(c); /* a pooled sandbox: blocks until it has its command */
     send_msg(c->sock, AJ_MSG_READY, 0, c->layers, c->landlock_abi, NULL);
     e = exec_command(c);
     aj_err(&err, e, "cannot execute '%s'", c->argv[0]);
@@ -1412,334 +1516,655 @@ static void emit_end(struct supervise_state *st, struct aj_result *res)
     res->escape_attempted = st->audit->counts[AJ_EV_ESCAPE_ATTEMPT] + st->audit->counts[AJ_EV_CANARY] > 0;
 }
 
-int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,
-              struct aj_result *res, struct aj_error *err)
-{
-    struct run_ctx c = {.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1};
-    struct aj_uid_lease lease = {.lock_fd = -1};
+/* ---- one sandbox, from preparation to teardown -------------------------------- */
+
+/* Everything the supervisor holds for one sandbox. aj_run_ex keeps one on
+ * its stack and goes straight through; the pool prepares several ahead of
+ * time (parked: every layer applied, the payload process waiting for its
+ * command) and launches one per run. st points into this struct: it never
+ * moves once prepared. */
+struct sandbox {
+    struct run_ctx c;
+    struct supervise_state st;
+    struct aj_uid_lease lease;
     struct aj_cgroup cg;
-    struct aj_audit audit = {.fd = -1};
-    struct supervise_state st = {.pol = pol, .cg = &cg, .audit = &audit, .argv = argv, .pid = -1, .pidfd = -1,
-                                 .sock = -1, .sigfd = -1, .decoy_sock = -1,
-                                 .decoy_files = {-1, -1, -1, -1},
-                                 .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
-                                 .limit = AJ_STATUS_OK};
-    char *decoy_env[2] = {NULL, NULL};
-    bool audit_open = false;
-    int socks[2] = {-1, -1};
-    uint64_t start = aj_now_ms();
-    bool in_cgroup = false, mask_set = false;
+    struct aj_audit audit;
+    char *decoy_env[2];
+    int socks[2];
+    int null_fd;          /* parked: init's and the waiting payload's 0, 1, 2 */
+    bool audit_open, mask_set, in_cgroup;
+    uint64_t start;
+};
+
+static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
+{
+    memset(sb, 0, sizeof(*sb));
+    sb->c = (struct run_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1};
+    sb->lease = (struct aj_uid_lease){.lock_fd = -1};
+    sb->audit = (struct aj_audit){.fd = -1};
+    sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
+                                      .sock = -1, .sigfd = -1, .decoy_sock = -1,
+                                      .decoy_files = {-1, -1, -1, -1},
+                                      .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
+                                      .limit = AJ_STATUS_OK};
+    sb->st.out[0] = sb->st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1};
+    sb->st.notify.fd = -1;
+    sb->socks[0] = sb->socks[1] = -1;
+    sb->null_fd = -1;
+    aj_cgroup_init(&sb->cg);
+}
+
+/* Signals that end a run arrive through a signalfd: the supervisor kills
+ * the sandbox, reports, and exits 128+N. Blocked from before the clone in
+ * a direct run (a ^C in between must not orphan the sandbox), from the
+ * launch in a pooled one. */
+static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_error *err)
+{
     sigset_t mask;
-    int r;
 
-    aj_cgroup_init(&cg);
-    st.out[0] = st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1};
-    memset(res, 0, sizeof(*res));
-    res->status = AJ_STATUS_SETUP_ERROR;
-    (void)aj_random_hex(res->sandbox_id, 32);
-    if (!argv || !argv[0])
-        return aj_err(err, 0, "no command given");
-
-    r = aj_policy_validate(pol, err);
-    if (r < 0)
-        goto out;
-    r = aj_policy_sha256(pol, res->policy_sha256, err);
-    if (r < 0)
-        goto out;
-    r = aj_audit_open(&audit, opts ? opts->events_path : NULL, res->sandbox_id, res->policy_sha256, err);
-    if (r < 0)
-        goto out;
-    audit_open = true;
-    r = aj_notify_init(&st.notify, -1, err);
-    if (r < 0)
-        goto out;
-    c.rootless = geteuid() != 0;
-    res->rootless = c.rootless;
-    if (c.rootless) {
-        c.host_uid = geteuid();
-        c.host_gid = getegid();
-    } else {
-        r = aj_userns_lease_host_id(pol, &lease, err);
-        if (r < 0)
-            goto out;
-        c.host_uid = lease.host_uid;
-        c.host_gid = lease.host_gid;
-        res->layers |= AJ_LAYER_UID_ISOLATION;
-    }
-    res->host_uid = c.host_uid;
-    res->host_gid = c.host_gid;
-    c.landlock_abi = aj_landlock_abi();
-    res->landlock_abi = c.landlock_abi;
-    {
-        const char *skip = getenv("AGENTJAIL_UNSAFE_SKIP_LAYER");
-        if (skip && *skip) {
-            if (strcmp(skip, "seccomp") == 0)
-                c.skip = AJ_SKIP_SECCOMP;
-            else if (strcmp(skip, "landlock") == 0)
-                c.skip = AJ_SKIP_LANDLOCK;
-            else {
-                r = aj_err(err, 0, "AGENTJAIL_UNSAFE_SKIP_LAYER: '%s' is not seccomp or landlock", skip);
-                goto out;
-            }
-            snprintf(res->unsafe_skipped, sizeof(res->unsafe_skipped), "%s", skip);
-        }
-    }
-    if (c.landlock_abi < 1) {
-        /* Fail closed: Landlock is the layer that holds if a mount is wrong. */
-        r = aj_err(err, EOPNOTSUPP,
-                   "Landlock is not enabled on this kernel; enable CONFIG_SECURITY_LANDLOCK and add "
-                   "'landlock' to the lsm= boot parameter");
-        goto out;
-    }
-    /* Monitored filter: escape-indicative calls come to the supervisor. */
-    r = aj_seccomp_build(pol, true, &c.bpf, err);
-    if (r < 0)
-        goto out;
-    r = aj_mount_check_bind_submounts(pol, err);
-    if (r < 0)
-        goto out;
-    r = aj_mount_plan_build(pol, &c.plan, err);
-    if (r < 0)
-        goto out;
-    r = aj_decoy_plan(pol, res->sandbox_id, &c.plan, &c.decoys, decoy_env, &st.decoy_info, err);
-    if (r < 0)
-        goto out;
-    st.decoys = &c.decoys;
-    c.argv = copy_argv(argv);
-    if (!c.argv) {
-        r = aj_err(err, ENOMEM, "copy argv");
-        goto out;
-    }
-    c.envp = build_envp(pol, decoy_env, &c.path_env, err);
-    if (!c.envp) {
-        r = -ENOMEM;
-        goto out;
-    }
-    r = setup_cgroup(pol, res, &cg, err);
-    if (r < 0)
-        goto out;
-    if (cg.created) {
-        r = aj_cgroup_open_join_fds(&cg, c.cg_join, &c.n_cg_join, err);
-        if (r < 0)
-            goto out;
-    }
-    r = setup_output(pol, opts, &st, err);
-    if (r < 0)
-        goto out;
-    c.out_fd = st.out[0].wfd_child;
-    c.err_fd = st.out[1].wfd_child;
-    if (pol->output_limit)
-        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, socks) < 0) {
-        r = aj_err(err, errno, "socketpair");
-        goto out;
-    }
-    c.sock = socks[1];
-
-    /* Signals that end a run arrive through a signalfd: the supervisor
-     * kills the sandbox, reports, and exits 128+N. */
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGQUIT);
     sigaddset(&mask, SIG_DECOY);
-    if (sigprocmask(SIG_BLOCK, &mask, &c.orig_mask) < 0) {
-        r = aj_err(err, errno, "sigprocmask");
-        goto out;
-    }
-    mask_set = true;
-    st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (st.sigfd < 0) {
-        r = aj_err(err, errno, "signalfd");
-        goto out;
-    }
+    if (sigprocmask(SIG_BLOCK, &mask, ret_old) < 0)
+        return aj_err(err, errno, "sigprocmask");
+    sb->mask_set = true;
+    sb->st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sb->st.sigfd < 0)
+        return aj_err(err, errno, "signalfd");
+    return 0;
+}
 
-    st.pid = clone_sandbox(NS_FLAGS, cg.v2_fd, &st.pidfd, &in_cgroup);
-    if (st.pid < 0) {
-        int e = errno;
-        struct aj_error why;
-        aj_userns_explain_failure(e, &why);
-        if (!pol->allow_degraded) {
-            *err = why;
-            r = -e;
-            goto out;
-        }
-        /* Degraded: no namespaces at all. Landlock confines the filesystem
-         * to the named host paths, seccomp and no_new_privs stay, the
-         * supervisor becomes a subreaper to kill leftovers. */
-        if (pol->network != AJ_NET_NONE) {
-            r = aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses (%s); "
-                       "in degraded mode only --network none is possible",
-                       e == EPERM ? "namespace creation is not permitted" : strerror(e));
-            goto out;
-        }
-        c.degraded = st.degraded = true;
-        res->degraded = true;
-        /* Without a network namespace the filter must refuse sockets. */
-        aj_seccomp_clear(&c.bpf);
-        r = aj_seccomp_compile(pol, true, true, &c.bpf, err);
+/* Degraded: no namespaces at all. Landlock confines the filesystem to the
+ * named host paths, seccomp and no_new_privs stay, the supervisor becomes a
+ * subreaper to kill leftovers. */
+static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_result *res, struct aj_error *err)
+{
+    struct run_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    struct aj_error why;
+    int r, was = 0;
+
+    aj_userns_explain_failure(clone_errno, &why);
+    if (!pol->allow_degraded || c->parked) {
+        *err = why;
+        return -clone_errno;
+    }
+    if (pol->network != AJ_NET_NONE)
+        return aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses (%s); "
+                      "in degraded mode only --network none is possible",
+                      clone_errno == EPERM ? "namespace creation is not permitted" : strerror(clone_errno));
+    c->degraded = sb->st.degraded = true;
+    res->degraded = true;
+    /* Without a network namespace the filter must refuse sockets. */
+    aj_seccomp_clear(&c->bpf);
+    r = aj_seccomp_compile(pol, true, true, &c->bpf, err);
+    if (r < 0)
+        return r;
+    snprintf(res->degraded_reason, sizeof(res->degraded_reason), "%s", why.msg);
+    for (size_t i = 0; i < pol->n_binds; i++)
+        if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0)
+            return aj_err(err, 0,
+                          "degraded mode cannot remap %s to %s (no mount namespace); bind it at the same path",
+                          pol->binds[i].host, pol->binds[i].sandbox);
+    if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+        return aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
+    sb->st.subreaper_set = !was;
+    sb->st.prior.n = list_children(sb->st.prior.pids, AJ_MAX_PRIOR_CHILDREN);
+    sb->st.pid = clone_sandbox(0, sb->cg.v2_fd, &sb->st.pidfd, &sb->in_cgroup);
+    if (sb->st.pid < 0)
+        return aj_err(err, errno, "fork");
+    return 0;
+}
+
+static __attribute__((noreturn)) void degraded_child_main(struct run_ctx *c)
+{
+    /* The supervisor releases us once we are in our cgroups. */
+    struct aj_sync_msg go;
+    struct aj_error jerr;
+    ssize_t n;
+
+    if (arm_death_signal(-1) < 0)
+        _exit(125);
+    if (aj_cgroup_child_join(c->cg_join, c->n_cg_join, &jerr) < 0)
+        child_fail(c, &jerr, 125);
+    do
+        n = read(c->sock, &go, sizeof(go));
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(go) || go.type != AJ_MSG_GO)
+        _exit(125);
+    payload_main(c);
+}
+
+/* Everything up to the GO message: cgroups, clone, id maps. argv NULL
+ * prepares a parked sandbox for the pool (its command comes at launch);
+ * base_mask is then the signal mask its payload will run with. */
+static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
+                      const sigset_t *base_mask, struct aj_result *res, struct aj_error *err)
+{
+    struct run_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
+    c->parked = argv == NULL;
+    r = aj_notify_init(&st->notify, -1, err);
+    if (r < 0)
+        return r;
+    c->rootless = geteuid() != 0;
+    res->rootless = c->rootless;
+    if (c->rootless) {
+        c->host_uid = geteuid();
+        c->host_gid = getegid();
+    } else {
+        r = aj_userns_lease_host_id(pol, &sb->lease, err);
         if (r < 0)
-            goto out;
-        snprintf(res->degraded_reason, sizeof(res->degraded_reason), "%s", why.msg);
-        for (size_t i = 0; i < pol->n_binds; i++)
-            if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0) {
-                r = aj_err(err, 0,
-                           "degraded mode cannot remap %s to %s (no mount namespace); bind it at the "
-                           "same path",
-                           pol->binds[i].host, pol->binds[i].sandbox);
-                goto out;
-            }
-        {
-            int was = 0;
-            if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
-                r = aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
-                goto out;
-            }
-            st.subreaper_set = !was;
-        }
-        st.prior.n = list_children(st.prior.pids, AJ_MAX_PRIOR_CHILDREN);
-        st.pid = clone_sandbox(0, cg.v2_fd, &st.pidfd, &in_cgroup);
-        if (st.pid < 0) {
-            r = aj_err(err, errno, "fork");
-            goto out;
+            return r;
+        c->host_uid = sb->lease.host_uid;
+        c->host_gid = sb->lease.host_gid;
+        res->layers |= AJ_LAYER_UID_ISOLATION;
+    }
+    res->host_uid = c->host_uid;
+    res->host_gid = c->host_gid;
+    c->landlock_abi = aj_landlock_abi();
+    res->landlock_abi = c->landlock_abi;
+    {
+        const char *skip = getenv("AGENTJAIL_UNSAFE_SKIP_LAYER");
+        if (skip && *skip) {
+            if (strcmp(skip, "seccomp") == 0)
+                c->skip = AJ_SKIP_SECCOMP;
+            else if (strcmp(skip, "landlock") == 0)
+                c->skip = AJ_SKIP_LANDLOCK;
+            else
+                return aj_err(err, 0, "AGENTJAIL_UNSAFE_SKIP_LAYER: '%s' is not seccomp or landlock", skip);
+            snprintf(res->unsafe_skipped, sizeof(res->unsafe_skipped), "%s", skip);
         }
     }
-    if (st.pid == 0) {
-        (void)close(socks[0]);
+    if (c->landlock_abi < 1)
+        /* Fail closed: Landlock is the layer that holds if a mount is wrong. */
+        return aj_err(err, EOPNOTSUPP,
+                      "Landlock is not enabled on this kernel; enable CONFIG_SECURITY_LANDLOCK and add "
+                      "'landlock' to the lsm= boot parameter");
+    /* Monitored filter: escape-indicative calls come to the supervisor. */
+    r = aj_seccomp_build(pol, true, &c->bpf, err);
+    if (r < 0)
+        return r;
+    r = aj_mount_check_bind_submounts(pol, err);
+    if (r < 0)
+        return r;
+    r = aj_mount_plan_build(pol, &c->plan, err);
+    if (r < 0)
+        return r;
+    r = aj_decoy_plan(pol, res->sandbox_id, &c->plan, &c->decoys, sb->decoy_env, &st->decoy_info, err);
+    if (r < 0)
+        return r;
+    st->decoys = &c->decoys;
+    if (argv) {
+        c->argv = copy_argv(argv);
+        if (!c->argv)
+            return aj_err(err, ENOMEM, "copy argv");
+    }
+    c->envp = build_envp(pol, sb->decoy_env, &c->path_env, err);
+    if (!c->envp)
+        return -ENOMEM;
+    r = setup_cgroup(pol, res, &sb->cg, err);
+    if (r < 0)
+        return r;
+    if (sb->cg.created) {
+        r = aj_cgroup_open_join_fds(&sb->cg, c->cg_join, &c->n_cg_join, err);
+        if (r < 0)
+            return r;
+    }
+    if (c->parked) {
+        /* Until its command comes, a parked sandbox holds none of the
+         * caller's fds: 0, 1 and 2 are /dev/null. */
+        sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (sb->null_fd < 0)
+            return aj_err(err, errno, "open /dev/null");
+        c->in_fd = c->out_fd = c->err_fd = sb->null_fd;
+        c->orig_mask = *base_mask;
+    } else {
+        r = setup_output(pol, opts, st, err);
+        if (r < 0)
+            return r;
+        c->out_fd = st->out[0].wfd_child;
+        c->err_fd = st->out[1].wfd_child;
+        if (pol->output_limit)
+            res->layers |= AJ_LAYER_OUTPUT_LIMIT;
+        r = sb_block_signals(sb, &c->orig_mask, err);
+        if (r < 0)
+            return r;
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sb->socks) < 0)
+        return aj_err(err, errno, "socketpair");
+    c->sock = sb->socks[1];
+
+    st->pid = clone_sandbox(NS_FLAGS, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup);
+    if (st->pid < 0) {
+        r = sb_clone_degraded(sb, errno, res, err);
+        if (r < 0)
+            return r;
+    }
+    if (st->pid == 0) {
+        (void)close(sb->socks[0]);
         for (int i = 0; i < 2; i++)
-            if (st.out[i].rfd >= 0)
-                (void)close(st.out[i].rfd);
-        if (c.degraded) {
-            /* The supervisor releases us once we are in our cgroups. */
-            struct aj_sync_msg go;
-            ssize_t n;
-            struct aj_error jerr;
-            if (arm_death_signal(-1) < 0)
-                _exit(125);
-            if (aj_cgroup_child_join(c.cg_join, c.n_cg_join, &jerr) < 0)
-                child_fail(&c, &jerr, 125);
-            do
-                n = read(c.sock, &go, sizeof(go));
-            while (n < 0 && errno == EINTR);
-            if (n != (ssize_t)sizeof(go) || go.type != AJ_MSG_GO)
-                _exit(125);
-            payload_main(&c);
-        }
-        init_main(&c);
+            if (st->out[i].rfd >= 0)
+                (void)close(st->out[i].rfd);
+        if (c->degraded)
+            degraded_child_main(c);
+        init_main(c);
     }
-    close_fd(&socks[1]);
-    c.sock = -1;
-    st.sock = socks[0];
-    socks[0] = -1;
+    close_fd(&sb->socks[1]);
+    c->sock = -1;
+    st->sock = sb->socks[0];
+    sb->socks[0] = -1;
+    close_fd(&sb->null_fd);
     for (int i = 0; i < 2; i++) {
-        if (st.out[i].owns_w)
-            close_fd(&st.out[i].wfd_child); /* the sandbox has its copy now */
-        st.out[i].wfd_child = -1;           /* a caller's fd is not ours to close */
-        st.out[i].owns_w = false;
+        if (st->out[i].owns_w)
+            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
+        st->out[i].wfd_child = -1;           /* a caller's fd is not ours to close */
+        st->out[i].owns_w = false;
     }
-    fill_layers_from_ns(res, c.degraded);
+    fill_layers_from_ns(res, c->degraded);
 
     /* Confined before it runs anything of its own: cgroups (v1, and v2 when
      * CLONE_INTO_CGROUP was not possible), then id maps, then GO. */
     /* v1: the child joins by itself (see aj_cgroup_open_join_fds); v2 was
      * entered at clone time, or is joined here if that was not possible. */
-    for (size_t i = 0; i < c.n_cg_join; i++)
-        close_fd(&c.cg_join[i]);
-    c.n_cg_join = 0;
-    if (cg.created && !in_cgroup && cg.v2_dir[0]) {
-        struct aj_cgroup v2only = cg;
+    for (size_t i = 0; i < c->n_cg_join; i++)
+        close_fd(&c->cg_join[i]);
+    c->n_cg_join = 0;
+    if (sb->cg.created && !sb->in_cgroup && sb->cg.v2_dir[0]) {
+        struct aj_cgroup v2only = sb->cg;
         for (int i = 0; i < AJ_CG_NCTRL; i++)
             v2only.v1_dir[i][0] = '\0';
-        r = aj_cgroup_parent_attach(&v2only, st.pid, true, err);
+        r = aj_cgroup_parent_attach(&v2only, st->pid, true, err);
         if (r < 0)
-            goto out;
+            return r;
     }
     {
         struct aj_sync_msg go = {.type = AJ_MSG_GO};
-        if (!c.degraded) {
-            r = aj_userns_parent_write_maps(st.pid, pol->uid, pol->gid, c.host_uid, c.host_gid, c.rootless,
+        if (!c->degraded) {
+            r = aj_userns_parent_write_maps(st->pid, pol->uid, pol->gid, c->host_uid, c->host_gid, c->rootless,
                                             err);
             if (r < 0)
-                goto out;
+                return r;
         }
-        r = aj_write_all(st.sock, &go, sizeof(go));
-        if (r < 0) {
-            r = aj_err(err, -r, "release the sandbox");
-            goto out;
-        }
+        r = aj_write_all(st->sock, &go, sizeof(go));
+        if (r < 0)
+            return aj_err(err, -r, "release the sandbox");
     }
+    return 0;
+}
 
-    st.base_layers = res->layers;
-    st.unsafe_skipped = res->unsafe_skipped;
-    r = supervise(&st, start, err);
+/* Hand a parked sandbox its command: argv, then the caller's stdin and
+ * the stdout/stderr it is to write to (our capture pipes when there is an
+ * output budget). */
+static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
+                     struct aj_result *res, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = sb->c.pol;
+    char *buf;
+    size_t len = sizeof(struct aj_run_msg), argc = 0;
+    int fds[3], r;
+
+    for (; argv[argc]; argc++)
+        len += strlen(argv[argc]) + 1;
+    if (argc > AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
+        return aj_err(err, E2BIG, "command line too long for a pooled sandbox (%zu arguments, %zu bytes)", argc,
+                      len);
+    r = setup_output(pol, opts, st, err);
     if (r < 0)
-        goto out;
-    res->wall_ms = aj_now_ms() - start;
-    if (st.have_child_err && st.limit == AJ_STATUS_OK && !st.interrupted) {
-        res->layers |= st.layers;
-        res->status = AJ_STATUS_SETUP_ERROR;
-        res->exit_code = st.child_err.exit_hint ? st.child_err.exit_hint : 125;
-        *err = st.child_err;
-        snprintf(res->error, sizeof(res->error), "%s", st.child_err.msg);
-        r = st.child_err.errnum ? -st.child_err.errnum : -EINVAL;
-        goto out;
+        return r;
+    if (pol->output_limit)
+        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
+    r = sb_block_signals(sb, &sb->c.orig_mask, err);
+    if (r < 0)
+        return r;
+    buf = malloc(len);
+    if (!buf)
+        return aj_err(err, ENOMEM, "run request");
+    {
+        struct aj_run_msg hdr = {.type = AJ_MSG_RUN, .argc = (uint32_t)argc};
+        size_t off = sizeof(hdr);
+        memcpy(buf, &hdr, sizeof(hdr));
+        for (size_t i = 0; i < argc; i++) {
+            size_t n = strlen(argv[i]) + 1;
+            memcpy(buf + off, argv[i], n);
+            off += n;
+        }
     }
-    fill_result(&st, res);
-    r = 0;
+    fds[0] = STDIN_FILENO;
+    for (int i = 0; i < 2; i++)
+        fds[1 + i] = st->out[i].wfd_child >= 0 ? st->out[i].wfd_child : st->out[i].dest;
+    r = send_buf_fds(st->sock, buf, len, fds, 3);
+    free(buf);
+    for (int i = 0; i < 2; i++) {
+        if (st->out[i].owns_w)
+            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
+        st->out[i].wfd_child = -1;
+        st->out[i].owns_w = false;
+    }
+    if (r < 0)
+        return aj_err(err, -r, "hand the command to the pooled sandbox");
+    return 0;
+}
 
-out:
-    if (st.pid > 0)
-        kill_and_reap(st.pid, st.pidfd);
+/* From GO (or the launch) to the result. */
+static int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+    int r;
+
+    st->base_layers = res->layers;
+    st->unsafe_skipped = res->unsafe_skipped;
+    r = supervise(st, sb->start, err);
+    if (r < 0)
+        return r;
+    res->wall_ms = aj_now_ms() - sb->start;
+    if (st->have_child_err && st->limit == AJ_STATUS_OK && !st->interrupted) {
+        res->layers |= st->layers;
+        res->status = AJ_STATUS_SETUP_ERROR;
+        res->exit_code = st->child_err.exit_hint ? st->child_err.exit_hint : 125;
+        *err = st->child_err;
+        snprintf(res->error, sizeof(res->error), "%s", st->child_err.msg);
+        return st->child_err.errnum ? -st->child_err.errnum : -EINVAL;
+    }
+    fill_result(st, res);
+    return 0;
+}
+
+/* Kill what is left, report the end, release everything. With keep_cg the
+ * cgroup directories are handed back (emptied and killed) for the caller to
+ * remove later, off the run's path. */
+static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_error *err,
+                       struct aj_cgroup *keep_cg)
+{
+    struct supervise_state *st = &sb->st;
+    struct run_ctx *c = &sb->c;
+
+    if (st->pid > 0)
+        kill_and_reap(st->pid, st->pidfd);
     /* No lease may outlive the blocked signal it reports with: drop the
      * decoys, then discard any break still queued, then unblock. */
-    close_fd(&st.decoy_sock);
-    for (size_t i = 0; i < AJ_ARRAY_SIZE(st.dconn); i++)
-        close_fd(&st.dconn[i].fd);
+    close_fd(&st->decoy_sock);
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
+        close_fd(&st->dconn[i].fd);
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
-        close_fd(&st.decoy_files[i]);
-    if (st.sigfd >= 0) {
+        close_fd(&st->decoy_files[i]);
+    if (st->sigfd >= 0) {
         struct signalfd_siginfo si;
-        while (read(st.sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
             ;
     }
-    if (mask_set)
-        (void)sigprocmask(SIG_SETMASK, &c.orig_mask, NULL);
-    if (st.subreaper_set)
+    if (sb->mask_set)
+        (void)sigprocmask(SIG_SETMASK, &c->orig_mask, NULL);
+    sb->mask_set = false;
+    if (st->subreaper_set)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
-    if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
-        snprintf(res->error, sizeof(res->error), "%s", err->msg);
-        if (res->exit_code == 0)
-            res->exit_code = 125;
+    if (res) {
+        if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
+            snprintf(res->error, sizeof(res->error), "%s", err->msg);
+            if (res->exit_code == 0)
+                res->exit_code = 125;
+        }
+        if (!res->wall_ms)
+            res->wall_ms = aj_now_ms() - sb->start;
+        if (sb->audit_open) {
+            emit_end(st, res);
+            check_alert(st, true); /* the hook finishes (or is killed) before we return */
+        }
     }
-    if (!res->wall_ms)
-        res->wall_ms = aj_now_ms() - start;
-    if (audit_open) {
-        emit_end(&st, res);
-        check_alert(&st, true); /* the hook finishes (or is killed) before we return */
-        aj_audit_close(&audit);
+    if (sb->audit_open)
+        aj_audit_close(&sb->audit);
+    sb->audit_open = false;
+    aj_notify_clear(&st->notify);
+    json_decref(st->decoy_info);
+    st->decoy_info = NULL;
+    free(sb->decoy_env[0]);
+    free(sb->decoy_env[1]);
+    sb->decoy_env[0] = sb->decoy_env[1] = NULL;
+    if (keep_cg && sb->cg.created) {
+        aj_cgroup_kill(&sb->cg);
+        *keep_cg = sb->cg;
+        aj_cgroup_init(&sb->cg);
+    } else {
+        aj_cgroup_destroy(&sb->cg);
     }
-    aj_notify_clear(&st.notify);
-    json_decref(st.decoy_info);
-    free(decoy_env[0]);
-    free(decoy_env[1]);
-    aj_cgroup_destroy(&cg);
-    close_fd(&st.sigfd);
-    close_fd(&st.pidfd);
-    close_fd(&st.sock);
-    close_fd(&socks[0]);
-    close_fd(&socks[1]);
+    close_fd(&st->sigfd);
+    close_fd(&st->pidfd);
+    close_fd(&st->sock);
+    close_fd(&sb->socks[0]);
+    close_fd(&sb->socks[1]);
+    close_fd(&sb->null_fd);
     for (int i = 0; i < 2; i++) {
-        close_fd(&st.out[i].rfd);
-        if (st.out[i].owns_w)
-            close_fd(&st.out[i].wfd_child);
+        close_fd(&st->out[i].rfd);
+        if (st->out[i].owns_w)
+            close_fd(&st->out[i].wfd_child);
     }
-    for (size_t i = 0; i < c.n_cg_join; i++)
-        close_fd(&c.cg_join[i]);
-    aj_userns_lease_release(&lease);
-    aj_mount_plan_clear(&c.plan);
-    aj_seccomp_clear(&c.bpf);
-    free_envp(c.envp);
-    free_envp(c.argv);
+    for (size_t i = 0; i < c->n_cg_join; i++)
+        close_fd(&c->cg_join[i]);
+    c->n_cg_join = 0;
+    aj_userns_lease_release(&sb->lease);
+    aj_mount_plan_clear(&c->plan);
+    aj_seccomp_clear(&c->bpf);
+    free_envp(c->envp);
+    free_envp(c->argv);
+    c->envp = c->argv = NULL;
+}
+
+/* What every run starts with: an id, the policy's hash, the events file. */
+static int sb_begin(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    int r;
+
+    r = aj_policy_validate(sb->c.pol, err);
+    if (r < 0)
+        return r;
+    return aj_policy_sha256(sb->c.pol, res->policy_sha256, err);
+}
+
+static int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, struct aj_result *res,
+                         struct aj_error *err)
+{
+    int r = aj_audit_open(&sb->audit, opts ? opts->events_path : NULL, res->sandbox_id, res->policy_sha256, err);
+    if (r == 0)
+        sb->audit_open = true;
+    return r;
+}
+
+static void result_reset(struct aj_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->status = AJ_STATUS_SETUP_ERROR;
+    (void)aj_random_hex(res->sandbox_id, 32);
+}
+
+int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,
+              struct aj_result *res, struct aj_error *err)
+{
+    struct sandbox sb;
+    int r;
+
+    sb_init(&sb, pol);
+    sb.start = aj_now_ms();
+    result_reset(res);
+    if (!argv || !argv[0])
+        return aj_err(err, 0, "no command given");
+    sb.st.argv = argv;
+    r = sb_begin(&sb, res, err);
+    if (r == 0)
+        r = sb_open_audit(&sb, opts, res, err);
+    if (r == 0)
+        r = sb_prepare(&sb, argv, opts, NULL, res, err);
+    if (r == 0)
+        r = sb_supervise(&sb, res, err);
+    sb_cleanup(&sb, r, res, err, NULL);
+    return r;
+}
+
+/* ---- the warm pool ---------------------------------------------------------------- */
+
+/* Sandboxes prepared ahead of time, each used for exactly one run: the
+ * payload process of a parked sandbox has every layer applied and waits on
+ * its sync socket for one command. After a run the sandbox is torn down
+ * (its pid namespace dies with init); nothing of it is reused. */
+#define AJ_POOL_MAX 64
+
+struct aj_pool {
+    const struct aj_policy *pol;
+    unsigned size;
+    struct sandbox *ready[AJ_POOL_MAX];
+    struct aj_result prepared[AJ_POOL_MAX]; /* what preparing each one found out */
+    unsigned n_ready;
+    struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
+    unsigned n_spent;
+    sigset_t base_mask;
+    struct aj_pool_stats stats;
+};
+
+static void pool_discard(struct sandbox *sb)
+{
+    sb_cleanup(sb, 0, NULL, NULL, NULL);
+    free(sb);
+}
+
+/* Prepare one parked sandbox into the pool. */
+static int pool_add(struct aj_pool *pool, struct aj_error *err)
+{
+    struct sandbox *sb = malloc(sizeof(*sb));
+    struct aj_result *res = &pool->prepared[pool->n_ready];
+    int r;
+
+    if (!sb)
+        return aj_err(err, ENOMEM, "pooled sandbox");
+    sb_init(sb, pool->pol);
+    result_reset(res);
+    r = sb_begin(sb, res, err);
+    if (r == 0)
+        r = sb_prepare(sb, NULL, NULL, &pool->base_mask, res, err);
+    if (r < 0) {
+        pool_discard(sb);
+        return r;
+    }
+    pool->ready[pool->n_ready++] = sb;
+    pool->stats.prepared++;
+    return 0;
+}
+
+/* Emptied groups of finished runs are removed here, off the runs' path:
+ * a v1 memory group's removal can wait for the kernel to release it. */
+static void pool_reap_spent(struct aj_pool *pool)
+{
+    while (pool->n_spent > 0)
+        aj_cgroup_destroy(&pool->spent[--pool->n_spent]);
+}
+
+int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret, struct aj_error *err)
+{
+    struct aj_pool *pool;
+    int r;
+
+    *ret = NULL;
+    if (size < 1 || size > AJ_POOL_MAX)
+        return aj_err(err, EINVAL, "pool size %u: must be 1 to %d", size, AJ_POOL_MAX);
+    if (pol->allow_degraded)
+        return aj_err(err, EINVAL, "a pool cannot run degraded sandboxes: drop allow_degraded");
+    pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        return aj_err(err, ENOMEM, "pool");
+    pool->pol = pol;
+    pool->size = size;
+    for (unsigned i = 0; i < AJ_POOL_MAX; i++)
+        aj_cgroup_init(&pool->spent[i]);
+    if (sigprocmask(SIG_BLOCK, NULL, &pool->base_mask) < 0) {
+        r = aj_err(err, errno, "sigprocmask");
+        free(pool);
+        return r;
+    }
+    for (unsigned i = 0; i < size; i++) {
+        r = pool_add(pool, err);
+        if (r < 0) {
+            aj_pool_free(pool);
+            return r;
+        }
+    }
+    *ret = pool;
+    return 0;
+}
+
+void aj_pool_free(struct aj_pool *pool)
+{
+    if (!pool)
+        return;
+    while (pool->n_ready > 0)
+        pool_discard(pool->ready[--pool->n_ready]);
+    pool_reap_spent(pool);
+    free(pool);
+}
+
+void aj_pool_get_stats(const struct aj_pool *pool, struct aj_pool_stats *out)
+{
+    *out = pool->stats;
+    out->ready = pool->n_ready;
+}
+
+/* A parked sandbox whose init has exited (setup failed, or it was killed)
+ * cannot take a command. */
+static bool parked_alive(const struct sandbox *sb)
+{
+    struct pollfd p = {.fd = sb->st.pidfd, .events = POLLIN};
+    return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_options *opts,
+                struct aj_result *res, struct aj_error *err)
+{
+    struct sandbox *sb = NULL;
+    struct aj_error fill_err;
+    int r;
+
+    if (!argv || !argv[0]) {
+        result_reset(res);
+        return aj_err(err, 0, "no command given");
+    }
+    while (pool->n_ready > 0 && !sb) {
+        sb = pool->ready[--pool->n_ready];
+        if (!parked_alive(sb)) {
+            pool_discard(sb);
+            pool->stats.discarded++;
+            sb = NULL;
+        }
+    }
+    if (!sb) {
+        /* Empty (or every parked one had died): a cold run, same result. */
+        pool->stats.cold_runs++;
+        r = aj_run_ex(pool->pol, argv, opts, res, err);
+        if (pool->n_ready < pool->size)
+            (void)pool_add(pool, &fill_err);
+        return r;
+    }
+    *res = pool->prepared[pool->n_ready];
+    sb->start = aj_now_ms();
+    sb->st.argv = argv;
+    pool->stats.warm_runs++;
+    r = sb_open_audit(sb, opts, res, err);
+    if (r == 0)
+        r = sb_launch(sb, argv, opts, res, err);
+    if (r == 0) {
+        /* While the payload starts, on the other CPU: replace the sandbox
+         * just taken, and remove the groups of earlier runs. */
+        pool_reap_spent(pool);
+        if (pool->n_ready < pool->size && pool_add(pool, &fill_err) < 0)
+            pool->stats.refill_failures++;
+        r = sb_supervise(sb, res, err);
+    }
+    sb_cleanup(sb, r, res, err, pool->n_spent < AJ_POOL_MAX ? &pool->spent[pool->n_spent] : NULL);
+    if (pool->n_spent < AJ_POOL_MAX && pool->spent[pool->n_spent].created)
+        pool->n_spent++;
+    free(sb);
     return r;
 }

@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* aj-pool-bench: the warm path, measured from inside one process as a
+ * server would use it (libagentjail's aj_pool_*), against a bare
+ * posix_spawn + waitpid of the same command from the same process.
+ *
+ *   aj-pool-bench latency N CMD...          start+run+teardown, interleaved
+ *   aj-pool-bench throughput SECS CLIENTS CMD...   runs/s, CLIENTS processes
+ *   aj-pool-bench memory K                  memory of K idle pooled sandboxes
+ *
+ * Prints one JSON object; the scripts in bench/ turn it into tables. A
+ * benchmark, not a test: it fails only when it cannot run at all. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agentjail.h"
+
+extern char **environ;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int devnull = -1;
+
+static int run_bare(char **cmd)
+{
+    posix_spawn_file_actions_t fa;
+    pid_t pid;
+    int st, r;
+
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, devnull, 1);
+    posix_spawn_file_actions_adddup2(&fa, devnull, 2);
+    r = posix_spawn(&pid, cmd[0], &fa, NULL, cmd, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (r != 0)
+        return -r;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static int run_warm(struct aj_pool *pool, char **cmd)
+{
+    struct aj_run_options o = {.stdout_fd = devnull, .stderr_fd = devnull};
+    struct aj_result res;
+    struct aj_error err = {0};
+
+    if (aj_pool_run(pool, cmd, &o, &res, &err) < 0) {
+        fprintf(stderr, "aj-pool-bench: %s\n", err.msg);
+        return -1;
+    }
+    return res.status == AJ_STATUS_OK ? 0 : -1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void print_stats(const char *name, uint64_t *v, size_t n, unsigned fails)
+{
+    qsort(v, n, sizeof(*v), cmp_u64);
+    printf("\"%s\": {\"median_ns\": %llu, \"p95_ns\": %llu, \"min_ns\": %llu, \"failed\": %u}", name,
+           (unsigned long long)v[n / 2], (unsigned long long)v[(n * 95 + 99) / 100 - 1], (unsigned long long)v[0],
+           fails);
+}
+
+static struct aj_pool *new_pool(struct aj_policy *pol, unsigned size)
+{
+    struct aj_pool *pool;
+    struct aj_error err = {0};
+
+    if (aj_pool_new(pol, size, &pool, &err) < 0) {
+        fprintf(stderr, "aj-pool-bench: cannot create the pool: %s\n", err.msg);
+        exit(1);
+    }
+    return pool;
+}
+
+static int latency(struct aj_policy *pol, unsigned long n, char **cmd)
+{
+    uint64_t *bare = calloc(n, sizeof(uint64_t)), *warm = calloc(n, sizeof(uint64_t));
+    unsigned fb = 0, fw = 0;
+    struct aj_pool *pool = new_pool(pol, 2);
+    struct aj_pool_stats ps;
+
+    if (!bare || !warm)
+        return 1;
+    for (int i = 0; i < 10; i++) {
+        (void)run_bare(cmd);
+        (void)run_warm(pool, cmd);
+    }
+    for (unsigned long i = 0; i < n; i++) {
+        for (int k = 0; k < 2; k++) {
+            bool do_bare = (k == 0) == (rand() & 1);
+            uint64_t t0 = now_ns();
+            int r = do_bare ? run_bare(cmd) : run_warm(pool, cmd);
+            uint64_t dt = now_ns() - t0;
+            if (do_bare) {
+                bare[i] = dt;
+                fb += r < 0;
+            } else {
+                warm[i] = dt;
+                fw += r < 0;
+            }
+        }
+    }
+    aj_pool_get_stats(pool, &ps);
+    printf("{\"benchmark\": \"pool-latency\", \"runs\": %lu, ", n);
+    print_stats("bare", bare, n, fb);
+    printf(", ");
+    print_stats("warm", warm, n, fw);
+    printf(", \"cold_fallbacks\": %llu}\n", (unsigned long long)ps.cold_runs);
+    aj_pool_free(pool);
+    free(bare);
+    free(warm);
+    return 0;
+}
+
+/* CLIENTS processes, each with its own pool (a pool is single-threaded),
+ * released together, each counting its runs until the deadline. */
+static double throughput_of(struct aj_policy *pol, bool warm, double secs, unsigned clients, char **cmd,
+                            unsigned long *ret_fail)
+{
+    int go[2], counts[2];
+    pid_t pids[64];
+    unsigned long total = 0, fails = 0;
+
+    if (pipe(go) < 0 || pipe(counts) < 0)
+        exit(1);
+    for (unsigned c = 0; c < clients; c++) {
+        pids[c] = fork();
+        if (pids[c] == 0) {
+            struct aj_pool *pool = warm ? new_pool(pol, 2) : NULL;
+            unsigned long got[2] = {0, 0};
+            char b;
+            close(go[1]);
+            if (read(go[0], &b, 1) < 0)
+                _exit(1);
+            uint64_t end = now_ns() + (uint64_t)(secs * 1e9);
+            while (now_ns() < end) {
+                int r = warm ? run_warm(pool, cmd) : run_bare(cmd);
+                got[r < 0]++;
+            }
+            if (write(counts[1], got, sizeof(got)) < 0)
+                _exit(1);
+            aj_pool_free(pool);
+            _exit(0);
+        }
+    }
+    close(go[0]);
+    usleep(300000); /* every client's pool is prepared */
+    close(go[1]);
+    for (unsigned c = 0; c < clients; c++) {
+        unsigned long got[2];
+        if (read(counts[0], got, sizeof(got)) == (ssize_t)sizeof(got)) {
+            total += got[0];
+            fails += got[1];
+        }
+    }
+    for (unsigned c = 0; c < clients; c++)
+        waitpid(pids[c], NULL, 0);
+    close(counts[0]);
+    close(counts[1]);
+    *ret_fail = fails;
+    return (double)total / secs;
+}
+
+static int throughput(struct aj_policy *pol, double secs, unsigned clients, char **cmd)
+{
+    unsigned long fb, fw;
+    double b = throughput_of(pol, false, secs, clients, cmd, &fb);
+    double w = throughput_of(pol, true, secs, clients, cmd, &fw);
+    printf("{\"benchmark\": \"pool-throughput\", \"seconds\": %.1f, \"clients\": %u, \"bare_per_s\": %.1f, "
+           "\"bare_failed\": %lu, \"warm_per_s\": %.1f, \"warm_failed\": %lu}\n",
+           secs, clients, b, fb, w, fw);
+    return 0;
+}
+
+static long read_kb_field(const char *path, const char *field)
+{
+    FILE *f = fopen(path, "re");
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, field, n) == 0)
+            v = strtol(line + n, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+static size_t children_of(pid_t pid, pid_t *out, size_t max)
+{
+    char path[64];
+    FILE *f;
+    size_t n = 0;
+    long c;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    f = fopen(path, "re");
+    if (!f)
+        return 0;
+    while (n < max && fscanf(f, "%ld", &c) == 1)
+        out[n++] = (pid_t)c;
+    fclose(f);
+    return n;
+}
+
+/* The memory cgroup (v1 or v2) a process is in, as charged bytes. */
+static long cgroup_kb(pid_t pid)
+{
+    char path[128], line[512], file[768];
+    FILE *f;
+    long v = -1;
+
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    f = fopen(path, "re");
+    if (!f)
+        return -1;
+    while (v < 0 && fgets(line, sizeof(line), f)) {
+        char *p = strstr(line, ":memory:");
+        line[strcspn(line, "\n")] = '\0';
+        if (p)
+            snprintf(file, sizeof(file), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes", p + 8);
+        else if (strncmp(line, "0::", 3) == 0)
+            snprintf(file, sizeof(file), "/sys/fs/cgroup%s/memory.current", line + 3);
+        else
+            continue;
+        FILE *g = fopen(file, "re");
+        long long b;
+        if (g && fscanf(g, "%lld", &b) == 1 && strstr(file, "agentjail"))
+            v = (long)(b / 1024);
+        if (g)
+            fclose(g);
+    }
+    fclose(f);
+    return v;
+}
+
+static int memory(struct aj_policy *pol, unsigned k)
+{
+    long rss0 = read_kb_field("/proc/self/status", "VmRSS:"), rss1, pss = 0, cg = 0;
+    struct aj_pool *pool = new_pool(pol, k);
+    pid_t inits[64];
+    size_t n, cg_n = 0;
+
+    usleep(300000); /* every parked sandbox has finished setting up */
+    rss1 = read_kb_field("/proc/self/status", "VmRSS:");
+    n = children_of(getpid(), inits, 64);
+    for (size_t i = 0; i < n; i++) {
+        char path[64];
+        pid_t kids[8];
+        size_t nk = children_of(inits[i], kids, 8);
+        snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)inits[i]);
+        pss += read_kb_field(path, "Pss:");
+        for (size_t j = 0; j < nk; j++) {
+            snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)kids[j]);
+            pss += read_kb_field(path, "Pss:");
+        }
+        long c = cgroup_kb(inits[i]);
+        if (c >= 0) {
+            cg += c;
+            cg_n++;
+        }
+    }
+    printf("{\"benchmark\": \"pool-memory\", \"pooled\": %u, \"processes_found\": %zu, "
+           "\"per_sandbox_pss_kb\": %.0f, \"per_sandbox_cgroup_kb\": %s%.0f, "
+           "\"supervisor_rss_before_kb\": %ld, \"supervisor_rss_with_pool_kb\": %ld}\n",
+           k, n, n ? (double)pss / (double)n : 0.0, cg_n ? "" : "-", cg_n ? (double)cg / (double)cg_n : 1.0,
+           rss0, rss1);
+    aj_pool_free(pool);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: aj-pool-bench latency N CMD...\n"
+                    "       aj-pool-bench throughput SECONDS CLIENTS CMD...\n"
+                    "       aj-pool-bench memory K\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    struct aj_policy pol;
+    uint64_t a, b;
+    int r;
+
+    if (argc < 3)
+        usage();
+    devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0 || dup2(devnull, 0) < 0)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    srand((unsigned)now_ns());
+    aj_policy_init(&pol);
+    if (strcmp(argv[1], "latency") == 0 && argc >= 4 && aj_parse_u64(argv[2], 1000000, &a) == 0 && a > 0)
+        r = latency(&pol, (unsigned long)a, argv + 3);
+    else if (strcmp(argv[1], "throughput") == 0 && argc >= 5 && aj_parse_u64(argv[2], 3600, &a) == 0 && a > 0 &&
+             aj_parse_u64(argv[3], 64, &b) == 0 && b > 0)
+        r = throughput(&pol, (double)a, (unsigned)b, argv + 4);
+    else if (strcmp(argv[1], "memory") == 0 && aj_parse_u64(argv[2], 64, &a) == 0 && a > 0)
+        r = memory(&pol, (unsigned)a);
+    else
+        usage();
+    aj_policy_clear(&pol);
+    return r;
+}

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* aj-pool: run several commands through one warm pool (aj_pool_*), as a
+ * server would, and report each run as one JSON line, then the pool's
+ * counters and what the process held before and after.
+ *
+ *   aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] -- CMD... [::: CMD...]...
+ *
+ * With --outdir, run i's stdout and stderr go to DIR/i.out and DIR/i.err;
+ * with --events, its events to DIR/i.jsonl. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agentjail.h"
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;
+}
+
+static int open_out(const char *dir, unsigned i, const char *ext)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%u.%s", dir, i, ext);
+    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+int main(int argc, char **argv)
+{
+    struct aj_policy pol;
+    struct aj_pool *pool = NULL;
+    struct aj_error err = {0};
+    struct aj_pool_stats ps;
+    const char *profile = NULL, *outdir = NULL, *evdir = NULL;
+    uint64_t size = 2;
+    int i = 1, fds_before, failures = 0;
+    unsigned run = 0;
+
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "--size") == 0 && i + 1 < argc && aj_parse_u64(argv[i + 1], 1000, &size) == 0)
+            i++;
+        else if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc)
+            profile = argv[++i];
+        else if (strcmp(argv[i], "--outdir") == 0 && i + 1 < argc)
+            outdir = argv[++i];
+        else if (strcmp(argv[i], "--events") == 0 && i + 1 < argc)
+            evdir = argv[++i];
+        else {
+            fprintf(stderr, "usage: aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] -- CMD... [::: CMD...]...\n");
+            return 2;
+        }
+    }
+    if (i >= argc - 1) {
+        fprintf(stderr, "aj-pool: no command\n");
+        return 2;
+    }
+    aj_policy_init(&pol);
+    if (profile && aj_policy_load_profile(&pol, profile, &err) < 0) {
+        fprintf(stderr, "aj-pool: %s\n", err.msg);
+        return 2;
+    }
+    fds_before = count_fds();
+    if (aj_pool_new(&pol, (unsigned)size, &pool, &err) < 0) {
+        fprintf(stderr, "aj-pool: %s\n", err.msg);
+        aj_policy_clear(&pol);
+        return 1;
+    }
+    for (int start = ++i; start < argc; run++) {
+        struct aj_run_options o = {0};
+        struct aj_result res;
+        char evpath[4096], *json;
+        int end = start, r;
+        uint64_t warm_before;
+
+        while (end < argc && strcmp(argv[end], ":::") != 0)
+            end++;
+        argv[end < argc ? end : argc] = NULL; /* the command ends here */
+        if (outdir) {
+            o.stdout_fd = open_out(outdir, run, "out");
+            o.stderr_fd = open_out(outdir, run, "err");
+        }
+        if (evdir) {
+            snprintf(evpath, sizeof(evpath), "%s/%u.jsonl", evdir, run);
+            o.events_path = evpath;
+        }
+        aj_pool_get_stats(pool, &ps);
+        warm_before = ps.warm_runs;
+        r = aj_pool_run(pool, argv + start, &o, &res, &err);
+        aj_pool_get_stats(pool, &ps);
+        if (r < 0)
+            failures++;
+        json = aj_result_to_json(&res);
+        if (json)
+            for (char *p = json; *p; p++)
+                if (*p == '\n')
+                    *p = ' ';
+        printf("{\"run\": %u, \"rc\": %d, \"warm\": %s, \"error\": \"%s\", \"result\": %s}\n", run, r,
+               ps.warm_runs > warm_before ? "true" : "false", r < 0 ? "see result" : "", json ? json : "null");
+        fflush(stdout);
+        free(json);
+        if (o.stdout_fd > 0)
+            close(o.stdout_fd);
+        if (o.stderr_fd > 0)
+            close(o.stderr_fd);
+        start = end + 1;
+    }
+    aj_pool_get_stats(pool, &ps);
+    aj_pool_free(pool);
+    printf("{\"pool\": {\"prepared\": %llu, \"warm_runs\": %llu, \"cold_runs\": %llu, \"discarded\": %llu, "
+           "\"refill_failures\": %llu}, \"fds_before\": %d, \"fds_after\": %d, \"children_left\": %s}\n",
+           (unsigned long long)ps.prepared, (unsigned long long)ps.warm_runs, (unsigned long long)ps.cold_runs,
+           (unsigned long long)ps.discarded, (unsigned long long)ps.refill_failures, fds_before, count_fds(),
+           waitpid(-1, NULL, WNOHANG) >= 0 ? "true" : "false");
+    aj_policy_clear(&pol);
+    return failures ? 1 : 0;
+}

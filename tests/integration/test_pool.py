@@ -1,0 +1,147 @@
+"""The warm pool (aj_pool_*), driven by the aj-pool helper as a server
+would: pooled sandboxes enforce what cold ones do, each is used exactly
+once, and nothing of one run (files, processes, environment, ids) is
+visible to the next. Runs as root and as nobody (scripts/test.sh)."""
+import glob
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import AJ_HELPERS, IS_ROOT, must_skip, new_tag, pids_with, wait_for
+
+AJ_POOL = os.path.join(AJ_HELPERS, "aj-pool")
+
+
+def pool(cmds, size=2, profile=None, timeout=120, outdir=None, events=None):
+    """Run cmds (lists) through one pool; return (runs, summary)."""
+    if not os.path.exists(AJ_POOL):
+        must_skip("aj-pool helper not built")
+    argv = [AJ_POOL, "--size", str(size)]
+    if profile:
+        argv += ["--profile", profile]
+    if outdir:
+        argv += ["--outdir", outdir]
+    if events:
+        argv += ["--events", events]
+    argv.append("--")
+    for i, c in enumerate(cmds):
+        if i:
+            argv.append(":::")
+        argv += c
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.strip()]
+    assert lines and "pool" in lines[-1], (proc.returncode, proc.stdout, proc.stderr)
+    return lines[:-1], lines[-1], proc
+
+
+@pytest.fixture
+def outdir(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    return str(tmp_path)
+
+
+def out(outdir, i, ext="out"):
+    with open(os.path.join(outdir, "%d.%s" % (i, ext))) as f:
+        return f.read()
+
+
+def test_pooled_runs_report_like_cold_runs(outdir):
+    runs, summary, proc = pool([["/bin/echo", "hello"],
+                                ["/bin/sh", "-c", "echo to-err >&2; exit 3"],
+                                ["/nonexistent-command"]], outdir=outdir)
+    assert [r["warm"] for r in runs] == [True, True, True], runs
+    assert runs[0]["rc"] == 0 and runs[0]["result"]["status"] == "ok"
+    assert out(outdir, 0) == "hello\n"
+    assert runs[1]["result"]["status"] == "nonzero_exit" and runs[1]["result"]["exit_code"] == 3
+    assert out(outdir, 1, "err") == "to-err\n"
+    # A command that does not exist: the sandbox reports it, as a cold run does.
+    assert runs[2]["result"]["status"] == "setup_error" and runs[2]["result"]["exit_code"] == 127
+    assert summary["pool"]["warm_runs"] == 3 and summary["pool"]["cold_runs"] == 0
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False
+
+
+def test_pooled_sandbox_has_every_layer():
+    runs, _, _ = pool([["/bin/true"]])
+    layers = runs[0]["result"]["layers"]
+    missing = [k for k in ("user_namespace", "pid_namespace", "network_namespace", "mount_namespace",
+                           "private_root", "seccomp", "landlock_fs", "escape_monitor",
+                           "capabilities_dropped", "no_new_privs", "nested_namespaces_refused",
+                           "fds_closed", "environment_cleared") if not layers.get(k)]
+    assert not missing, missing
+
+
+def test_pooled_sandbox_enforces_and_detects(outdir, tmp_path):
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    os.chmod(ev, 0o777)
+    runs, _, _ = pool([["/bin/sh", "-c", "cat /etc/shadow; echo rc=$?"],
+                       ["/usr/bin/unshare", "-U", "/bin/true"]], outdir=outdir, events=str(ev))
+    assert "rc=1" in out(outdir, 0) and "root:" not in out(outdir, 0)
+    assert runs[1]["result"]["status"] != "ok"
+    events = [json.loads(l) for l in open(ev / "1.jsonl")]
+    kinds = [e["type"] for e in events]
+    assert "escape_attempt" in kinds, kinds
+    assert runs[1]["result"]["escape_attempted"] is True
+
+
+def test_nothing_of_one_run_reaches_the_next(outdir):
+    tag = new_tag()
+    first = ("echo secret > /tmp/left-behind; echo shm > /dev/shm/left-behind; "
+             "export RUN1_MARK=yes; (setsid sleep %s >/dev/null 2>&1 &); "
+             "echo $$ > /tmp/pid; cat /proc/sys/kernel/random/boot_id >/dev/null" % tag)
+    second = ("ls -A /tmp /dev/shm; echo procs:; for p in /proc/[0-9]*; do "
+              "tr '\\0' ' ' < $p/cmdline; echo; done; echo env:; env")
+    runs, summary, _ = pool([["/bin/sh", "-c", first], ["/bin/sh", "-c", second]], outdir=outdir)
+    assert all(r["warm"] for r in runs)
+    seen = out(outdir, 1)
+    assert "left-behind" not in seen and "pid" not in seen.split("procs:")[0], seen
+    procs = seen.split("procs:")[1].split("env:")[0]
+    assert tag not in procs and "sleep" not in procs, procs
+    assert "RUN1_MARK" not in seen.split("env:")[1]
+    # The first run's background process died with its sandbox.
+    assert wait_for(lambda: not pids_with(tag), 5), pids_with(tag)
+    a, b = runs[0]["result"], runs[1]["result"]
+    assert a["sandbox_id"] != b["sandbox_id"]
+    if IS_ROOT:
+        # Root mode: every pooled sandbox has its own host uid as well.
+        assert a["host_uid"] != b["host_uid"]
+
+
+def test_each_pooled_sandbox_is_used_once(outdir):
+    # Five runs through a pool of one: five sandboxes, each prepared once.
+    runs, summary, _ = pool([["/bin/sh", "-c", "echo $$"]] * 5, size=1, outdir=outdir)
+    # Each is pid 1's first child in a pid namespace of its own.
+    assert [out(outdir, i) for i in range(5)] == ["2\n"] * 5
+    ids = {r["result"]["sandbox_id"] for r in runs}
+    assert len(ids) == 5
+    assert summary["pool"]["prepared"] >= 5
+    assert summary["pool"]["warm_runs"] + summary["pool"]["cold_runs"] == 5
+
+
+def test_pool_leaves_nothing_behind():
+    tag = new_tag()
+    runs, summary, _ = pool([["/bin/sh", "-c", "sleep %s >/dev/null & exit 0" % tag], ["/bin/true"]], size=3)
+    assert summary["children_left"] is False and summary["fds_after"] == summary["fds_before"]
+    assert wait_for(lambda: not pids_with(tag), 5)
+    # Parked sandboxes of the pool were torn down, not abandoned: no
+    # process of the helper survives it, and no cgroup of any run remains.
+    left = []
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            if open(p, "rb").read().split(b"\0")[0].endswith(b"/aj-pool"):
+                left.append(p)
+        except OSError:
+            pass
+    assert not left, left
+    for r in runs:
+        sid = r["result"]["sandbox_id"][:12]  # cgroup names carry its first 12 digits
+        assert not glob.glob("/sys/fs/cgroup/**/agentjail/*%s*" % sid, recursive=True), sid
+
+
+def test_pool_refuses_a_bad_size():
+    if not os.path.exists(AJ_POOL):
+        must_skip("aj-pool helper not built")
+    proc = subprocess.run([AJ_POOL, "--size", "0", "--", "/bin/true"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "pool size 0" in proc.stderr
