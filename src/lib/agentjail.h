@@ -30,8 +30,10 @@ AJ_EXPORT int aj_run_ex(const struct aj_policy *pol, char *const argv[], const s
  * forked and waiting), so a run costs little more than an exec. Each
  * pooled sandbox runs exactly one command and is then torn down; nothing
  * of one run (files, processes, environment, ids) reaches another. The
- * pool refills itself while a payload starts. Not thread-safe: one pool per
- * thread, and the policy must outlive the pool. Degraded (no-namespace)
+ * pool refills itself from a thread of its own (which blocks every signal),
+ * so preparing the next sandbox overlaps the current run. aj_pool_run is
+ * not thread-safe: one caller thread per pool; the policy must outlive
+ * the pool. Degraded (no-namespace)
  * policies cannot be pooled. */
 struct aj_pool;
 
@@ -52,6 +54,6 @@ AJ_EXPORT int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_
  * stdin is the caller's fd 0 at the time of the call. */
 AJ_EXPORT int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_options *opts,
                           struct aj_result *res, struct aj_error *err);
-AJ_EXPORT void aj_pool_get_stats(const struct aj_pool *pool, struct aj_pool_stats *out);
+AJ_EXPORT void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out);
 /* Tear down every parked sandbox and remove what is left of finished runs. */
 AJ_EXPORT void aj_pool_free(struct aj_pool *pool);

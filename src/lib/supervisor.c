@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -551,7 +552,12 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     }
 
-    payload = fork();
+    /* The raw system call, not glibc's fork(): init is itself a raw clone
+     * of the supervisor, which may be multithreaded (a server, the pool's
+     * filler thread). glibc's fork takes its malloc and atfork locks,
+     * which another thread of the supervisor may have held at the moment
+     * of the clone, and would then wait for them forever. */
+    payload = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
     if (payload < 0) {
         aj_err(&err, errno, "fork payload");
         child_fail(c, &err, 125);
@@ -1532,6 +1538,7 @@ struct sandbox {
     char *decoy_env[2];
     int socks[2];
     int null_fd;          /* parked: init's and the waiting payload's 0, 1, 2 */
+    struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
     bool audit_open, mask_set, in_cgroup;
     uint64_t start;
 };
@@ -2011,19 +2018,29 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
 /* Sandboxes prepared ahead of time, each used for exactly one run: the
  * payload process of a parked sandbox has every layer applied and waits on
  * its sync socket for one command. After a run the sandbox is torn down
- * (its pid namespace dies with init); nothing of it is reused. */
+ * (its pid namespace dies with init); nothing of it is reused.
+ *
+ * A filler thread prepares replacements and removes finished runs'
+ * cgroups, on the other CPU, while the caller's thread runs payloads. It
+ * blocks every signal (a ^C or a decoy's lease break is the running
+ * sandbox's business, read from its signalfd by the caller's thread), and
+ * its sandbox side never mallocs between clone and exec, as always. */
 #define AJ_POOL_MAX 64
 
 struct aj_pool {
     const struct aj_policy *pol;
     unsigned size;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;                    /* the filler: something to do, or stop */
     struct sandbox *ready[AJ_POOL_MAX];
-    struct aj_result prepared[AJ_POOL_MAX]; /* what preparing each one found out */
     unsigned n_ready;
     struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
     unsigned n_spent;
     sigset_t base_mask;
     struct aj_pool_stats stats;
+    pthread_t filler;
+    bool filler_started, stopping;
+    bool running;                           /* the caller's thread is in a pooled run */
 };
 
 static void pool_discard(struct sandbox *sb)
@@ -2032,40 +2049,82 @@ static void pool_discard(struct sandbox *sb)
     free(sb);
 }
 
-/* Prepare one parked sandbox into the pool. */
-static int pool_add(struct aj_pool *pool, struct aj_error *err)
+/* One parked sandbox, or NULL with err filled. */
+static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
 {
     struct sandbox *sb = malloc(sizeof(*sb));
-    struct aj_result *res = &pool->prepared[pool->n_ready];
     int r;
 
-    if (!sb)
-        return aj_err(err, ENOMEM, "pooled sandbox");
+    if (!sb) {
+        aj_err(err, ENOMEM, "pooled sandbox");
+        return NULL;
+    }
     sb_init(sb, pool->pol);
-    result_reset(res);
-    r = sb_begin(sb, res, err);
+    result_reset(&sb->prepared);
+    r = sb_begin(sb, &sb->prepared, err);
     if (r == 0)
-        r = sb_prepare(sb, NULL, NULL, &pool->base_mask, res, err);
+        r = sb_prepare(sb, NULL, NULL, &pool->base_mask, &sb->prepared, err);
     if (r < 0) {
         pool_discard(sb);
-        return r;
+        return NULL;
     }
-    pool->ready[pool->n_ready++] = sb;
-    pool->stats.prepared++;
-    return 0;
+    return sb;
 }
 
-/* Emptied groups of finished runs are removed here, off the runs' path:
- * a v1 memory group's removal can wait for the kernel to release it. */
-static void pool_reap_spent(struct aj_pool *pool)
+static void *pool_filler(void *arg)
 {
-    while (pool->n_spent > 0)
-        aj_cgroup_destroy(&pool->spent[--pool->n_spent]);
+    struct aj_pool *pool = arg;
+
+    pthread_mutex_lock(&pool->mu);
+    while (!pool->stopping) {
+        if (pool->running && pool->n_ready > 0) {
+            /* A payload is starting: preparing now would take the CPU it
+             * needs. The run ends, or the pool is empty, and we go on. */
+            pthread_cond_wait(&pool->wake, &pool->mu);
+        } else if (pool->n_spent > 0) {
+            /* v1 memory groups can take a while to go: never on a run's path. */
+            struct aj_cgroup cg = pool->spent[--pool->n_spent];
+            aj_cgroup_init(&pool->spent[pool->n_spent]);
+            pthread_mutex_unlock(&pool->mu);
+            aj_cgroup_destroy(&cg);
+            pthread_mutex_lock(&pool->mu);
+        } else if (pool->n_ready < pool->size) {
+            struct aj_error err = {0};
+            struct sandbox *sb;
+            pthread_mutex_unlock(&pool->mu);
+            sb = pool_prepare(pool, &err);
+            pthread_mutex_lock(&pool->mu);
+            pool->stats.prepared += sb != NULL;
+            if (sb && pool->n_ready < pool->size && !pool->stopping) {
+                pool->ready[pool->n_ready++] = sb;
+            } else if (sb) {
+                pthread_mutex_unlock(&pool->mu);
+                pool_discard(sb);
+                pthread_mutex_lock(&pool->mu);
+            } else {
+                /* Runs go cold meanwhile; try again shortly, not in a spin. */
+                struct timespec ts;
+                pool->stats.refill_failures++;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 100 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                (void)pthread_cond_timedwait(&pool->wake, &pool->mu, &ts);
+            }
+        } else {
+            pthread_cond_wait(&pool->wake, &pool->mu);
+        }
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
 }
 
 int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret, struct aj_error *err)
 {
     struct aj_pool *pool;
+    sigset_t all, old;
     int r;
 
     *ret = NULL;
@@ -2073,25 +2132,42 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
         return aj_err(err, EINVAL, "pool size %u: must be 1 to %d", size, AJ_POOL_MAX);
     if (pol->allow_degraded)
         return aj_err(err, EINVAL, "a pool cannot run degraded sandboxes: drop allow_degraded");
+    r = aj_policy_validate(pol, err);
+    if (r < 0)
+        return r;
     pool = calloc(1, sizeof(*pool));
     if (!pool)
         return aj_err(err, ENOMEM, "pool");
     pool->pol = pol;
     pool->size = size;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->wake, NULL);
     for (unsigned i = 0; i < AJ_POOL_MAX; i++)
         aj_cgroup_init(&pool->spent[i]);
-    if (sigprocmask(SIG_BLOCK, NULL, &pool->base_mask) < 0) {
-        r = aj_err(err, errno, "sigprocmask");
+    if (pthread_sigmask(SIG_BLOCK, NULL, &pool->base_mask) != 0) {
         free(pool);
-        return r;
+        return aj_err(err, EINVAL, "sigprocmask");
     }
+    /* The first sandboxes in the caller's thread: if one cannot be
+     * prepared here, the caller hears why now. */
     for (unsigned i = 0; i < size; i++) {
-        r = pool_add(pool, err);
-        if (r < 0) {
+        struct sandbox *sb = pool_prepare(pool, err);
+        if (!sb) {
             aj_pool_free(pool);
-            return r;
+            return -(err->errnum ? err->errnum : EINVAL);
         }
+        pool->ready[pool->n_ready++] = sb;
+        pool->stats.prepared++;
     }
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    r = pthread_create(&pool->filler, NULL, pool_filler, pool);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r != 0) {
+        aj_pool_free(pool);
+        return aj_err(err, r, "start the pool's filler thread");
+    }
+    pool->filler_started = true;
     *ret = pool;
     return 0;
 }
@@ -2100,16 +2176,28 @@ void aj_pool_free(struct aj_pool *pool)
 {
     if (!pool)
         return;
+    if (pool->filler_started) {
+        pthread_mutex_lock(&pool->mu);
+        pool->stopping = true;
+        pthread_cond_signal(&pool->wake);
+        pthread_mutex_unlock(&pool->mu);
+        pthread_join(pool->filler, NULL);
+    }
     while (pool->n_ready > 0)
         pool_discard(pool->ready[--pool->n_ready]);
-    pool_reap_spent(pool);
+    while (pool->n_spent > 0)
+        aj_cgroup_destroy(&pool->spent[--pool->n_spent]);
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->mu);
     free(pool);
 }
 
-void aj_pool_get_stats(const struct aj_pool *pool, struct aj_pool_stats *out)
+void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
 {
+    pthread_mutex_lock(&pool->mu);
     *out = pool->stats;
     out->ready = pool->n_ready;
+    pthread_mutex_unlock(&pool->mu);
 }
 
 /* A parked sandbox whose init has exited (setup failed, or it was killed)
@@ -2120,51 +2208,63 @@ static bool parked_alive(const struct sandbox *sb)
     return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0;
 }
 
+static struct sandbox *pool_take(struct aj_pool *pool)
+{
+    struct sandbox *sb = NULL;
+
+    pthread_mutex_lock(&pool->mu);
+    while (pool->n_ready > 0 && !sb) {
+        sb = pool->ready[--pool->n_ready];
+        if (!parked_alive(sb)) {
+            pool->stats.discarded++;
+            pthread_mutex_unlock(&pool->mu);
+            pool_discard(sb);
+            pthread_mutex_lock(&pool->mu);
+            sb = NULL;
+        }
+    }
+    if (sb)
+        pool->stats.warm_runs++;
+    else
+        pool->stats.cold_runs++;
+    pool->running = true; /* the filler waits: the payload has both CPUs */
+    pthread_mutex_unlock(&pool->mu);
+    return sb;
+}
+
 int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_options *opts,
                 struct aj_result *res, struct aj_error *err)
 {
-    struct sandbox *sb = NULL;
-    struct aj_error fill_err;
+    struct sandbox *sb;
+    struct aj_cgroup spent;
     int r;
 
     if (!argv || !argv[0]) {
         result_reset(res);
         return aj_err(err, 0, "no command given");
     }
-    while (pool->n_ready > 0 && !sb) {
-        sb = pool->ready[--pool->n_ready];
-        if (!parked_alive(sb)) {
-            pool_discard(sb);
-            pool->stats.discarded++;
-            sb = NULL;
-        }
-    }
-    if (!sb) {
-        /* Empty (or every parked one had died): a cold run, same result. */
-        pool->stats.cold_runs++;
-        r = aj_run_ex(pool->pol, argv, opts, res, err);
-        if (pool->n_ready < pool->size)
-            (void)pool_add(pool, &fill_err);
-        return r;
-    }
-    *res = pool->prepared[pool->n_ready];
+    sb = pool_take(pool);
+    if (!sb) /* empty (or every parked one had died): a cold run, same result */
+        return aj_run_ex(pool->pol, argv, opts, res, err);
+    *res = sb->prepared;
     sb->start = aj_now_ms();
     sb->st.argv = argv;
-    pool->stats.warm_runs++;
     r = sb_open_audit(sb, opts, res, err);
     if (r == 0)
         r = sb_launch(sb, argv, opts, res, err);
-    if (r == 0) {
-        /* While the payload starts, on the other CPU: replace the sandbox
-         * just taken, and remove the groups of earlier runs. */
-        pool_reap_spent(pool);
-        if (pool->n_ready < pool->size && pool_add(pool, &fill_err) < 0)
-            pool->stats.refill_failures++;
+    if (r == 0)
         r = sb_supervise(sb, res, err);
-    }
-    sb_cleanup(sb, r, res, err, pool->n_spent < AJ_POOL_MAX ? &pool->spent[pool->n_spent] : NULL);
-    if (pool->n_spent < AJ_POOL_MAX && pool->spent[pool->n_spent].created)
-        pool->n_spent++;
+    aj_cgroup_init(&spent);
+    sb_cleanup(sb, r, res, err, &spent);
     free(sb);
+    pthread_mutex_lock(&pool->mu);
+    if (spent.created && pool->n_spent < AJ_POOL_MAX) {
+        pool->spent[pool->n_spent++] = spent;
+        aj_cgroup_init(&spent);
+    }
+    pool->running = false;
+    pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
+    pthread_mutex_unlock(&pool->mu);
+    aj_cgroup_destroy(&spent); /* only if the list was full */
     return r;
 }

@@ -51,14 +51,16 @@ def test_pooled_runs_report_like_cold_runs(outdir):
     runs, summary, proc = pool([["/bin/echo", "hello"],
                                 ["/bin/sh", "-c", "echo to-err >&2; exit 3"],
                                 ["/nonexistent-command"]], outdir=outdir)
-    assert [r["warm"] for r in runs] == [True, True, True], runs
+    # The pool starts with two parked sandboxes; the third run takes a
+    # refilled one, or runs cold if the refill is still under way.
+    assert runs[0]["warm"] and runs[1]["warm"], runs
     assert runs[0]["rc"] == 0 and runs[0]["result"]["status"] == "ok"
     assert out(outdir, 0) == "hello\n"
     assert runs[1]["result"]["status"] == "nonzero_exit" and runs[1]["result"]["exit_code"] == 3
     assert out(outdir, 1, "err") == "to-err\n"
     # A command that does not exist: the sandbox reports it, as a cold run does.
     assert runs[2]["result"]["status"] == "setup_error" and runs[2]["result"]["exit_code"] == 127
-    assert summary["pool"]["warm_runs"] == 3 and summary["pool"]["cold_runs"] == 0
+    assert summary["pool"]["warm_runs"] + summary["pool"]["cold_runs"] == 3
     assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False
 
 
@@ -116,7 +118,7 @@ def test_each_pooled_sandbox_is_used_once(outdir):
     assert [out(outdir, i) for i in range(5)] == ["2\n"] * 5
     ids = {r["result"]["sandbox_id"] for r in runs}
     assert len(ids) == 5
-    assert summary["pool"]["prepared"] >= 5
+    assert summary["pool"]["prepared"] >= summary["pool"]["warm_runs"]
     assert summary["pool"]["warm_runs"] + summary["pool"]["cold_runs"] == 5
 
 
