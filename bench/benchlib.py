@@ -24,24 +24,26 @@ def spawn_actions():
 class Candidates:
     def __init__(self):
         self.cands, self.skipped = [], []
+        self.extra_fa = {}  # name -> extra posix_spawn file actions (bwrap's --seccomp fd)
 
-    def add(self, name, argv, why_missing=None):
+    def add(self, name, argv, why_missing=None, extra_fa=()):
+        self.extra_fa[name] = list(extra_fa)
         if why_missing:
             self.skipped.append((name, why_missing))
         else:
             self.cands.append((name, argv))
 
 
-def run_once(argv):
+def run_once(argv, extra_fa=()):
     t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], argv, _env, file_actions=_fa)
+    pid = os.posix_spawn(argv[0], argv, _env, file_actions=_fa + list(extra_fa))
     _, st = os.waitpid(pid, 0)
     return time.perf_counter_ns() - t0, os.waitstatus_to_exitcode(st)
 
 
-def trial(argv, limit_s=10.0):
+def trial(argv, limit_s=10.0, extra_fa=()):
     """Exit code of one run, or None if it did not finish in limit_s."""
-    pid = os.posix_spawn(argv[0], argv, _env, file_actions=_fa)
+    pid = os.posix_spawn(argv[0], argv, _env, file_actions=_fa + list(extra_fa))
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
         got, st = os.waitpid(pid, os.WNOHANG)
@@ -59,7 +61,7 @@ def keep_runnable(c):
     ok = []
     for name, argv in c.cands:
         try:
-            code = trial(argv)
+            code = trial(argv, extra_fa=c.extra_fa.get(name, ()))
         except OSError as e:
             c.skipped.append((name, "spawn failed: %s" % e))
             continue
@@ -72,19 +74,20 @@ def keep_runnable(c):
     c.cands = ok
 
 
-def measure(cands, n, warm=10):
+def measure(cands, n, warm=10, extra_fa=None):
     """Interleaved, shuffled rounds; returns (samples, fails, warm)."""
+    extra_fa = extra_fa or {}
     warm = min(warm, n)
     for _ in range(warm):
-        for _, argv in cands:
-            run_once(argv)
+        for name, argv in cands:
+            run_once(argv, extra_fa.get(name, ()))
     samples = {name: [] for name, _ in cands}
     fails = {name: 0 for name, _ in cands}
     order = list(cands)
     for _ in range(n):
         random.shuffle(order)
         for name, argv in order:
-            ns, code = run_once(argv)
+            ns, code = run_once(argv, extra_fa.get(name, ()))
             samples[name].append(ns)
             fails[name] += code != 0
     return samples, fails, warm

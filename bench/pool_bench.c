@@ -6,6 +6,7 @@
  *   aj-pool-bench latency N CMD...          start+run+teardown, interleaved
  *   aj-pool-bench throughput SECS CLIENTS CMD...   runs/s, CLIENTS processes
  *   aj-pool-bench memory K                  memory of K idle pooled sandboxes
+ *   aj-pool-bench peak N CMD...             peak RSS of CMD's process tree
  *
  * Prints one JSON object; the scripts in bench/ turn it into tables. A
  * benchmark, not a test: it fails only when it cannot run at all. */
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -295,11 +297,50 @@ static int memory(struct aj_policy *pol, unsigned k)
     return 0;
 }
 
+/* Peak RSS of CMD's process tree (wait4's ru_maxrss: the largest of the
+ * processes it reaped), median of n runs. Forked from this small process,
+ * not from a big interpreter: exec carries the old image's high-water mark
+ * into ru_maxrss, so the floor is this program's own RSS. */
+static int peak(unsigned long n, char **cmd)
+{
+    long *v = calloc(n, sizeof(long));
+    unsigned long got = 0;
+
+    if (!v)
+        return 1;
+    for (unsigned long i = 0; i < n; i++) {
+        struct rusage ru;
+        int st;
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(devnull, 1);
+            dup2(devnull, 2);
+            execv(cmd[0], cmd);
+            _exit(127);
+        }
+        if (pid < 0 || wait4(pid, &st, 0, &ru) < 0)
+            continue;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            v[got++] = ru.ru_maxrss;
+    }
+    for (unsigned long i = 1; i < got; i++)
+        for (unsigned long j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            long t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    printf("{\"benchmark\": \"peak-rss\", \"runs\": %lu, \"median_kb\": %ld, \"floor_kb\": %ld}\n", got,
+           got ? v[got / 2] : -1L, read_kb_field("/proc/self/status", "VmHWM:"));
+    free(v);
+    return got ? 0 : 1;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: aj-pool-bench latency N CMD...\n"
                     "       aj-pool-bench throughput SECONDS CLIENTS CMD...\n"
-                    "       aj-pool-bench memory K\n");
+                    "       aj-pool-bench memory K\n"
+                    "       aj-pool-bench peak N CMD...\n");
     exit(2);
 }
 
@@ -322,6 +363,8 @@ int main(int argc, char **argv)
     else if (strcmp(argv[1], "throughput") == 0 && argc >= 5 && aj_parse_u64(argv[2], 3600, &a) == 0 && a > 0 &&
              aj_parse_u64(argv[3], 64, &b) == 0 && b > 0)
         r = throughput(&pol, (double)a, (unsigned)b, argv + 4);
+    else if (strcmp(argv[1], "peak") == 0 && argc >= 4 && aj_parse_u64(argv[2], 1000000, &a) == 0 && a > 0)
+        r = peak((unsigned long)a, argv + 3);
     else if (strcmp(argv[1], "memory") == 0 && aj_parse_u64(argv[2], 64, &a) == 0 && a > 0)
         r = memory(&pol, (unsigned)a);
     else

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sandboxes per second with C concurrent clients (default 2), each running
 # start+run+teardown of /bin/true back to back for D seconds (default 5):
-# bare fork+exec, bwrap (comparable flags, as in startup.sh) and agentjail,
-# all in the same invocation, one after the other. A benchmark, not a test:
-# it never fails because of a number.
+# bare fork+exec, bwrap (comparable flags, as in startup.sh), agentjail cold
+# (`agentjail run`) and agentjail-warm (CLIENTS processes each holding a
+# pool: build/bench/aj-pool-bench throughput), all in the same invocation,
+# one after the other. A benchmark, not a test: it never fails because of a
+# number.
 #
 # USAGE
 #   bench/throughput.sh [-c CLIENTS] [-d SECONDS] [--agentjail PATH]
@@ -80,12 +82,25 @@ for name, argv in C.cands:
     fails = sum(int(x) for x in data[1::2])
     rows[name] = (n / elapsed, fails)
 
+# The warm path: CLIENTS processes, each with its own pool (aj-pool-bench).
+import json, subprocess
+pb = os.path.join(os.path.dirname(aj), "bench", "aj-pool-bench")
+if os.access(pb, os.X_OK):
+    out = subprocess.run([pb, "throughput", str(int(secs)), str(clients), TRUE], capture_output=True, text=True)
+    if out.returncode == 0:
+        w = json.loads(out.stdout)
+        rows["agentjail-warm"] = (w["warm_per_s"], w["warm_failed"])
+    else:
+        C.skipped.append(("agentjail-warm", "aj-pool-bench failed: " + out.stderr.strip()[-200:]))
+else:
+    C.skipped.append(("agentjail-warm", "%s not built" % pb))
+
 print("throughput: /bin/true, %d clients, %.0f s each (%d CPUs)" % (clients, secs, os.cpu_count() or 0))
-print("%-10s %12s %8s %8s %7s" % ("candidate", "runs/s", "x bare", "x bwrap", "failed"))
+print("%-15s %12s %8s %8s %7s" % ("candidate", "runs/s", "x bare", "x bwrap", "failed"))
 for name, (rate, fails) in rows.items():
     xb = "%.2fx" % (rate / rows["bare"][0]) if "bare" in rows else "-"
     xw = "%.2fx" % (rate / rows["bwrap"][0]) if "bwrap" in rows else "-"
-    print("%-10s %12.1f %8s %8s %7d" % (name, rate, xb, xw, fails))
+    print("%-15s %12.1f %8s %8s %7d" % (name, rate, xb, xw, fails))
 for name, why in C.skipped:
-    print("%-10s skipped: %s" % (name, why))
+    print("%-15s skipped: %s" % (name, why))
 ' "$clients" "$secs" "$aj" "$here"
