@@ -21,6 +21,21 @@ def spawn_actions():
     return _fa
 
 
+def bwrap_argv(path, cmd, seccomp_fd=None):
+    """bubblewrap with flags comparable to agentjail's defaults: every
+    namespace, die-with-parent, a new session, the system read-only, fresh
+    /proc, /dev and /tmp (and --seccomp FD when a filter is given)."""
+    argv = [path, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/lib", "/lib64", "/sbin"):
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    return argv + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"] + list(cmd)
+
+
 class Candidates:
     def __init__(self):
         self.cands, self.skipped = [], []

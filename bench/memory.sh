@@ -48,6 +48,7 @@ done
 exec /usr/bin/python3 -c '
 import json, os, shutil, subprocess, sys
 sys.path.insert(0, sys.argv[4])
+from benchlib import bwrap_argv
 
 n, k, aj = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 TRUE = "/bin/true"
@@ -64,11 +65,7 @@ def peak_kb(argv):
 cands = [("bare", [TRUE])]
 bw = shutil.which("bwrap")
 if bw:
-    argv = [bw, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
-    for d in ("/bin", "/lib", "/lib64", "/sbin"):
-        if os.path.islink(d):
-            argv += ["--symlink", os.readlink(d), d]
-    cands.append(("bwrap", argv + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", TRUE]))
+    cands.append(("bwrap", bwrap_argv(bw, [TRUE])))
 if os.access(aj, os.X_OK):
     cands.append(("agentjail", [aj, "run", "--", TRUE]))
 

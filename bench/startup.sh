@@ -126,22 +126,10 @@ fi
 "$py" -c '
 import json, os, platform, random, shutil, subprocess, sys, time
 sys.path.insert(0, sys.argv[-1])
-from benchlib import Candidates, keep_runnable, measure, run_once, summarise
+from benchlib import Candidates, bwrap_argv, keep_runnable, measure, run_once, summarise
 
 n, json_path, aj, nsjail, bpf = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 PAYLOADS = {"true": ["/bin/true"], "python": ["/usr/bin/python3", "-c", "pass"]}
-
-def bwrap_argv(path, cmd):
-    argv = [path, "--unshare-all", "--die-with-parent", "--new-session",
-            "--ro-bind", "/usr", "/usr"]
-    for d in ("/bin", "/lib", "/lib64", "/sbin"):
-        if os.path.islink(d):
-            argv += ["--symlink", os.readlink(d), d]
-        elif os.path.isdir(d):
-            argv += ["--ro-bind", d, d]
-    if bpf:
-        argv += ["--seccomp", "3"]
-    return argv + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"] + cmd
 
 def ratio(summary, name, ref):
     if ref not in summary or name not in summary:
@@ -158,7 +146,7 @@ for label, cmd in PAYLOADS.items():
     add("bare", list(cmd))
     p = shutil.which("bwrap")
     fa = [(os.POSIX_SPAWN_OPEN, 3, bpf, os.O_RDONLY, 0)] if bpf else []
-    add("bwrap", bwrap_argv(p, cmd) if p else None, None if p else "not installed", extra_fa=fa)
+    add("bwrap", bwrap_argv(p, cmd, 3 if bpf else None) if p else None, None if p else "not installed", extra_fa=fa)
     if nsjail:
         ns = [nsjail, "-Mo", "--quiet", "-R", "/usr", "-R", "/lib", "-R", "/lib64", "-R", "/bin", "--"] + cmd
         add("nsjail", ns, None if os.access(nsjail, os.X_OK) else "%s is not executable" % nsjail)

@@ -33,7 +33,7 @@ done
 exec /usr/bin/python3 -c '
 import os, shutil, sys, time
 sys.path.insert(0, sys.argv[4])
-from benchlib import Candidates, keep_runnable, run_once
+from benchlib import Candidates, bwrap_argv, keep_runnable, run_once
 
 clients, secs, aj = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 TRUE = "/bin/true"
@@ -41,11 +41,7 @@ C = Candidates()
 C.add("bare", [TRUE])
 bw = shutil.which("bwrap")
 if bw:
-    argv = [bw, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
-    for d in ("/bin", "/lib", "/lib64", "/sbin"):
-        if os.path.islink(d):
-            argv += ["--symlink", os.readlink(d), d]
-    C.add("bwrap", argv + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", TRUE])
+    C.add("bwrap", bwrap_argv(bw, [TRUE]))
 else:
     C.add("bwrap", None, "not installed")
 C.add("agentjail", [aj, "run", "--", TRUE], None if os.access(aj, os.X_OK) else "%s not built" % aj)

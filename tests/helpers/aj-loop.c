@@ -10,21 +10,7 @@
 #include <sys/wait.h>
 
 #include "agentjail.h"
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    int n = 0;
-
-    if (!d)
-        return -1;
-    while ((de = readdir(d)))
-        if (de->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the DIR's own fd */
-}
+#include "count_fds.h"
 
 static long rss_kb(void)
 {

@@ -16,21 +16,7 @@
 #include <unistd.h>
 
 #include "agentjail.h"
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    int n = 0;
-
-    if (!d)
-        return -1;
-    while ((de = readdir(d)))
-        if (de->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1;
-}
+#include "count_fds.h"
 
 static int open_out(const char *dir, unsigned i, const char *ext)
 {
