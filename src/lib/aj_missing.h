@@ -4,6 +4,7 @@
 #pragma once
 
 #include <linux/types.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -188,6 +189,28 @@ static inline int aj_sys_pidfd_send_signal(int pidfd, int sig)
 {
     return (int)syscall(__NR_pidfd_send_signal, pidfd, sig, NULL, 0);
 }
+/* Credentials on the sandbox side, as raw system calls. glibc's wrappers
+ * run its setxid broadcast: in a process it believes multithreaded they
+ * signal every other thread and wait for each to follow. The sandbox side
+ * is a raw clone of the supervisor, which may have threads (the pool's
+ * filler, a server's workers): glibc's thread list is copied, the threads
+ * are not, and the wrapper would wait forever. The child is single-threaded
+ * in fact, so the per-thread kernel call is the whole job. */
+static inline int aj_sys_setgroups_none(void)
+{
+    return (int)syscall(__NR_setgroups, 0, NULL);
+}
+
+static inline int aj_sys_setresgid(gid_t gid)
+{
+    return (int)syscall(__NR_setresgid, gid, gid, gid);
+}
+
+static inline int aj_sys_setresuid(uid_t uid)
+{
+    return (int)syscall(__NR_setresuid, uid, uid, uid);
+}
+
 static inline int aj_sys_close_range(unsigned int first, unsigned int last, unsigned int flags)
 {
     return (int)syscall(__NR_close_range, first, last, flags);

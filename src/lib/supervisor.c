@@ -320,9 +320,8 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
     c->layers |= AJ_LAYER_NEW_SESSION;
     if (c->degraded && !c->rootless) {
         /* No user namespace: become this run's own unprivileged host user. */
-        if (setgroups(0, NULL) < 0 || prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 ||
-            setresgid(c->host_gid, c->host_gid, c->host_gid) < 0 ||
-            setresuid(c->host_uid, c->host_uid, c->host_uid) < 0) {
+        if (aj_sys_setgroups_none() < 0 || prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 ||
+            aj_sys_setresgid(c->host_gid) < 0 || aj_sys_setresuid(c->host_uid) < 0) {
             aj_err(&err, errno, "switch to host uid %u", (unsigned)c->host_uid);
             child_fail(c, &err, 125);
         }
@@ -2208,6 +2207,18 @@ static bool parked_alive(const struct sandbox *sb)
     return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0;
 }
 
+static bool run_request_fits(char *const argv[])
+{
+    size_t len = sizeof(struct aj_run_msg), argc = 0;
+
+    for (; argv[argc]; argc++) {
+        len += strlen(argv[argc]) + 1;
+        if (argc >= AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
+            return false;
+    }
+    return true;
+}
+
 static struct sandbox *pool_take(struct aj_pool *pool)
 {
     struct sandbox *sb = NULL;
@@ -2242,6 +2253,14 @@ int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_op
     if (!argv || !argv[0]) {
         result_reset(res);
         return aj_err(err, 0, "no command given");
+    }
+    if (!run_request_fits(argv)) {
+        /* Beyond what a parked payload takes (AJ_RUN_MAX_*): a cold run,
+         * which has no such bound. The parked sandboxes stay parked. */
+        pthread_mutex_lock(&pool->mu);
+        pool->stats.cold_runs++;
+        pthread_mutex_unlock(&pool->mu);
+        return aj_run_ex(pool->pol, argv, opts, res, err);
     }
     sb = pool_take(pool);
     if (!sb) /* empty (or every parked one had died): a cold run, same result */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "aj_userns.h"
+#include "aj_missing.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -98,15 +99,15 @@ int aj_userns_child_become(uid_t uid, gid_t gid, bool rootless, struct aj_error 
 {
     /* Root mode: the supervisor's supplementary groups (root's, often 0)
      * would otherwise follow the sandbox as host gids. */
-    if (!rootless && setgroups(0, NULL) < 0)
+    if (!rootless && aj_sys_setgroups_none() < 0)
         return aj_err(err, errno, "drop supplementary groups");
     /* Keep the capabilities of the new user namespace across the uid change:
      * mounts come next. They are dropped for good before the payload runs. */
     if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
         return aj_err(err, errno, "PR_SET_KEEPCAPS");
-    if (setresgid(gid, gid, gid) < 0)
+    if (aj_sys_setresgid(gid) < 0)
         return aj_err(err, errno, "setresgid %u", (unsigned)gid);
-    if (setresuid(uid, uid, uid) < 0)
+    if (aj_sys_setresuid(uid) < 0)
         return aj_err(err, errno, "setresuid %u", (unsigned)uid);
     return 0;
 }

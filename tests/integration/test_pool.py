@@ -142,6 +142,18 @@ def test_pool_leaves_nothing_behind():
         assert not glob.glob("/sys/fs/cgroup/**/agentjail/*%s*" % sid, recursive=True), sid
 
 
+def test_a_long_command_line_runs_cold(outdir):
+    # 70 KiB of arguments: more than a parked payload takes (64 KiB), so
+    # the pool runs it cold instead, with the same result.
+    args = ["x" * 1000] * 70
+    runs, summary, _ = pool([["/bin/sh", "-c", 'echo "$#"', "sh"] + args, ["/bin/echo", "short"]],
+                            outdir=outdir)
+    assert runs[0]["result"]["status"] == "ok" and runs[0]["warm"] is False
+    assert out(outdir, 0) == "70\n"
+    assert runs[1]["warm"] is True and out(outdir, 1) == "short\n"
+    assert summary["pool"]["cold_runs"] == 1
+
+
 def test_pool_refuses_a_bad_size():
     if not os.path.exists(AJ_POOL):
         must_skip("aj-pool helper not built")
