@@ -154,6 +154,20 @@ def test_a_long_command_line_runs_cold(outdir):
     assert summary["pool"]["cold_runs"] == 1
 
 
+def test_cold_runs_from_a_multithreaded_caller(outdir):
+    # The pool's filler thread makes the caller multithreaded: a cold run
+    # here clones init from a process with two threads. glibc's set*id
+    # wrappers in the child wait for every thread glibc's copied list
+    # names; one caught being created (right after aj_pool_new) never
+    # answers, and init hung (about one pool in six, before the sandbox
+    # side used the raw system calls). Twenty fresh pools, each starting
+    # with a cold run: a regression fails here by timeout.
+    args = ["x"] * 4100  # more arguments than a parked payload takes: cold
+    for _ in range(20):
+        runs, summary, _ = pool([["/bin/sh", "-c", "id -u", "sh"] + args], outdir=outdir, timeout=20)
+        assert runs[0]["result"]["status"] == "ok" and summary["pool"]["cold_runs"] == 1
+
+
 def test_pool_refuses_a_bad_size():
     if not os.path.exists(AJ_POOL):
         must_skip("aj-pool helper not built")
