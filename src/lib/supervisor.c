@@ -2248,6 +2248,7 @@ int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_op
 {
     struct sandbox *sb;
     struct aj_cgroup spent;
+    bool retry;
     int r;
 
     if (!argv || !argv[0]) {
@@ -2273,17 +2274,31 @@ int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_op
         r = sb_launch(sb, argv, opts, res, err);
     if (r == 0)
         r = sb_supervise(sb, res, err);
+    /* A parked sandbox can die between the liveness check and the launch
+     * (killed from outside, the OOM killer). If its payload never said
+     * READY, the command was never executed: run it cold, and say nothing
+     * of the dead one in the events. Anything after READY is the run's. */
+    retry = !sb->st.started && !sb->st.have_child_err && !sb->st.interrupted && sb->st.limit == AJ_STATUS_OK;
     aj_cgroup_init(&spent);
-    sb_cleanup(sb, r, res, err, &spent);
+    sb_cleanup(sb, r, retry ? NULL : res, err, &spent);
     free(sb);
     pthread_mutex_lock(&pool->mu);
     if (spent.created && pool->n_spent < AJ_POOL_MAX) {
         pool->spent[pool->n_spent++] = spent;
         aj_cgroup_init(&spent);
     }
+    if (retry) {
+        pool->stats.warm_runs--;
+        pool->stats.cold_runs++;
+        pool->stats.discarded++;
+    }
     pool->running = false;
     pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
     pthread_mutex_unlock(&pool->mu);
     aj_cgroup_destroy(&spent); /* only if the list was full */
+    if (retry) {
+        *err = (struct aj_error){0};
+        return aj_run_ex(pool->pol, argv, opts, res, err);
+    }
     return r;
 }

@@ -3,10 +3,13 @@
  * server would, and report each run as one JSON line, then the pool's
  * counters and what the process held before and after.
  *
- *   aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] -- CMD... [::: CMD...]...
+ *   aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] [--wait-file PATH]
+ *           -- CMD... [::: CMD...]...
  *
  * With --outdir, run i's stdout and stderr go to DIR/i.out and DIR/i.err;
- * with --events, its events to DIR/i.jsonl. */
+ * with --events, its events to DIR/i.jsonl. With --wait-file, the pool is
+ * prepared, "ready" is printed on stderr, and the runs start once PATH
+ * exists (a test does something to the parked sandboxes in between). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,7 +34,7 @@ int main(int argc, char **argv)
     struct aj_pool *pool = NULL;
     struct aj_error err = {0};
     struct aj_pool_stats ps;
-    const char *profile = NULL, *outdir = NULL, *evdir = NULL;
+    const char *profile = NULL, *outdir = NULL, *evdir = NULL, *wait_file = NULL;
     uint64_t size = 2;
     int i = 1, fds_before, failures = 0;
     unsigned run = 0;
@@ -45,8 +48,10 @@ int main(int argc, char **argv)
             outdir = argv[++i];
         else if (strcmp(argv[i], "--events") == 0 && i + 1 < argc)
             evdir = argv[++i];
+        else if (strcmp(argv[i], "--wait-file") == 0 && i + 1 < argc)
+            wait_file = argv[++i];
         else {
-            fprintf(stderr, "usage: aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] -- CMD... [::: CMD...]...\n");
+            fprintf(stderr, "usage: aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] [--wait-file PATH] -- CMD... [::: CMD...]...\n");
             return 2;
         }
     }
@@ -64,6 +69,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "aj-pool: %s\n", err.msg);
         aj_policy_clear(&pol);
         return 1;
+    }
+    if (wait_file) {
+        fprintf(stderr, "ready\n");
+        while (access(wait_file, F_OK) != 0)
+            usleep(10000);
     }
     for (int start = ++i; start < argc; run++) {
         struct aj_run_options o = {0};

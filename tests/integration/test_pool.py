@@ -168,6 +168,51 @@ def test_cold_runs_from_a_multithreaded_caller(outdir):
         assert runs[0]["result"]["status"] == "ok" and summary["pool"]["cold_runs"] == 1
 
 
+def _children(pid):
+    """Children of every thread of pid (the pool's filler thread clones too)."""
+    kids = []
+    for t in glob.glob("/proc/%d/task/*/children" % pid):
+        try:
+            kids += [int(x) for x in open(t).read().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def test_parked_sandboxes_killed_from_outside(outdir, tmp_path):
+    # Parked sandboxes can die while they wait (an admin, the OOM killer).
+    # The pool notices and every command still runs exactly once: in
+    # another parked sandbox, or cold.
+    if not os.path.exists(AJ_POOL):
+        must_skip("aj-pool helper not built")
+    go = tmp_path / "go"
+    cmds = []
+    for word in ("a", "b", "c", "d"):
+        cmds += [":::", "/bin/echo", word]
+    proc = subprocess.Popen([AJ_POOL, "--size", "3", "--outdir", outdir, "--wait-file", str(go), "--"] + cmds[1:],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().strip() == "ready"
+        # Three inits, each with its payload parked under it.
+        assert wait_for(lambda: len(_children(proc.pid)) == 3 and all(_children(i) for i in _children(proc.pid)), 10)
+        inits = _children(proc.pid)
+        os.kill(_children(inits[0])[0], 9)  # a parked payload
+        os.kill(inits[1], 9)                # a sandbox's init
+        go.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = [json.loads(l) for l in out.splitlines() if l.strip()]
+    runs, summary = lines[:-1], lines[-1]
+    assert [r["result"]["status"] for r in runs] == ["ok"] * 4, (runs, err)
+    assert [open(os.path.join(outdir, "%d.out" % i)).read() for i in range(4)] == ["a\n", "b\n", "c\n", "d\n"]
+    assert summary["pool"]["discarded"] >= 1
+    assert summary["pool"]["warm_runs"] + summary["pool"]["cold_runs"] == 4
+    assert summary["children_left"] is False
+
+
 def test_pool_refuses_a_bad_size():
     if not os.path.exists(AJ_POOL):
         must_skip("aj-pool helper not built")
