@@ -58,6 +58,7 @@ enum aj_msg_type {
     AJ_MSG_DECOYS,   /* init → supervisor: decoy files (+ socket); wstatus = number of files */
     AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
     AJ_MSG_RUN,      /* pool → parked payload: its command (struct aj_run_msg) */
+    AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
 };
 
 /* A pooled run's command: this header, argc NUL-terminated strings, and
@@ -103,6 +104,7 @@ struct run_ctx {
     int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
     int in_fd;            /* parked: /dev/null for init's stdin, else -1 */
     bool parked;          /* pooled: the payload waits for AJ_MSG_RUN before exec */
+    bool netns_late;      /* the network namespace comes from the helper (AJ_MSG_NETNS) */
     int cg_join[AJ_CG_MAX_JOIN]; /* v1 "tasks" files to write "0" to, first thing */
     size_t n_cg_join;
     int landlock_abi;
@@ -463,6 +465,40 @@ static int close_all_but(int keep)
     return 0;
 }
 
+/* Into the network namespace the supervisor's helper made (see
+ * spawn_netns_helper). The kernel checks it is owned by our user
+ * namespace: joining any other (the host's) needs privilege we lack. */
+static int join_helper_netns(struct run_ctx *c, struct aj_error *err)
+{
+    struct aj_sync_msg m;
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = &m, .iov_len = sizeof(m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+    int fd = -1, r;
+    ssize_t n;
+
+    do
+        n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
+            memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    if (n != (ssize_t)sizeof(m) || m.type != AJ_MSG_NETNS || fd < 0) {
+        if (fd >= 0)
+            (void)close(fd);
+        return aj_err(err, n == (ssize_t)sizeof(m) && m.type == AJ_MSG_NETNS && m.err.errnum ? m.err.errnum : EPROTO,
+                      "create the network namespace");
+    }
+    r = setns(fd, CLONE_NEWNET);
+    (void)close(fd);
+    if (r < 0)
+        return aj_err(err, errno, "join the network namespace");
+    return 0;
+}
+
 static __attribute__((noreturn)) void init_main(struct run_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
@@ -503,8 +539,6 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         aj_err(&err, errno, "sethostname");
         child_fail(c, &err, 125);
     }
-    if (aj_netns_child_setup(pol, &err) < 0)
-        child_fail(c, &err, 125);
     /* Time namespace (5.6+): only children created after unshare enter it,
      * which is exactly the payload. Optional: older kernels lack it. */
     if (unshare(CLONE_NEWTIME) == 0)
@@ -514,6 +548,10 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     if (aj_mount_child_setup(&c->plan, pol, &err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_ROOTFS;
+    if (c->netns_late && join_helper_netns(c, &err) < 0)
+        child_fail(c, &err, 125);
+    if (aj_netns_child_setup(pol, &err) < 0)
+        child_fail(c, &err, 125);
     /* The last namespace init itself creates is behind us: from here on,
      * none can be created inside. */
     if (aj_userns_child_nesting_forbid(nest_fds, &err) < 0)
@@ -1051,8 +1089,15 @@ static int recv_msg(struct supervise_state *st)
     int fds[AJ_MAX_MSG_FDS] = {-1, -1, -1, -1, -1, -1}, nfds = 0;
     ssize_t n = recvmsg(st->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
-    if (n < 0)
+    if (n < 0) {
+        /* The sandbox end was closed with a message still unread in its
+         * queue (the netns helper's, the pool's RUN, when init failed
+         * first): the kernel reports ECONNRESET once, and what init sent
+         * before exiting (its ERROR) is still queued behind it. */
+        if (errno == ECONNRESET)
+            return 1;
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    }
     if (n == 0)
         return -1;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
@@ -1537,6 +1582,7 @@ struct sandbox {
     char *decoy_env[2];
     int socks[2];
     int null_fd;          /* parked: init's and the waiting payload's 0, 1, 2 */
+    pid_t netns_helper;   /* see spawn_netns_helper; reaped at cleanup */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
     bool audit_open, mask_set, in_cgroup;
     uint64_t start;
@@ -1603,6 +1649,7 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
                       "in degraded mode only --network none is possible",
                       clone_errno == EPERM ? "namespace creation is not permitted" : strerror(clone_errno));
     c->degraded = sb->st.degraded = true;
+    c->netns_late = false;
     res->degraded = true;
     /* Without a network namespace the filter must refuse sockets. */
     aj_seccomp_clear(&c->bpf);
@@ -1642,6 +1689,37 @@ static __attribute__((noreturn)) void degraded_child_main(struct run_ctx *c)
     if (n != (ssize_t)sizeof(go) || go.type != AJ_MSG_GO)
         _exit(125);
     payload_main(c);
+}
+
+/* The sandbox's network namespace, made on another CPU while init builds
+ * the root filesystem: creating one costs ~0.3 ms here (loopback device,
+ * sysctl tables, proc entries), which clone3 used to pay on the run's
+ * path. A raw fork of the supervisor joins init's user namespace (so the
+ * new namespace is owned by it, as one made by clone3 would be), unshares,
+ * and sends the namespace's fd to init over the sync socket. Init joins it
+ * right after its mounts, before anything of the payload exists; until
+ * then it runs only our code, in the host's network namespace, where its
+ * user namespace gives it no privilege. The helper uses system calls only:
+ * the supervisor may be multithreaded. */
+static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
+{
+    pid_t pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
+
+    if (pid < 0)
+        return aj_err(err, errno, "fork the network namespace helper");
+    if (pid == 0) {
+        struct aj_sync_msg m = {.type = AJ_MSG_NETNS};
+        int fd = -1;
+        if (setns(sb->st.pidfd, CLONE_NEWUSER) < 0 || unshare(CLONE_NEWNET) < 0 ||
+            (fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
+            m.err.errnum = errno;
+            (void)aj_write_all(sb->st.sock, &m, sizeof(m));
+            _exit(1);
+        }
+        _exit(send_fds(sb->st.sock, &m, &fd, 1) < 0 ? 1 : 0);
+    }
+    sb->netns_helper = pid;
+    return 0;
 }
 
 /* Everything up to the GO message: cgroups, clone, id maps. argv NULL
@@ -1747,7 +1825,8 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         return aj_err(err, errno, "socketpair");
     c->sock = sb->socks[1];
 
-    st->pid = clone_sandbox(NS_FLAGS, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup);
+    c->netns_late = true; /* see spawn_netns_helper */
+    st->pid = clone_sandbox(NS_FLAGS & ~(uint64_t)CLONE_NEWNET, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup);
     if (st->pid < 0) {
         r = sb_clone_degraded(sb, errno, res, err);
         if (r < 0)
@@ -1802,6 +1881,11 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         if (r < 0)
             return aj_err(err, -r, "release the sandbox");
     }
+    if (c->netns_late) {
+        r = spawn_netns_helper(sb, err);
+        if (r < 0)
+            return r;
+    }
     return 0;
 }
 
@@ -1817,6 +1901,13 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
     size_t len = sizeof(struct aj_run_msg), argc = 0;
     int fds[3], r;
 
+    /* The helper's AJ_MSG_NETNS must be ahead of AJ_MSG_RUN on the socket
+     * (init reads one, the payload the other): it sends before it exits. */
+    if (sb->netns_helper > 0) {
+        while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
+            ;
+        sb->netns_helper = 0;
+    }
     for (; argv[argc]; argc++)
         len += strlen(argv[argc]) + 1;
     if (argc > AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
@@ -1894,6 +1985,9 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
 
     if (st->pid > 0)
         kill_and_reap(st->pid, st->pidfd);
+    if (sb->netns_helper > 0)
+        kill_and_reap(sb->netns_helper, -1);
+    sb->netns_helper = 0;
     /* No lease may outlive the blocked signal it reports with: drop the
      * decoys, then discard any break still queued, then unblock. */
     close_fd(&st->decoy_sock);
@@ -2066,6 +2160,13 @@ static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
     if (r < 0) {
         pool_discard(sb);
         return NULL;
+    }
+    /* Off any run's path here: a parked sandbox keeps no zombie helper,
+     * and its AJ_MSG_NETNS is queued before any RUN can be. */
+    if (sb->netns_helper > 0) {
+        while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
+            ;
+        sb->netns_helper = 0;
     }
     return sb;
 }
