@@ -2378,8 +2378,11 @@ int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_op
     /* A parked sandbox can die between the liveness check and the launch
      * (killed from outside, the OOM killer). If its payload never said
      * READY, the command was never executed: run it cold, and say nothing
-     * of the dead one in the events. Anything after READY is the run's. */
-    retry = !sb->st.started && !sb->st.have_child_err && !sb->st.interrupted && sb->st.limit == AJ_STATUS_OK;
+     * of the dead one in the events. Anything after READY is the run's, and
+     * an events file we could not open is the caller's error, not the
+     * sandbox's. */
+    retry = sb->audit_open && !sb->st.started && !sb->st.have_child_err && !sb->st.interrupted &&
+            sb->st.limit == AJ_STATUS_OK;
     aj_cgroup_init(&spent);
     sb_cleanup(sb, r, retry ? NULL : res, err, &spent);
     free(sb);

@@ -213,6 +213,15 @@ def test_parked_sandboxes_killed_from_outside(outdir, tmp_path):
     assert summary["children_left"] is False
 
 
+def test_unwritable_events_file_is_the_callers_error(tmp_path):
+    # The caller's mistake fails the run clearly; it is not mistaken for a
+    # dead sandbox (no silent cold retry), and nothing leaks.
+    runs, summary, _ = pool([["/bin/echo", "x"]], events=str(tmp_path / "missing" / "dir"))
+    assert runs[0]["rc"] < 0 and runs[0]["result"]["status"] == "setup_error"
+    assert summary["pool"]["cold_runs"] == 0 and summary["pool"]["discarded"] == 0
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False
+
+
 def test_pool_refuses_a_bad_size():
     if not os.path.exists(AJ_POOL):
         must_skip("aj-pool helper not built")
