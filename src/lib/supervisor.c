@@ -216,6 +216,21 @@ static int redirect_output(struct run_ctx *c, struct aj_error *err)
     return 0;
 }
 
+/* One message to the sandbox, with no fds. MSG_NOSIGNAL: a sandbox that
+ * already exited must give us EPIPE, not a SIGPIPE that kills the
+ * supervisor (and, through the death signal, the report of why). */
+static int send_plain(int sock, const void *buf, size_t len)
+{
+    ssize_t n;
+
+    do
+        n = send(sock, buf, len, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    return n == (ssize_t)len ? 0 : -EIO;
+}
+
 /* A message with a payload of its own and fds: the pool's run request. */
 static int send_buf_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
@@ -1877,7 +1892,7 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
             if (r < 0)
                 return r;
         }
-        r = aj_write_all(st->sock, &go, sizeof(go));
+        r = send_plain(st->sock, &go, sizeof(go));
         if (r < 0)
             return aj_err(err, -r, "release the sandbox");
     }

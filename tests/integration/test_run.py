@@ -469,3 +469,14 @@ def test_no_leaked_fds():
             assert sorted(r.stdout.split(), key=int) == ["0", "1", "2", "3"], r  # 3: ls's own dir fd
         finally:
             os.close(fd)
+
+
+def test_cgroup_paths_of_the_host_are_hidden():
+    # The cgroup namespace is rooted at the run's own groups: the payload
+    # sees "/" for every hierarchy, not the host's layout or the run's name
+    # (which carries the supervisor's host pid).
+    r = run_aj([], ["cat", "/proc/self/cgroup"])
+    assert r.returncode == 0, r
+    lines = r.stdout.strip().splitlines()
+    assert lines and all(l.endswith(":/") for l in lines), r.stdout
+    assert "agentjail" not in r.stdout
