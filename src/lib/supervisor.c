@@ -125,6 +125,30 @@ enum {
     AJ_SKIP_LANDLOCK = 1u << 1,
 };
 
+/* ---- both sides ----------------------------------------------------------------- */
+
+/* The fds a received message carried (SCM_RIGHTS), at most max of them;
+ * any beyond that are closed, not leaked. No allocation: the sandbox side
+ * uses it between clone and exec. */
+static int collect_fds(struct msghdr *mh, int *fds, int max)
+{
+    int n = 0;
+
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (n < max)
+                fds[n++] = fd;
+            else
+                (void)close(fd);
+        }
+    }
+    return n;
+}
+
 /* ---- sandbox side ------------------------------------------------------------ */
 
 static int arm_death_signal(int sock);
@@ -283,12 +307,7 @@ static void receive_run(struct run_ctx *c)
     while (n < 0 && errno == EINTR);
     if (n <= 0)
         _exit(125); /* the pool went away before using this sandbox */
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-            int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            for (int i = 0; i < k && nfds < 3; i++)
-                memcpy(&fds[nfds++], CMSG_DATA(cm) + (size_t)i * sizeof(int), sizeof(int));
-        }
+    nfds = collect_fds(&mh, fds, 3);
     memcpy(&hdr, run_buf, (size_t)n < sizeof(hdr) ? (size_t)n : sizeof(hdr));
     if ((size_t)n < sizeof(hdr) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds != 3 ||
         hdr.type != AJ_MSG_RUN || hdr.argc < 1 || hdr.argc > AJ_RUN_MAX_ARGS) {
@@ -498,9 +517,7 @@ static int join_helper_netns(struct run_ctx *c, struct aj_error *err)
     do
         n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
-            memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    (void)collect_fds(&mh, &fd, 1);
     if (n != (ssize_t)sizeof(m) || m.type != AJ_MSG_NETNS || fd < 0) {
         if (fd >= 0)
             (void)close(fd);
@@ -1115,12 +1132,7 @@ static int recv_msg(struct supervise_state *st)
     }
     if (n == 0)
         return -1;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-            int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            for (int i = 0; i < k && nfds < AJ_MAX_MSG_FDS; i++)
-                memcpy(&fds[nfds++], CMSG_DATA(cm) + (size_t)i * sizeof(int), sizeof(int));
-        }
+    nfds = collect_fds(&mh, fds, AJ_MAX_MSG_FDS);
     if (n != (ssize_t)sizeof(msg) || (mh.msg_flags & MSG_CTRUNC)) {
         close_fds_of(fds, nfds);
         return 1; /* malformed: ignored (the sandbox side is ours, but never trusted) */
