@@ -480,3 +480,20 @@ def test_cgroup_paths_of_the_host_are_hidden():
     lines = r.stdout.strip().splitlines()
     assert lines and all(l.endswith(":/") for l in lines), r.stdout
     assert "agentjail" not in r.stdout
+
+
+def test_each_run_has_its_own_network_namespace():
+    # The namespace comes from a helper, passed to init by fd (security-model
+    # step 6b): it must be a new one per run, never the host's, owned by the
+    # sandbox's user namespace (so root inside may configure it: lo is set
+    # up with --network loopback, which test_network_loopback checks).
+    host = os.readlink("/proc/self/ns/net")
+    seen = set()
+    # Alive at the same time (namespace inode numbers are reused once freed).
+    procs = [subprocess.Popen([AJ_BIN, "run", "--", "sh", "-c", "readlink /proc/self/ns/net; sleep 0.5"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        seen.add(out.strip())
+    assert len(seen) == 4 and host not in seen, (host, seen)
