@@ -2141,8 +2141,8 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
  * (its pid namespace dies with init); nothing of it is reused.
  *
  * A filler thread prepares replacements and removes finished runs'
- * cgroups, on the other CPU, while the caller's thread runs payloads. It
- * blocks every signal (a ^C or a decoy's lease break is the running
+ * cgroups between runs (during one, it would take the CPU the payload
+ * needs, unless the pool is empty). It blocks every signal (a ^C or a decoy's lease break is the running
  * sandbox's business, read from its signalfd by the caller's thread), and
  * its sandbox side never mallocs between clone and exec, as always. */
 #define AJ_POOL_MAX 64
