@@ -15,8 +15,11 @@
 #                 filter sends it to the supervisor, which records an
 #                 escape_attempt and answers EPERM: one notification round
 #                 trip (two context switches, the event built as JSON)
-#   for three candidates:
+#   for four candidates:
 #     bare        the program run directly
+#     bwrap       inside bubblewrap with startup.sh's flags and its seccomp
+#                 filter (bench/bwrap_filter.c: allow by default, a deny
+#                 list), when bwrap and libseccomp-dev are there
 #     agentjail   build/agentjail run --bind-ro PROG -- PROG ... (default
 #                 policy: seccomp with the escape monitor, Landlock, ...)
 #     no-seccomp  the same with AGENTJAIL_UNSAFE_SKIP_LAYER=seccomp, which
@@ -102,6 +105,13 @@ cleanup() { [ -z "$tmp" ] || rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 prog="$out/syscall_bench"
 "$cc" -O2 -Wall -o "$prog" "$here/syscall_bench.c"
+# bwrap's filter, as startup.sh builds it.
+bpf=""
+bwrap=$(command -v bwrap || true)
+if [ -n "$bwrap" ] && "$cc" -O2 -o "$out/bwrap_filter" "$here/bwrap_filter.c" -lseccomp 2>/dev/null &&
+    "$out/bwrap_filter" "$out/bwrap.bpf"; then
+    bpf="$out/bwrap.bpf"
+fi
 chmod 0755 "$prog"
 [ -z "$tmp" ] || chmod 0755 "$tmp" # root mode: the sandbox runs as another uid
 
@@ -120,20 +130,29 @@ iters() {
 run() { # candidate op n
     case "$1" in
     bare) set -- "$2" "$3" "$prog" ;;
+    bwrap)
+        [ -n "$bpf" ] || { echo "- -"; return; }
+        set -- "$2" "$3" "$bwrap" --unshare-all --die-with-parent --new-session --ro-bind /usr /usr \
+            --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin \
+            --proc /proc --dev /dev --tmpfs /tmp --ro-bind "$prog" "$inside" --seccomp 3 "$inside" ;;
     agentjail) set -- "$2" "$3" "$aj" run --bind-ro "$prog:$inside" -- "$inside" ;;
     no-seccomp) set -- "$2" "$3" env AGENTJAIL_UNSAFE_SKIP_LAYER=seccomp "$aj" run --bind-ro "$prog:$inside" -- "$inside" ;;
     esac
     op=$1 n=$2
     shift 2
     # The program exits 0; a refused or failed run prints nothing usable.
-    line=$("$@" "$op" "$n" "$target" 2>/dev/null) || true
+    if [ "$1" = "$bwrap" ]; then
+        line=$("$@" "$op" "$n" "$target" 2>/dev/null 3<"$bpf") || true
+    else
+        line=$("$@" "$op" "$n" "$target" 2>/dev/null) || true
+    fi
     set -- $line
     if [ $# -eq 3 ] && [ "$1" = "$op" ]; then echo "$2 $3"; else echo "- -"; fi
 }
 
 data=$(mktemp "${TMPDIR:-/tmp}/ajbench-data-XXXXXX")
 trap 'cleanup; rm -f "$data"' EXIT INT TERM
-cands="bare agentjail no-seccomp"
+cands="bare bwrap agentjail no-seccomp"
 r=1
 while [ "$r" -le "$rounds" ]; do
     for op in $ops; do
@@ -161,18 +180,21 @@ function median(list,   a, n, i, j, t) {
 }
 END {
     label["getppid"] = "getppid"; label["openclose"] = "open+close"; label["stat"] = "stat"; label["unshare"] = "unshare(0x1)"
-    printf "%-14s %9s %10s %12s %8s %13s %8s\n", "operation", "calls", "bare ns", "agentjail ns", "x bare", "no-seccomp ns", "x bare"
+    printf "%-14s %9s %10s %10s %8s %12s %8s %13s %8s\n", "operation", "calls", "bare ns", "bwrap ns", "x bare",
+        "agentjail ns", "x bare", "no-seccomp ns", "x bare"
     n = split(ops, o, " ")
     for (i = 1; i <= n; i++) {
         op = o[i]
-        b = median(v[op, "bare"]); a = median(v[op, "agentjail"]); s = median(v[op, "no-seccomp"])
-        printf "%-14s %9d %10s %12s %8s %13s %8s\n", label[op], calls[op],
-            b < 0 ? "-" : sprintf("%.1f", b), a < 0 ? "-" : sprintf("%.1f", a),
-            (a < 0 || b <= 0) ? "-" : sprintf("%.2fx", a / b),
+        b = median(v[op, "bare"]); w = median(v[op, "bwrap"]); a = median(v[op, "agentjail"]); s = median(v[op, "no-seccomp"])
+        printf "%-14s %9d %10s %10s %8s %12s %8s %13s %8s\n", label[op], calls[op],
+            b < 0 ? "-" : sprintf("%.1f", b),
+            w < 0 ? "-" : sprintf("%.1f", w), (w < 0 || b <= 0) ? "-" : sprintf("%.2fx", w / b),
+            a < 0 ? "-" : sprintf("%.1f", a), (a < 0 || b <= 0) ? "-" : sprintf("%.2fx", a / b),
             s < 0 ? "-" : sprintf("%.1f", s), (s < 0 || b <= 0) ? "-" : sprintf("%.2fx", s / b)
     }
-    printf "unshare(0x1) answered: bare %s, agentjail %s, no-seccomp %s (errno numbers: 22 EINVAL, 1 EPERM)\n",
+    printf "unshare(0x1) answered: bare %s, bwrap %s, agentjail %s, no-seccomp %s (errno numbers: 22 EINVAL, 1 EPERM)\n",
         err["unshare", "bare"] == "" ? "-" : err["unshare", "bare"],
+        err["unshare", "bwrap"] == "" ? "-" : err["unshare", "bwrap"],
         err["unshare", "agentjail"] == "" ? "-" : err["unshare", "agentjail"],
         err["unshare", "no-seccomp"] == "" ? "-" : err["unshare", "no-seccomp"]
     for (k in bad) { split(k, kk, SUBSEP); printf "%s under %s: %d run(s) gave no number (refused or failed)\n", kk[1], kk[2], bad[k] }
