@@ -521,8 +521,11 @@ static int join_helper_netns(struct run_ctx *c, struct aj_error *err)
     if (n != (ssize_t)sizeof(m) || m.type != AJ_MSG_NETNS || fd < 0) {
         if (fd >= 0)
             (void)close(fd);
-        return aj_err(err, n == (ssize_t)sizeof(m) && m.type == AJ_MSG_NETNS && m.err.errnum ? m.err.errnum : EPROTO,
-                      "create the network namespace");
+        int e = n == (ssize_t)sizeof(m) && m.type == AJ_MSG_NETNS && m.err.errnum ? m.err.errnum : EPROTO;
+        if (e == EPERM)
+            return aj_err(err, e, "create the network namespace: this host refuses them (a seccomp filter or a "
+                          "sysctl); --allow-degraded runs without any namespace");
+        return aj_err(err, e, "create the network namespace");
     }
     r = setns(fd, CLONE_NEWNET);
     (void)close(fd);
@@ -1852,8 +1855,12 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         return aj_err(err, errno, "socketpair");
     c->sock = sb->socks[1];
 
-    c->netns_late = true; /* see spawn_netns_helper */
-    st->pid = clone_sandbox(NS_FLAGS & ~(uint64_t)CLONE_NEWNET, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup);
+    /* See spawn_netns_helper. Not with --allow-degraded: there a host that
+     * refuses network namespaces must make the clone fail, so the run
+     * degrades as a whole instead of failing later in the helper. */
+    c->netns_late = !pol->allow_degraded;
+    st->pid = clone_sandbox(c->netns_late ? NS_FLAGS & ~(uint64_t)CLONE_NEWNET : NS_FLAGS, sb->cg.v2_fd,
+                            &st->pidfd, &sb->in_cgroup);
     if (st->pid < 0) {
         r = sb_clone_degraded(sb, errno, res, err);
         if (r < 0)

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* aj-nouserns CMD [ARGS...]: run CMD under a seccomp filter that refuses
- * namespace creation the way restrictive hosts do (Docker's default
- * profile: clone3 -> ENOSYS, clone/unshare with namespace flags -> EPERM).
+/* aj-nouserns [--net-only] CMD [ARGS...]: run CMD under a seccomp filter
+ * that refuses namespace creation the way restrictive hosts do (Docker's
+ * default profile: clone3 -> ENOSYS, clone/unshare with namespace flags ->
+ * EPERM). --net-only refuses network namespaces alone (clone or unshare
+ * with CLONE_NEWNET), as some hosts do.
  * Used by the tests to exercise agentjail's diagnosis and --allow-degraded
  * path without changing the host's configuration. */
 #include <errno.h>
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -21,16 +24,26 @@
 int main(int argc, char **argv)
 {
     scmp_filter_ctx ctx;
-    int r;
+    int r, first = 1;
 
-    if (argc < 2) {
-        fprintf(stderr, "usage: aj-nouserns CMD [ARGS...]\n");
+    if (argc > 1 && strcmp(argv[1], "--net-only") == 0)
+        first = 2;
+    if (argc < first + 1) {
+        fprintf(stderr, "usage: aj-nouserns [--net-only] CMD [ARGS...]\n");
         return 2;
     }
     ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx)
         return 1;
     r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    if (r == 0 && first == 2) {
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                             SCMP_A0_64(SCMP_CMP_MASKED_EQ, CLONE_NEWNET, CLONE_NEWNET));
+        if (r == 0)
+            r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(unshare), 1,
+                                 SCMP_A0_64(SCMP_CMP_MASKED_EQ, CLONE_NEWNET, CLONE_NEWNET));
+        goto load;
+    }
     if (r == 0)
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                              SCMP_A0_64(SCMP_CMP_MASKED_EQ, NS_FLAGS, CLONE_NEWUSER));
@@ -46,6 +59,7 @@ int main(int argc, char **argv)
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(unshare), 0);
     if (r == 0)
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setns), 0);
+load:
     if (r == 0)
         r = seccomp_load(ctx);
     seccomp_release(ctx);
@@ -53,7 +67,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "aj-nouserns: seccomp: %d\n", r);
         return 1;
     }
-    execvp(argv[1], argv + 1);
+    execvp(argv[first], argv + first);
     perror("aj-nouserns: exec");
     return 127;
 }

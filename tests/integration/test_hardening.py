@@ -522,6 +522,24 @@ def nouserns():
     return [path]
 
 
+def test_host_refusing_only_network_namespaces():
+    # The network namespace is made by a helper after the clone (security
+    # model step 6b). A host that refuses only network namespaces gets a
+    # setup error that says so and what to do, not a sandbox without one.
+    path = helper("aj-nouserns")
+    if not os.access(path, os.X_OK):
+        must_skip("aj-nouserns not built: " + path)
+    r = run_aj([], ["sh", "-c", "echo AJTEST-RAN"], prefix=[path, "--net-only"])
+    assert r.returncode == 125 and "AJTEST-RAN" not in r.stdout, r
+    assert r.result["status"] == "setup_error", r.result
+    assert "network namespace" in r.stderr and "--allow-degraded" in r.stderr, r.stderr
+    # With --allow-degraded the clone itself asks for the network namespace,
+    # so the refusal degrades the whole run, as on hosts refusing them all.
+    r = run_aj(["--allow-degraded"], ["sh", "-c", "echo AJTEST-RAN"], prefix=[path, "--net-only"])
+    assert r.returncode == 0 and r.stdout == "AJTEST-RAN\n", r
+    assert r.result["degraded"] is True and r.result["layers"]["network_namespace"] is False, r.result
+
+
 def test_degraded_refuses_loopback_network():
     r = run_aj(["--allow-degraded", "--network", "loopback"], ["sh", "-c", "echo AJTEST-RAN"],
                prefix=nouserns())
