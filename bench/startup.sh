@@ -65,7 +65,7 @@ aj="$repo/build/agentjail"
 nsjail=""
 
 usage() {
-    sed -n '/^# USAGE/,/^# *--agentjail/p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '/^# USAGE/,/^# *--nsjail/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do

@@ -7,6 +7,7 @@ Environment:
 """
 import json
 import os
+import signal
 import subprocess
 import tempfile
 
@@ -99,8 +100,61 @@ def hostdir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+def children(pid):
+    """Children of every thread of pid (a pool's filler thread clones too)."""
+    import glob
+    kids = []
+    for t in glob.glob("/proc/%d/task/*/children" % pid):
+        try:
+            with open(t) as f:
+                kids += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def comm(pid):
+    """The process's name, or None once it is gone."""
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def helper(name):
     return os.path.join(AJ_HELPERS, name)
+
+
+def nouserns(*flags):
+    """Command prefix: run agentjail under aj-nouserns (a host refusing
+    namespaces; --net-only: network namespaces only)."""
+    path = helper("aj-nouserns")
+    if not os.access(path, os.X_OK):
+        must_skip("aj-nouserns not built: " + path)
+    return [path] + list(flags)
+
+
+@pytest.fixture
+def reaper():
+    """Collects tags; after the test, kills whatever still carries one (and
+    its parent when that is a leftover sandbox init), so a failure does not
+    cascade into the leak checks of later tests."""
+    tags = []
+    yield tags
+    for tag in tags:
+        for pid in pids_with(tag):
+            parent = ppid(pid)
+            for p in (pid, parent):
+                if p > 1:
+                    try:
+                        with open("/proc/%d/cmdline" % p, "rb") as f:
+                            argv = f.read()
+                        if p == pid or argv.split(b"\0")[0].endswith(b"/agentjail"):
+                            os.kill(p, signal.SIGKILL)
+                    except OSError:
+                        pass
+        wait_for(lambda: not pids_with(tag), 5)
 
 
 def try_args():
@@ -122,7 +176,7 @@ def root_only(reason):
         pytest.skip("as root only: " + reason)
 
 
-def _ppid(pid):
+def ppid(pid):
     try:
         with open("/proc/%s/stat" % pid) as f:
             return int(f.read().rsplit(")", 1)[1].split()[1])
@@ -137,7 +191,7 @@ def _ours(pid):
     me = os.getpid()
     p = pid
     for _ in range(64):
-        pp = _ppid(p)
+        pp = ppid(p)
         if pp == me:
             return True
         if pp <= 1:
@@ -146,9 +200,9 @@ def _ours(pid):
     return False
 
 
-def _snapshot():
-    mounts = open("/proc/self/mountinfo").read().count("agentjail")
-    procs = set()
+def agentjail_pids():
+    """Pids whose argv[0] is an agentjail binary: supervisors, and their
+    sandbox inits (a fork of the supervisor: same argv0)."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -157,9 +211,13 @@ def _snapshot():
                 argv0 = f.read().split(b"\0")[0]
         except OSError:
             continue
-        # The sandbox init is a fork of the supervisor: same argv0.
-        if argv0.endswith(b"/agentjail") and _ours(pid):
-            procs.add(pid)
+        if argv0.endswith(b"/agentjail"):
+            yield pid
+
+
+def _snapshot():
+    mounts = open("/proc/self/mountinfo").read().count("agentjail")
+    procs = {pid for pid in agentjail_pids() if _ours(pid)}
     tmp = {n for n in os.listdir("/tmp") if n.startswith("agentjail")}
     return mounts, procs, tmp
 

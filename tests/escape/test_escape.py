@@ -407,8 +407,8 @@ def assert_blocked(t, r):
     assert r.returncode == 1, r
     assert out["errno"] in t.blocked, "%s: blocked, but with %s (expected one of %s): %s" % (
         t.id, out["errno"], sorted(map(str, t.blocked)), out)
-    if r.result is not None:
-        assert r.result["status"] == "nonzero_exit" and r.result["exit_code"] == 1, r.result
+    assert r.result is not None, r
+    assert r.result["status"] == "nonzero_exit" and r.result["exit_code"] == 1, r.result
 
 
 def assert_permitted(r, what):

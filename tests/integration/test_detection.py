@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from conftest import hostdir, write, AJ_BIN, new_tag, pids_with, run_aj, try_args
+from conftest import write, wait_for, AJ_BIN, new_tag, pids_with, run_aj, try_args
 
 PY = "/usr/bin/python3"
 TRY = "/opt/aj-try"
@@ -636,13 +636,14 @@ def test_alert_cmd_critical_event_foreign_abi(hostdir):
 
 def _alert_timeout_run(payload_secs, tag):
     """Start agentjail with a hook that would sleep 1000 s and a 1 s alert
-    timeout; return (seconds until agentjail exited, seconds until its
-    output pipes closed, leftover hook pids)."""
+    timeout; return (seconds until agentjail exited, its exit code, leftover
+    hook pids, whether the hook was seen running)."""
     cmd = [AJ_BIN, "run", "--alert-cmd", "sleep %s" % tag, "--alert-timeout", "1s"] + try_args() + \
           ["--", "sh", "-c", "%s mount; sleep %s" % (TRY, payload_secs)]
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
+        started = bool(wait_for(lambda: pids_with(tag), 2))  # the hook did run
         try:
             p.wait(timeout=payload_secs + 8)
         except subprocess.TimeoutExpired:
@@ -656,7 +657,7 @@ def _alert_timeout_run(payload_secs, tag):
             except ProcessLookupError:
                 pass
         p.communicate(timeout=30)
-    return exited, p.returncode, left
+    return exited, p.returncode, left, started
 
 
 @pytest.mark.parametrize("payload_secs", [0, 3], ids=["run-ends-first", "hook-deadline-first"])
@@ -665,7 +666,8 @@ def test_alert_cmd_killed_at_alert_timeout(payload_secs):
     still exits (at 1 s, or when the payload ends if later), and no process
     of the hook is left behind, holding agentjail's stdout and stderr."""
     tag = new_tag()
-    exited, rc, left = _alert_timeout_run(payload_secs, tag)
+    exited, rc, left, started = _alert_timeout_run(payload_secs, tag)
+    assert started, "the alert hook never ran: nothing was there to kill"
     assert exited is not None, "agentjail still running %d s after the alert timeout" % (payload_secs + 7)
     assert exited < max(1, payload_secs) + 5, exited
     assert rc == 0, rc

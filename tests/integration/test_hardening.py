@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, helper, must_skip, root_only, run_aj, try_args
+from conftest import AJ_BIN, children, comm, nouserns, IS_ROOT, helper, must_skip, root_only, run_aj, try_args
 
 PY = "/usr/bin/python3"
 NS_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
@@ -87,20 +87,6 @@ def read_text(path):
         return f.read()
 
 
-def children(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-
-
-def comm(pid):
-    try:
-        with open("/proc/%d/comm" % pid) as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def wait_for_payload(sup, name, timeout=15):
@@ -204,6 +190,14 @@ def test_supplementary_groups_dropped_in_root_mode(hostdir):
     out = probe_json(r.stdout)
     assert out is not None, r
     blocked(out, "EACCES")
+    # Control in the same sandbox set-up: a world-readable neighbour reads,
+    # so the refusal above is the group's, not the bind's or Landlock's.
+    pub = os.path.join(d, "public")
+    with open(pub, "w") as fh:
+        fh.write("AJTEST-PUB\n")
+    os.chmod(pub, 0o644)
+    r = run_aj(try_args() + ["--bind-ro", d + ":/data"], ["/opt/aj-try", "read", "/data/public"], prefix=groups)
+    assert probe_json(r.stdout)["permitted"], r
 
 
 def test_proc_1_cmdline_is_scrubbed():
@@ -515,27 +509,17 @@ def test_rw_bind_listed_before_its_ro_parent_refused(hostdir):
 
 # ---- degraded mode --------------------------------------------------------------------
 
-def nouserns():
-    path = helper("aj-nouserns")
-    if not os.access(path, os.X_OK):
-        must_skip("aj-nouserns not built: " + path)
-    return [path]
-
-
 def test_host_refusing_only_network_namespaces():
     # The network namespace is made by a helper after the clone (security
     # model step 6b). A host that refuses only network namespaces gets a
     # setup error that says so and what to do, not a sandbox without one.
-    path = helper("aj-nouserns")
-    if not os.access(path, os.X_OK):
-        must_skip("aj-nouserns not built: " + path)
-    r = run_aj([], ["sh", "-c", "echo AJTEST-RAN"], prefix=[path, "--net-only"])
+    r = run_aj([], ["sh", "-c", "echo AJTEST-RAN"], prefix=nouserns("--net-only"))
     assert r.returncode == 125 and "AJTEST-RAN" not in r.stdout, r
     assert r.result["status"] == "setup_error", r.result
     assert "network namespace" in r.stderr and "--allow-degraded" in r.stderr, r.stderr
     # With --allow-degraded the clone itself asks for the network namespace,
     # so the refusal degrades the whole run, as on hosts refusing them all.
-    r = run_aj(["--allow-degraded"], ["sh", "-c", "echo AJTEST-RAN"], prefix=[path, "--net-only"])
+    r = run_aj(["--allow-degraded"], ["sh", "-c", "echo AJTEST-RAN"], prefix=nouserns("--net-only"))
     assert r.returncode == 0 and r.stdout == "AJTEST-RAN\n", r
     assert r.result["degraded"] is True and r.result["layers"]["network_namespace"] is False, r.result
 

@@ -18,7 +18,6 @@ Environment: AJ_LEAK_RUNS (default 100) runs for the leftover check.
 """
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -27,7 +26,7 @@ import time
 
 import pytest
 
-from conftest import wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, root_only, run_aj
+from conftest import agentjail_pids, wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, root_only, run_aj
 
 PY = "/usr/bin/python3"
 LEAK_RUNS = int(os.environ.get("AJ_LEAK_RUNS", "100"))
@@ -150,16 +149,7 @@ def foreign_runs():
     """Whether an agentjail process that is not this test's runs on the host
     (another user's, another suite's): shared cgroup dirs may change under us."""
     me = os.getpid()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                argv0 = f.read().split(b"\0")[0]
-        except OSError:
-            continue
-        if not argv0.endswith(b"/agentjail"):
-            continue
+    for pid in agentjail_pids():
         p = int(pid)
         for _ in range(64):
             p = int(proc_status(p, "PPid") or 0)
@@ -292,20 +282,6 @@ def no_cgroup_leaks():
         except OSError:
             pass
     assert not new, "agentjail cgroup dirs left: %r" % new
-
-
-@pytest.fixture
-def reaper():
-    """Tags whose processes are killed after the test, pass or fail."""
-    tags = []
-    yield tags
-    for tag in tags:
-        for pid in pids_with(tag):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        wait_for(lambda: not pids_with(tag), 5)
 
 
 def need_cgroup_limits():

@@ -16,7 +16,6 @@ import csv
 import hashlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -31,15 +30,6 @@ NO_AJ_ENV = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJAIL_
 
 
 # ---- helpers ------------------------------------------------------------------
-
-@pytest.fixture
-def tdir():
-    """A host temp dir every host uid can read (root mode runs as a per-run uid)."""
-    d = tempfile.mkdtemp(prefix="ajtest-pol-")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
 
 def aj(*args, env=None, timeout=30):
     return subprocess.run([AJ_BIN] + list(args), capture_output=True, timeout=timeout,
@@ -122,68 +112,68 @@ def doc(**groups):
 
 # ---- valid / syntax ----------------------------------------------------------
 
-def test_valid_file_exits_0(tdir):
-    d1 = mkdir(tdir, "d1")
-    path = write(tdir, "ok.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/data"}]},
+def test_valid_file_exits_0(hostdir):
+    d1 = mkdir(hostdir, "d1")
+    path = write(hostdir, "ok.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/data"}]},
                                       limits={"memory": "512M", "timeout": "10s"}))
     assert_valid(path)
 
 
-def test_json_syntax_error(tdir):
+def test_json_syntax_error(hostdir):
     text = '{\n  "version": 1,\n  "network": {"mode": "none",}\n}\n'
     line, col = loc(text, ",}")
     # jansson's own message and position: the '}' where a key was due.
-    assert_refused(write(tdir, "p.json", text), line, col + 1)
+    assert_refused(write(hostdir, "p.json", text), line, col + 1)
 
 
-def test_json_syntax_error_positive_control(tdir):
-    assert_valid(write(tdir, "p.json", '{\n  "version": 1,\n  "network": {"mode": "none"}\n}\n'))
+def test_json_syntax_error_positive_control(hostdir):
+    assert_valid(write(hostdir, "p.json", '{\n  "version": 1,\n  "network": {"mode": "none"}\n}\n'))
 
 
-def test_nul_byte_is_refused_not_a_hang(tdir):
+def test_nul_byte_is_refused_not_a_hang(hostdir):
     # jansson 2.14 accepts a NUL right after a number; the position scanner
     # must still terminate (tests/fuzz/crashes/hang-nul-after-number.json).
-    path = write(tdir, "p.json", b'{"version": 1\0}')
+    path = write(hostdir, "p.json", b'{"version": 1\0}')
     p = aj("policy", "check", path, timeout=10)
     assert p.returncode == 2, p
     assert p.stderr.decode().count("\n") == 1, p
 
 
-def test_non_utf8_bytes(tdir):
+def test_non_utf8_bytes(hostdir):
     text = b'{\n  "version": 1,\n  "environment": {"set": {"A": "\xff\xfe"}}\n}\n'
     line, col = loc(text.decode("latin-1"), '"\xff')
     # jansson points at the string holding the bad byte.
-    err = assert_refused(write(tdir, "p.json", text), line, col)
+    err = assert_refused(write(hostdir, "p.json", text), line, col)
     assert "0xff" in err
 
 
-def test_duplicate_keys(tdir):
+def test_duplicate_keys(hostdir):
     text = '{\n  "version": 1,\n  "version": 1\n}\n'
     line, col = loc(text, '"version"', nth=1)
     # jansson reports the end of the duplicate key token.
-    assert_refused(write(tdir, "p.json", text), line, col + len('"version"') - 1,
+    assert_refused(write(hostdir, "p.json", text), line, col + len('"version"') - 1,
                    says=("duplicate object key",))
 
 
-def test_duplicate_nested_keys(tdir):
+def test_duplicate_nested_keys(hostdir):
     text = '{\n  "version": 1,\n  "limits": {"pids": 10, "pids": 20}\n}\n'
     line, col = loc(text, '"pids"', nth=1)
-    assert_refused(write(tdir, "p.json", text), line, col + len('"pids"') - 1,
+    assert_refused(write(hostdir, "p.json", text), line, col + len('"pids"') - 1,
                    says=("duplicate object key",))
 
 
 # ---- version -------------------------------------------------------------------
 
-def test_missing_version(tdir):
+def test_missing_version(hostdir):
     # Nothing to point at but the object that lacks it: the top level.
-    refused_at(tdir, '{\n  "network": {"mode": "none"}\n}\n', "{", "version",
+    refused_at(hostdir, '{\n  "network": {"mode": "none"}\n}\n', "{", "version",
                says=('"version": 1',))
 
 
 @pytest.mark.parametrize("value", ["2", '"1"', "1.0", "null"])
-def test_unsupported_version(tdir, value):
+def test_unsupported_version(hostdir, value):
     text = '{\n  "network": {"mode": "none"},\n  "version": %s\n}\n' % value
-    refused_at(tdir, text, value, "version", nth=text.count(value) - 1, says=("only version 1",))
+    refused_at(hostdir, text, value, "version", nth=text.count(value) - 1, says=("only version 1",))
 
 
 # ---- unknown keys ----------------------------------------------------------------
@@ -192,14 +182,14 @@ TOP_KEYS = ("version", "filesystem", "environment", "network", "limits", "identi
             "seccomp")
 
 
-def test_unknown_top_level_key(tdir):
-    err = refused_at(tdir, '{\n  "version": 1,\n  "networks": {"mode": "none"}\n}\n', '"networks"',
+def test_unknown_top_level_key(hostdir):
+    err = refused_at(hostdir, '{\n  "version": 1,\n  "networks": {"mode": "none"}\n}\n', '"networks"',
                      "networks", says=("unknown key 'networks'",))
     assert all(k in err.split("accepted here:")[1] for k in TOP_KEYS), err
 
 
-def test_unknown_nested_key(tdir):
-    err = refused_at(tdir, doc(limits={"timeout": "10s", "memry": "1G"}), '"memry"', "limits.memry",
+def test_unknown_nested_key(hostdir):
+    err = refused_at(hostdir, doc(limits={"timeout": "10s", "memry": "1G"}), '"memry"', "limits.memry",
                      says=("unknown key 'memry'",))
     accepted = err.split("accepted here:")[1]
     for k in ("timeout", "memory", "pids", "cpus", "cpu_time", "output", "file_size", "open_files",
@@ -207,11 +197,11 @@ def test_unknown_nested_key(tdir):
         assert k in accepted, err
 
 
-def test_unknown_key_in_array_element(tdir):
-    d1 = mkdir(tdir, "d1")
+def test_unknown_key_in_array_element(hostdir):
+    d1 = mkdir(hostdir, "d1")
     text = doc(filesystem={"binds": [{"host": d1, "sandbox": "/a"},
                                      {"host": d1, "sandbox": "/b", "rw": True}]})
-    err = refused_at(tdir, text, '"rw"', "filesystem.binds[1].rw", says=("unknown key 'rw'",))
+    err = refused_at(hostdir, text, '"rw"', "filesystem.binds[1].rw", says=("unknown key 'rw'",))
     assert "host, sandbox, mode, optional" in err
 
 
@@ -232,11 +222,11 @@ def test_unknown_key_in_array_element(tdir):
     (doc(environment={"set": {"A": 1}}), "1}", "environment.set.A", "got an integer"),
 ], ids=["fs-string", "net-string", "memory-bool", "tmp_size-bool", "uid-string", "require-string",
         "binds-object", "env-int"])
-def test_wrong_type(tdir, text, needle, key, got):
+def test_wrong_type(hostdir, text, needle, key, got):
     nth = 0
     if needle == "{":  # the binds value, not the outer braces
         nth = text.count("{") - 1
-    refused_at(tdir, text, needle, key, nth=nth, says=(got,))
+    refused_at(hostdir, text, needle, key, nth=nth, says=(got,))
 
 
 # ---- out of range --------------------------------------------------------------------
@@ -254,135 +244,142 @@ def test_wrong_type(tdir, text, needle, key, got):
     ("output", 0, 1),
     ("file_size", "0", "1"),
 ])
-def test_out_of_range(tdir, key, bad, good):
+def test_out_of_range(hostdir, key, bad, good):
     text = doc(limits={key: bad})
-    refused_at(tdir, text, json.dumps(bad), "limits." + key, nth=text.count(json.dumps(bad)) - 1)
+    refused_at(hostdir, text, json.dumps(bad), "limits." + key, nth=text.count(json.dumps(bad)) - 1)
     # positive control: the boundary value loads
-    assert_valid(write(tdir, "good.json", doc(limits={key: good})))
+    assert_valid(write(hostdir, "good.json", doc(limits={key: good})))
 
 
 @pytest.mark.parametrize("key", ["file_size", "open_files"])
-def test_null_refused_where_there_is_no_unlimited(tdir, key):
-    refused_at(tdir, doc(limits={key: None}), "null", "limits." + key, says=("got null",))
+def test_null_refused_where_there_is_no_unlimited(hostdir, key):
+    refused_at(hostdir, doc(limits={key: None}), "null", "limits." + key, says=("got null",))
 
 
 # ---- paths -------------------------------------------------------------------------------
 
-def test_relative_host_path(tdir):
-    refused_at(tdir, doc(filesystem={"binds": [{"host": "data/in", "sandbox": "/data"}]}),
+def test_relative_host_path(hostdir):
+    refused_at(hostdir, doc(filesystem={"binds": [{"host": "data/in", "sandbox": "/data"}]}),
                '"data/in"', "filesystem.binds[0].host", says=("not an absolute path",))
 
 
-def test_relative_sandbox_path(tdir):
-    d1 = mkdir(tdir, "d1")
-    refused_at(tdir, doc(filesystem={"binds": [{"host": d1, "sandbox": "data"}]}),
+def test_relative_sandbox_path(hostdir):
+    d1 = mkdir(hostdir, "d1")
+    refused_at(hostdir, doc(filesystem={"binds": [{"host": d1, "sandbox": "data"}]}),
                '"data"', "filesystem.binds[0].sandbox", says=("not an absolute path",))
 
 
-def test_dotdot_in_host_path(tdir):
-    mkdir(tdir, "d1")
-    mkdir(tdir, "d2")
-    host = tdir + "/d1/../d2"
-    refused_at(tdir, doc(filesystem={"binds": [{"host": host, "sandbox": "/data"}]}),
+def test_dotdot_in_host_path(hostdir):
+    mkdir(hostdir, "d1")
+    mkdir(hostdir, "d2")
+    host = hostdir + "/d1/../d2"
+    refused_at(hostdir, doc(filesystem={"binds": [{"host": host, "sandbox": "/data"}]}),
                json.dumps(host), "filesystem.binds[0].host", says=("'..'",))
     # positive control: the same directory named without '..'
-    assert_valid(write(tdir, "good.json",
-                       doc(filesystem={"binds": [{"host": tdir + "/d2", "sandbox": "/data"}]})))
+    assert_valid(write(hostdir, "good.json",
+                       doc(filesystem={"binds": [{"host": hostdir + "/d2", "sandbox": "/data"}]})))
 
 
-def test_dotdot_in_sandbox_path(tdir):
-    d1 = mkdir(tdir, "d1")
-    refused_at(tdir, doc(filesystem={"binds": [{"host": d1, "sandbox": "/data/../etc"}]}),
+def test_dotdot_in_sandbox_path(hostdir):
+    d1 = mkdir(hostdir, "d1")
+    refused_at(hostdir, doc(filesystem={"binds": [{"host": d1, "sandbox": "/data/../etc"}]}),
                '"/data/../etc"', "filesystem.binds[0].sandbox", says=("'..'",))
 
 
-def test_dotdot_in_tmpfs_path(tdir):
-    refused_at(tdir, doc(filesystem={"tmpfs": [{"path": "/scratch/../etc", "size": "1M"}]}),
+def test_dotdot_in_tmpfs_path(hostdir):
+    refused_at(hostdir, doc(filesystem={"tmpfs": [{"path": "/scratch/../etc", "size": "1M"}]}),
                '"/scratch/../etc"', "filesystem.tmpfs[0].path", says=("'..'",))
 
 
-def test_nonexistent_host_path(tdir):
-    d1 = mkdir(tdir, "d1")
-    missing = tdir + "/missing"
+def test_nonexistent_host_path(hostdir):
+    d1 = mkdir(hostdir, "d1")
+    missing = hostdir + "/missing"
     text = doc(filesystem={"binds": [
         {"host": "${AJ_TEST_SURELY_UNSET}", "sandbox": "/opt", "optional": True},
         {"host": d1, "sandbox": "/a"},
         {"host": missing, "sandbox": "/b"}]})
     # The skipped optional bind does not shift the index: [2] as in the file.
-    refused_at(tdir, text, json.dumps(missing), "filesystem.binds[2].host",
+    refused_at(hostdir, text, json.dumps(missing), "filesystem.binds[2].host",
                says=("No such file or directory",))
     os.mkdir(missing)
-    assert_valid(os.path.join(tdir, "p.json"))
+    assert_valid(os.path.join(hostdir, "p.json"))
 
 
 @pytest.mark.parametrize("sandbox", ["/proc", "/proc/self", "/dev", "/etc", "/"])
-def test_reserved_sandbox_path(tdir, sandbox):
-    d1 = mkdir(tdir, "d1")
-    refused_at(tdir, doc(filesystem={"binds": [{"host": d1, "sandbox": sandbox}]}),
+def test_reserved_sandbox_path(hostdir, sandbox):
+    d1 = mkdir(hostdir, "d1")
+    refused_at(hostdir, doc(filesystem={"binds": [{"host": d1, "sandbox": sandbox}]}),
                json.dumps(sandbox), "filesystem.binds[0].sandbox", says=("reserved",))
 
 
-def test_reserved_sandbox_path_positive_control(tdir):
-    d1 = mkdir(tdir, "d1")
-    assert_valid(write(tdir, "p.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/procfs"}]})))
+def test_reserved_sandbox_path_positive_control(hostdir):
+    d1 = mkdir(hostdir, "d1")
+    assert_valid(write(hostdir, "p.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/procfs"}]})))
 
 
 @pytest.mark.parametrize("host", ["/proc", "/proc/1", "/sys", "/sys/fs", "/", "/dev"])
-def test_refused_host_source(tdir, host):
-    refused_at(tdir, doc(filesystem={"binds": [{"host": host, "sandbox": "/h"}]}),
+def test_refused_host_source(hostdir, host):
+    refused_at(hostdir, doc(filesystem={"binds": [{"host": host, "sandbox": "/h"}]}),
                json.dumps(host), "filesystem.binds[0].host")
     # positive control: an ordinary host directory to the same place
-    assert_valid(write(tdir, "good.json", doc(filesystem={"binds": [{"host": tdir, "sandbox": "/h"}]})))
+    assert_valid(write(hostdir, "good.json", doc(filesystem={"binds": [{"host": hostdir, "sandbox": "/h"}]})))
 
 
 # ---- conflicts ---------------------------------------------------------------------------
 
-def test_rw_bind_under_ro_bind(tdir):
-    d1, d2 = mkdir(tdir, "d1"), mkdir(tdir, "d2")
+def test_rw_bind_under_ro_bind(hostdir):
+    d1, d2 = mkdir(hostdir, "d1"), mkdir(hostdir, "d2")
     text = doc(filesystem={"binds": [{"host": d1, "sandbox": "/data", "mode": "ro"},
                                      {"host": d2, "sandbox": "/data/out", "mode": "rw"}]})
-    refused_at(tdir, text, '"/data/out"', "filesystem.binds[1].sandbox", says=("read-only bind",))
+    refused_at(hostdir, text, '"/data/out"', "filesystem.binds[1].sandbox", says=("read-only bind",))
     # positive control: a ro bind under a rw one, and the rw one beside it
     for binds in ([{"host": d1, "sandbox": "/data", "mode": "rw"},
                    {"host": d2, "sandbox": "/data/in", "mode": "ro"}],
                   [{"host": d1, "sandbox": "/data", "mode": "ro"},
                    {"host": d2, "sandbox": "/out", "mode": "rw"}]):
-        assert_valid(write(tdir, "good.json", doc(filesystem={"binds": binds})))
+        assert_valid(write(hostdir, "good.json", doc(filesystem={"binds": binds})))
 
 
-def test_rw_bind_under_ro_bind_listed_first(tdir):
+def test_rw_bind_under_ro_bind_listed_first(hostdir):
     # Mounts are made parents first whatever the list order, so the rw
     # bind ends up inside the ro one all the same: the order must not
     # decide whether this is refused. The later bind is the one named.
-    d1, d2 = mkdir(tdir, "d1"), mkdir(tdir, "d2")
+    d1, d2 = mkdir(hostdir, "d1"), mkdir(hostdir, "d2")
     os.mkdir(os.path.join(d1, "out"))
     text = doc(filesystem={"binds": [{"host": d2, "sandbox": "/data/out", "mode": "rw"},
                                      {"host": d1, "sandbox": "/data", "mode": "ro"}]})
-    refused_at(tdir, text, '"/data"', "filesystem.binds[1].sandbox")
+    refused_at(hostdir, text, '"/data"', "filesystem.binds[1].sandbox", says=("under the read-only bind /data",))
+    # Control: the same two binds with /data writable are a valid policy.
+    assert_valid(write(hostdir, "ok.json", doc(filesystem={"binds": [
+        {"host": d2, "sandbox": "/data/out", "mode": "rw"}, {"host": d1, "sandbox": "/data", "mode": "rw"}]})))
 
 
-def test_two_binds_same_target(tdir):
-    d1, d2 = mkdir(tdir, "d1"), mkdir(tdir, "d2")
+def test_two_binds_same_target(hostdir):
+    d1, d2 = mkdir(hostdir, "d1"), mkdir(hostdir, "d2")
     # "/data/" normalises to "/data": the same target.
     text = doc(filesystem={"binds": [{"host": d1, "sandbox": "/data"},
                                      {"host": d2, "sandbox": "/data/"}]})
-    refused_at(tdir, text, '"/data/"', "filesystem.binds[1].sandbox", says=("both target /data",))
+    refused_at(hostdir, text, '"/data/"', "filesystem.binds[1].sandbox", says=("both target /data",))
 
 
-def test_tmpfs_and_bind_same_path(tdir):
-    d1 = mkdir(tdir, "d1")
+def test_tmpfs_and_bind_same_path(hostdir):
+    d1 = mkdir(hostdir, "d1")
     text = doc(filesystem={"binds": [{"host": d1, "sandbox": "/scratch"}],
                            "tmpfs": [{"path": "/other", "size": "1M"}, {"path": "/scratch", "size": "1M"}]})
-    refused_at(tdir, text, '"/scratch"', "filesystem.tmpfs[1].path", nth=1)
+    refused_at(hostdir, text, '"/scratch"', "filesystem.tmpfs[1].path", nth=1, says=("both target /scratch",))
+    # Control: the tmpfs at a path of its own is valid beside the bind.
+    assert_valid(write(hostdir, "ok.json", doc(filesystem={
+        "binds": [{"host": d1, "sandbox": "/scratch"}],
+        "tmpfs": [{"path": "/other", "size": "1M"}, {"path": "/scratch2", "size": "1M"}]})))
 
 
-def test_file_bind_error_after_profile_binds_names_the_file(tdir):
+def test_file_bind_error_after_profile_binds_names_the_file(hostdir):
     # --profile python puts two binds in first; the file's own indices and
     # positions must still be the ones reported.
-    work, data = mkdir(tdir, "work", 0o777), mkdir(tdir, "data")
-    missing = tdir + "/missing"
+    work, data = mkdir(hostdir, "work", 0o777), mkdir(hostdir, "data")
+    missing = hostdir + "/missing"
     text = doc(filesystem={"binds": [{"host": missing, "sandbox": "/b"}]})
-    path = write(tdir, "p.json", text)
+    path = write(hostdir, "p.json", text)
     env = dict(NO_AJ_ENV, AGENTJAIL_WORK=work, AGENTJAIL_DATA=data)
     p = aj("run", "--profile", "python", "--policy", path, "--", "true", env=env)
     line, col = loc(text, json.dumps(missing))
@@ -393,30 +390,30 @@ def test_file_bind_error_after_profile_binds_names_the_file(tdir):
 
 # ---- ${VAR} host paths and optional ------------------------------------------------------
 
-def test_unset_variable_is_an_error(tdir):
+def test_unset_variable_is_an_error(hostdir):
     text = doc(filesystem={"binds": [{"host": "${AJ_TEST_SURELY_UNSET}", "sandbox": "/w"}]})
-    refused_at(tdir, text, '"${AJ_TEST_SURELY_UNSET}"', "filesystem.binds[0].host",
+    refused_at(hostdir, text, '"${AJ_TEST_SURELY_UNSET}"', "filesystem.binds[0].host",
                says=("not set", '"optional": true'))
 
 
-def test_unset_variable_with_optional_is_skipped(tdir):
-    path = write(tdir, "p.json", doc(filesystem={"binds": [
+def test_unset_variable_with_optional_is_skipped(hostdir):
+    path = write(hostdir, "p.json", doc(filesystem={"binds": [
         {"host": "${AJ_TEST_SURELY_UNSET}", "sandbox": "/w", "optional": True}]}))
     assert_valid(path)
     assert shown(path)["filesystem"]["binds"] == []
 
 
-def test_set_variable_is_expanded(tdir):
-    d1 = mkdir(tdir, "d1")
-    path = write(tdir, "p.json", doc(filesystem={"binds": [
+def test_set_variable_is_expanded(hostdir):
+    d1 = mkdir(hostdir, "d1")
+    path = write(hostdir, "p.json", doc(filesystem={"binds": [
         {"host": "${AJ_TEST_DIR}", "sandbox": "/w", "mode": "rw", "optional": True}]}))
     env = dict(NO_AJ_ENV, AJ_TEST_DIR=d1)
     assert shown(path, env=env)["filesystem"]["binds"] == [{"host": d1, "sandbox": "/w", "mode": "rw"}]
 
 
-def test_optional_bind_missing_host_is_skipped(tdir):
-    missing = tdir + "/missing"
-    path = write(tdir, "p.json", doc(filesystem={"binds": [
+def test_optional_bind_missing_host_is_skipped(hostdir):
+    missing = hostdir + "/missing"
+    path = write(hostdir, "p.json", doc(filesystem={"binds": [
         {"host": missing, "sandbox": "/w", "optional": True}]}))
     assert_valid(path)
     assert shown(path)["filesystem"]["binds"] == []
@@ -442,27 +439,27 @@ def test_optional_bind_missing_host_is_skipped(tdir):
     ("pids", 100, 100),
     ("open_files", 64, 64),
 ])
-def test_sizes_and_durations(tdir, key, value, normal):
-    assert shown(write(tdir, "p.json", doc(limits={key: value})))["limits"][key] == normal
+def test_sizes_and_durations(hostdir, key, value, normal):
+    assert shown(write(hostdir, "p.json", doc(limits={key: value})))["limits"][key] == normal
 
 
-def test_tmp_size_and_tmpfs_size(tdir):
-    pol = shown(write(tdir, "p.json", doc(filesystem={"tmp_size": 134217728,
+def test_tmp_size_and_tmpfs_size(hostdir):
+    pol = shown(write(hostdir, "p.json", doc(filesystem={"tmp_size": 134217728,
                                                       "tmpfs": [{"path": "/s", "size": "2048K"}]})))
     assert pol["filesystem"]["tmp_size"] == "128M"
     assert pol["filesystem"]["tmpfs"] == [{"path": "/s", "size": "2M"}]
 
 
 @pytest.mark.parametrize("key", ["timeout", "memory", "pids", "cpus", "cpu_time", "output"])
-def test_null_means_no_limit(tdir, key):
-    path = write(tdir, "p.json", doc(limits={key: None}))
+def test_null_means_no_limit(hostdir, key):
+    path = write(hostdir, "p.json", doc(limits={key: None}))
     assert shown(path)["limits"][key] is None
     # On top of the default profile (which sets all but cpus) null clears it:
     # the run's policy is the profile with that one limit gone.
     merged = shown("--profile", "default")
     assert merged["limits"][key] is not None or key == "cpus"
     merged["limits"][key] = None
-    want = show(write(tdir, "merged.json", json.dumps(merged)))[1]
+    want = show(write(hostdir, "merged.json", json.dumps(merged)))[1]
     r = run_aj(["--profile", "default", "--policy", path], ["true"], env=NO_AJ_ENV)
     assert r.returncode == 0 and r.result["policy_sha256"] == want, r
 
@@ -496,25 +493,25 @@ def assert_round_trip(d, out1, sha1):
 
 
 @pytest.mark.parametrize("name", PROFILES)
-def test_profile_round_trip(tdir, name):
+def test_profile_round_trip(hostdir, name):
     out1, sha1 = show("--profile", name)
     assert sha1 == canonical_sha(out1)
-    path = assert_round_trip(tdir, out1, sha1)
+    path = assert_round_trip(hostdir, out1, sha1)
     for args in (["--profile", name], ["--policy", path]):
         r = run_aj(args, ["true"], env=NO_AJ_ENV)
         assert r.returncode == 0, r
         assert r.result["policy_sha256"] == sha1, (args, r)
 
 
-def test_profile_round_trip_with_optional_binds_present(tdir):
-    work, data = mkdir(tdir, "work", 0o777), mkdir(tdir, "data")
+def test_profile_round_trip_with_optional_binds_present(hostdir):
+    work, data = mkdir(hostdir, "work", 0o777), mkdir(hostdir, "data")
     env = dict(NO_AJ_ENV, AGENTJAIL_WORK=work, AGENTJAIL_DATA=data)
     out1, sha1 = show("--profile", "python", env=env)
     assert json.loads(out1)["filesystem"]["binds"] == [
         {"host": work, "sandbox": "/work", "mode": "rw"},
         {"host": data, "sandbox": "/data", "mode": "ro"}]
     assert sha1 != show("--profile", "python")[1]
-    assert_round_trip(tdir, out1, sha1)
+    assert_round_trip(hostdir, out1, sha1)
     r = run_aj(["--profile", "python"], ["true"], env=env)
     assert r.returncode == 0 and r.result["policy_sha256"] == sha1, r
 
@@ -542,14 +539,14 @@ def hand_written(d):
 """ % (d1, d2)
 
 
-def test_hand_written_round_trip(tdir):
-    src = write(tdir, "hand.json", hand_written(tdir))
+def test_hand_written_round_trip(hostdir):
+    src = write(hostdir, "hand.json", hand_written(hostdir))
     out1, sha1 = show(src)
     pol = json.loads(out1)
     assert pol["limits"]["memory"] == "256M" and pol["limits"]["timeout"] == "30s"
     assert pol["environment"]["set"]["GREETING"] == "h\u00e9llo w\u00f6rld"
-    assert pol["filesystem"]["binds"][0] == {"host": tdir + "/in", "sandbox": tdir + "/in", "mode": "ro"}
-    assert_round_trip(tdir, out1, sha1)
+    assert pol["filesystem"]["binds"][0] == {"host": hostdir + "/in", "sandbox": hostdir + "/in", "mode": "ro"}
+    assert_round_trip(hostdir, out1, sha1)
     r = run_aj(["--policy", src], ["sh", "-c", "echo $GREETING; hostname; pwd"], env=NO_AJ_ENV)
     assert r.returncode == 0, r
     assert r.stdout == "h\u00e9llo w\u00f6rld\nanalytics\n/out\n"
@@ -564,9 +561,9 @@ def limits_file(d, name, memory, **more):
     return write(d, name, doc(limits=lim, environment={"set": {"FOO": "file"}}))
 
 
-def test_flag_overrides_scalar_and_order_does_not_matter(tdir):
-    f = limits_file(tdir, "f.json", "1G")
-    want = show(limits_file(tdir, "f100.json", "100M"))[1]
+def test_flag_overrides_scalar_and_order_does_not_matter(hostdir):
+    f = limits_file(hostdir, "f.json", "1G")
+    want = show(limits_file(hostdir, "f100.json", "100M"))[1]
     assert want != show(f)[1]
     # As nobody the run fails closed (no cgroup for --memory); the result
     # carries the hash all the same.
@@ -575,29 +572,29 @@ def test_flag_overrides_scalar_and_order_does_not_matter(tdir):
         assert r.result["policy_sha256"] == want, (args, r)
 
 
-def test_flag_timeout_overrides_file_timeout(tdir):
-    f = write(tdir, "f.json", doc(limits={"timeout": "60s"}))
+def test_flag_timeout_overrides_file_timeout(hostdir):
+    f = write(hostdir, "f.json", doc(limits={"timeout": "60s"}))
     for args in (["--policy", f, "--timeout", "1"], ["--timeout", "1", "--policy", f]):
         r = run_aj(args, ["sleep", "5"])
         assert r.result["status"] == "timeout", (args, r)
         assert r.result["wall_ms"] < 4500, r
 
 
-def test_flag_timeout_lifts_file_timeout(tdir):
+def test_flag_timeout_lifts_file_timeout(hostdir):
     # positive control in the other direction: the file's 1s alone kills
     # `sleep 2`; a flag of 30s lets it finish.
-    f = write(tdir, "f.json", doc(limits={"timeout": "1s"}))
+    f = write(hostdir, "f.json", doc(limits={"timeout": "1s"}))
     r = run_aj(["--policy", f], ["sleep", "2"])
     assert r.result["status"] == "timeout", r
     r = run_aj(["--policy", f, "--timeout", "30"], ["sleep", "2"])
     assert r.returncode == 0 and r.result["status"] == "ok", r
 
 
-def test_lists_add(tdir):
-    d1, d2 = mkdir(tdir, "d1"), mkdir(tdir, "d2")
+def test_lists_add(hostdir):
+    d1, d2 = mkdir(hostdir, "d1"), mkdir(hostdir, "d2")
     write(d1, "a", "from-file\n")
     write(d2, "b", "from-flag\n")
-    f = write(tdir, "f.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/fromfile"}]},
+    f = write(hostdir, "f.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/fromfile"}]},
                                   environment={"set": {"FOO": "file", "KEEP": "k"}}))
     r = run_aj(["--bind-ro", d2 + ":/fromflag", "--env", "BAR=flag", "--env", "FOO=flag",
                 "--policy", f], ["sh", "-c", "cat /fromfile/a /fromflag/b; echo $FOO $BAR $KEEP"])
@@ -608,10 +605,10 @@ def test_lists_add(tdir):
     assert r.stdout == "from-file\nabsent\n", r
 
 
-def test_profile_then_policy_then_flags(tdir):
+def test_profile_then_policy_then_flags(hostdir):
     # shell profile: LANG=C.UTF-8, timeout 60s; the file adds FOO and
     # shortens the timeout to 1s; --env adds BAR.
-    f = write(tdir, "f.json", doc(environment={"set": {"FOO": "bar"}}, limits={"timeout": "1s"}))
+    f = write(hostdir, "f.json", doc(environment={"set": {"FOO": "bar"}}, limits={"timeout": "1s"}))
     r = run_aj(["--policy", f, "--env", "BAR=baz", "--profile", "shell"],
                ["sh", "-c", "echo $LANG $FOO $BAR; sleep 5"])
     assert r.stdout == "C.UTF-8 bar baz\n", r
@@ -620,12 +617,12 @@ def test_profile_then_policy_then_flags(tdir):
     merged = shown("--profile", "shell")
     merged["environment"]["set"].update(FOO="bar", BAR="baz")
     merged["limits"]["timeout"] = "1s"
-    assert show(write(tdir, "merged.json", json.dumps(merged)))[1] == r.result["policy_sha256"]
+    assert show(write(hostdir, "merged.json", json.dumps(merged)))[1] == r.result["policy_sha256"]
 
 
-def test_bad_policy_on_run_exits_2_with_one_line(tdir):
+def test_bad_policy_on_run_exits_2_with_one_line(hostdir):
     text = doc(limits={"pids": 1})
-    path = write(tdir, "p.json", text)
+    path = write(hostdir, "p.json", text)
     line, col = loc(text, "1}")
     r = run_aj(["--policy", path], ["true"])
     assert r.returncode == 2 and r.result is None, r
@@ -633,24 +630,25 @@ def test_bad_policy_on_run_exits_2_with_one_line(tdir):
                       "2..4194304\n" % (path, line, col)
 
 
-def test_column_counts_characters(tdir):
+def test_column_counts_characters(hostdir):
     # The same count jansson uses for syntax errors: a non-ASCII character
     # earlier on the line is one column, not two.
     text = '{"version": 1, "environment": {"set": {"X": "h\u00e9llo"}}, "limits": {"pids": 1}}\n'
     line, col = loc(text, "1}")
-    assert_refused(write(tdir, "p.json", text), line, col, "limits.pids")
+    assert_refused(write(hostdir, "p.json", text), line, col, "limits.pids")
 
 
-def test_check_and_show_agree_on_a_long_variable_name(tdir):
+def test_check_and_show_agree_on_a_long_variable_name(hostdir):
     # A policy `check` calls valid must also render and hash (or `check`
     # must refuse it): a 300-character name (tests/fuzz/crashes/).
     name = "A" * 300
-    path = write(tdir, "p.json", doc(environment={"set": {name: "x"}}))
+    path = write(hostdir, "p.json", doc(environment={"set": {name: "x"}}))
     rc, out, err = check(path)
     if rc == 0:
         assert shown(path)["environment"]["set"] == {name: "x"}
     else:
         assert rc == 2 and err.count("\n") == 1, err
+        assert aj("policy", "show", path).returncode == 2  # and show refuses it too
 
 
 CGROUP_LIMITS = ["memory", "pids", "cpus", "cpu_time"]
@@ -668,15 +666,15 @@ CGROUP_LIMITS = ["memory", "pids", "cpus", "cpu_time"]
     ({"require_cgroup": True}, CGROUP_LIMITS),
     ({"memory": "1G", "pids": 64, "require_cgroup": ["pids"]}, ["pids"]),
 ])
-def test_require_cgroup_semantics(tdir, lim, want):
+def test_require_cgroup_semantics(hostdir, lim, want):
     # Each cgroup limit the file names is required (not null, not the
     # limits that need no cgroup); an explicit list or boolean wins.
-    got = shown(write(tdir, "p.json", doc(limits=lim)))["limits"]["require_cgroup"]
+    got = shown(write(hostdir, "p.json", doc(limits=lim)))["limits"]["require_cgroup"]
     assert sorted(got) == sorted(want), (lim, got)
 
 
-def test_require_cgroup_bad_name(tdir):
-    refused_at(tdir, doc(limits={"require_cgroup": ["memory", "disk"]}), '"disk"',
+def test_require_cgroup_bad_name(hostdir):
+    refused_at(hostdir, doc(limits={"require_cgroup": ["memory", "disk"]}), '"disk"',
                "limits.require_cgroup[1]")
 
 
@@ -685,16 +683,16 @@ def test_profiles_require_no_cgroup(name):
     assert shown("--profile", name)["limits"]["require_cgroup"] == []
 
 
-def test_required_limit_fails_closed(tdir):
+def test_required_limit_fails_closed(hostdir):
     # The limit is enforced, or the run does not start; never unlimited.
-    r = run_aj(["--policy", write(tdir, "p.json", doc(limits={"pids": 64}))], ["true"])
+    r = run_aj(["--policy", write(hostdir, "p.json", doc(limits={"pids": 64}))], ["true"])
     if r.result["status"] == "ok":
         assert r.result["layers"]["pids_limit"] is True, r
     else:
         assert (r.returncode, r.result["status"]) == (125, "setup_error"), r
         assert "pids" in r.stderr, r
     # positive control: the same limit, not required, runs everywhere
-    r = run_aj(["--policy", write(tdir, "q.json", doc(limits={"pids": 64, "require_cgroup": False}))],
+    r = run_aj(["--policy", write(hostdir, "q.json", doc(limits={"pids": 64, "require_cgroup": False}))],
                ["true"])
     assert r.returncode == 0 and r.result["status"] == "ok", r
 
@@ -708,44 +706,44 @@ def diff(a, b):
     return p.returncode, out.splitlines()[2:], p.stderr.decode()
 
 
-def test_diff_identical(tdir):
+def test_diff_identical(hostdir):
     out, _ = show("--profile", "python")
-    f = write(tdir, "python.json", out)
+    f = write(hostdir, "python.json", out)
     for a, b in ((f, f), ("profile:python", f), ("profile:shell", "profile:shell")):
         assert diff(a, b) == (0, ["no difference in protections"], "")
 
 
-def test_diff_network(tdir):
-    a = write(tdir, "a.json", doc(network={"mode": "none"}))
-    b = write(tdir, "b.json", doc(network={"mode": "loopback"}))
+def test_diff_network(hostdir):
+    a = write(hostdir, "a.json", doc(network={"mode": "none"}))
+    b = write(hostdir, "b.json", doc(network={"mode": "loopback"}))
     rc, lines, _ = diff(a, b)
     assert (rc, lines) == (1, ["network.mode: A none, B loopback (B is weaker: loopback networking)"])
     rc, lines, _ = diff(b, a)
     assert (rc, lines) == (1, ["network.mode: A loopback, B none (A is weaker: loopback networking)"])
 
 
-def test_diff_removed_bind(tdir):
-    d1 = mkdir(tdir, "d1")
-    a = write(tdir, "a.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/data"}]}))
-    b = write(tdir, "b.json", doc(filesystem={"binds": []}))
+def test_diff_removed_bind(hostdir):
+    d1 = mkdir(hostdir, "d1")
+    a = write(hostdir, "a.json", doc(filesystem={"binds": [{"host": d1, "sandbox": "/data"}]}))
+    b = write(hostdir, "b.json", doc(filesystem={"binds": []}))
     rc, lines, _ = diff(a, b)
     assert rc == 1 and len(lines) == 1, lines
     assert lines[0].startswith("filesystem.binds:") and "A is weaker" in lines[0] and d1 in lines[0]
 
 
-def test_diff_raised_memory(tdir):
-    a = write(tdir, "a.json", doc(limits={"memory": "512M"}))
-    b = write(tdir, "b.json", doc(limits={"memory": "1G"}))
+def test_diff_raised_memory(hostdir):
+    a = write(hostdir, "a.json", doc(limits={"memory": "512M"}))
+    b = write(hostdir, "b.json", doc(limits={"memory": "1G"}))
     rc, lines, _ = diff(a, b)
     assert (rc, lines) == (1, ["limits.memory: A 512M, B 1G (B is weaker: higher limit)"])
-    c = write(tdir, "c.json", doc(limits={"memory": None}))
+    c = write(hostdir, "c.json", doc(limits={"memory": None}))
     rc, lines, _ = diff(a, c)
     assert rc == 1 and lines[0].startswith("limits.memory: A 512M, B none (B is weaker"), lines
 
 
-def test_diff_never_prints_env_values(tdir):
-    a = write(tdir, "a.json", doc(environment={"set": {"TOKEN": "s3cr3t-a", "ONLY_A": "s3cr3t-c"}}))
-    b = write(tdir, "b.json", doc(environment={"set": {"TOKEN": "s3cr3t-b"}}))
+def test_diff_never_prints_env_values(hostdir):
+    a = write(hostdir, "a.json", doc(environment={"set": {"TOKEN": "s3cr3t-a", "ONLY_A": "s3cr3t-c"}}))
+    b = write(hostdir, "b.json", doc(environment={"set": {"TOKEN": "s3cr3t-b"}}))
     p = aj("policy", "diff", a, b)
     out = p.stdout.decode() + p.stderr.decode()
     assert p.returncode == 1, p
@@ -801,8 +799,8 @@ except OSError as e:
 """
 
 
-def test_python_profile_analytics_job(tdir):
-    work, data = mkdir(tdir, "work", 0o777), mkdir(tdir, "data")
+def test_python_profile_analytics_job(hostdir):
+    work, data = mkdir(hostdir, "work", 0o777), mkdir(hostdir, "data")
     rows = [("north", 10.5), ("south", 3), ("north", 4.5), ("east", 7), ("south", 1)]
     with open(os.path.join(data, "x.csv"), "w", newline="") as f:
         w = csv.writer(f)

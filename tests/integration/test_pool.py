@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import AJ_HELPERS, IS_ROOT, must_skip, new_tag, pids_with, wait_for
+from conftest import AJ_HELPERS, children, IS_ROOT, must_skip, new_tag, pids_with, run_aj, wait_for
 
 AJ_POOL = os.path.join(AJ_HELPERS, "aj-pool")
 
@@ -48,9 +48,16 @@ def out(outdir, i, ext="out"):
 
 
 def test_pooled_runs_report_like_cold_runs(outdir):
-    runs, summary, proc = pool([["/bin/echo", "hello"],
-                                ["/bin/sh", "-c", "echo to-err >&2; exit 3"],
-                                ["/nonexistent-command"]], outdir=outdir)
+    cmds = [["/bin/echo", "hello"], ["/bin/sh", "-c", "echo to-err >&2; exit 3"], ["/nonexistent-command"]]
+    runs, summary, proc = pool(cmds, outdir=outdir)
+    # The same commands cold (`agentjail run`): same status, exit code, output.
+    for i, cmd in enumerate(cmds):
+        cold = run_aj([], cmd)
+        got = runs[i]["result"]
+        assert (got["status"], got["exit_code"]) == (cold.result["status"], cold.result["exit_code"]), (i, cold)
+        assert out(outdir, i) == cold.stdout, (i, cold)
+        if got["status"] != "setup_error":  # agentjail's own message goes to its stderr, not the payload's
+            assert out(outdir, i, "err") == cold.stderr, (i, cold)
     # The pool starts with two parked sandboxes; the third run takes a
     # refilled one, or runs cold if the refill is still under way.
     assert runs[0]["warm"] and runs[1]["warm"], runs
@@ -78,9 +85,12 @@ def test_pooled_sandbox_enforces_and_detects(outdir, tmp_path):
     ev = tmp_path / "ev"
     ev.mkdir()
     os.chmod(ev, 0o777)
-    runs, _, _ = pool([["/bin/sh", "-c", "cat /etc/shadow; echo rc=$?"],
+    # The system is read-only (and /tmp, the control, writable) in a pooled
+    # sandbox as in a cold one; a user namespace is refused and reported.
+    runs, _, _ = pool([["/bin/sh", "-c", "touch /usr/ajtest-x; echo usr=$?; touch /tmp/ajtest-x; echo tmp=$?"],
                        ["/usr/bin/unshare", "-U", "/bin/true"]], outdir=outdir, events=str(ev))
-    assert "rc=1" in out(outdir, 0) and "root:" not in out(outdir, 0)
+    assert out(outdir, 0) == "usr=1\ntmp=0\n", (out(outdir, 0), out(outdir, 0, "err"))
+    assert "Read-only file system" in out(outdir, 0, "err"), out(outdir, 0, "err")
     assert runs[1]["result"]["status"] != "ok"
     events = [json.loads(l) for l in open(ev / "1.jsonl")]
     kinds = [e["type"] for e in events]
@@ -92,11 +102,17 @@ def test_nothing_of_one_run_reaches_the_next(outdir):
     tag = new_tag()
     first = ("echo secret > /tmp/left-behind; echo shm > /dev/shm/left-behind; "
              "export RUN1_MARK=yes; (setsid sleep %s >/dev/null 2>&1 &); "
-             "echo $$ > /tmp/pid; cat /proc/sys/kernel/random/boot_id >/dev/null" % tag)
+             "echo $$ > /tmp/pid; sleep 0.2; ls /tmp/left-behind /dev/shm/left-behind; echo $RUN1_MARK; "
+             "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done" % tag)
     second = ("ls -A /tmp /dev/shm; echo procs:; for p in /proc/[0-9]*; do "
               "tr '\\0' ' ' < $p/cmdline; echo; done; echo env:; env")
     runs, summary, _ = pool([["/bin/sh", "-c", first], ["/bin/sh", "-c", second]], outdir=outdir)
     assert all(r["warm"] for r in runs)
+    # Positive control: the first run did leave all of it behind in its sandbox.
+    assert runs[0]["result"]["status"] == "ok", runs[0]
+    did = out(outdir, 0)
+    assert "/tmp/left-behind" in did and "/dev/shm/left-behind" in did and "yes" in did, did
+    assert tag in did, did
     seen = out(outdir, 1)
     assert "left-behind" not in seen and "pid" not in seen.split("procs:")[0], seen
     procs = seen.split("procs:")[1].split("env:")[0]
@@ -122,9 +138,12 @@ def test_each_pooled_sandbox_is_used_once(outdir):
     assert summary["pool"]["warm_runs"] + summary["pool"]["cold_runs"] == 5
 
 
-def test_pool_leaves_nothing_behind():
+def test_pool_leaves_nothing_behind(outdir):
     tag = new_tag()
-    runs, summary, _ = pool([["/bin/sh", "-c", "sleep %s >/dev/null & exit 0" % tag], ["/bin/true"]], size=3)
+    runs, summary, _ = pool([["/bin/sh", "-c", "sleep %s >/dev/null & sleep 0.2; "
+                              "grep -q %s /proc/$!/cmdline && echo STARTED" % (tag, tag)],
+                             ["/bin/true"]], size=3, outdir=outdir)
+    assert out(outdir, 0) == "STARTED\n"  # the background process did run
     assert summary["children_left"] is False and summary["fds_after"] == summary["fds_before"]
     assert wait_for(lambda: not pids_with(tag), 5)
     # Parked sandboxes of the pool were torn down, not abandoned: no
@@ -168,17 +187,6 @@ def test_cold_runs_from_a_multithreaded_caller(outdir):
         assert runs[0]["result"]["status"] == "ok" and summary["pool"]["cold_runs"] == 1
 
 
-def _children(pid):
-    """Children of every thread of pid (the pool's filler thread clones too)."""
-    kids = []
-    for t in glob.glob("/proc/%d/task/*/children" % pid):
-        try:
-            kids += [int(x) for x in open(t).read().split()]
-        except OSError:
-            pass
-    return kids
-
-
 def test_parked_sandboxes_killed_from_outside(outdir, tmp_path):
     # Parked sandboxes can die while they wait (an admin, the OOM killer).
     # The pool notices and every command still runs exactly once: in
@@ -194,9 +202,9 @@ def test_parked_sandboxes_killed_from_outside(outdir, tmp_path):
     try:
         assert proc.stderr.readline().strip() == "ready"
         # Three inits, each with its payload parked under it.
-        assert wait_for(lambda: len(_children(proc.pid)) == 3 and all(_children(i) for i in _children(proc.pid)), 10)
-        inits = _children(proc.pid)
-        os.kill(_children(inits[0])[0], 9)  # a parked payload
+        assert wait_for(lambda: len(children(proc.pid)) == 3 and all(children(i) for i in children(proc.pid)), 10)
+        inits = children(proc.pid)
+        os.kill(children(inits[0])[0], 9)  # a parked payload
         os.kill(inits[1], 9)                # a sandbox's init
         go.touch()
         out, err = proc.communicate(timeout=60)

@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from conftest import AJ_BIN, root_only, run_aj
+from conftest import AJ_BIN, comm, root_only, run_aj
 
 PROBE = os.path.join(os.path.dirname(AJ_BIN), "agentjail-probe")
 IN_SANDBOX = "/opt/agentjail-probe"
@@ -83,13 +83,6 @@ def own_caps():
     with open("/proc/self/status") as f:
         return int(re.search(r"^CapEff:\s*([0-9a-f]+)", f.read(), re.M).group(1), 16)
 
-
-def comm(pid):
-    try:
-        with open("/proc/%d/comm" % pid) as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 @pytest.fixture(scope="module")

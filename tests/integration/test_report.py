@@ -52,14 +52,6 @@ def documented_check_ids():
     return ids
 
 
-@pytest.fixture
-def tdir():
-    d = tempfile.mkdtemp(prefix="ajtest-report-")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 # ---- check ---------------------------------------------------------------------
 
 def test_check_json_has_every_documented_finding():
@@ -166,10 +158,10 @@ def check_tree(root):
     return p.returncode, {f["id"]: f for f in rep["findings"]}, rep
 
 
-def test_check_sysroot_hardened_tree_is_clean(tdir):
-    write_tree(tdir, HARDENED)
-    before = {rel: open(os.path.join(tdir, rel)).read() for rel in HARDENED}
-    rc, by_id, rep = check_tree(tdir)
+def test_check_sysroot_hardened_tree_is_clean(hostdir):
+    write_tree(hostdir, HARDENED)
+    before = {rel: open(os.path.join(hostdir, rel)).read() for rel in HARDENED}
+    rc, by_id, rep = check_tree(hostdir)
     assert rep["kernel"] == "6.12.48-fake"
     for fid in WEAK:
         assert by_id[fid]["status"] == "ok", by_id[fid]
@@ -181,43 +173,43 @@ def test_check_sysroot_hardened_tree_is_clean(tdir):
         assert by_id[fid]["status"] == "unknown", by_id[fid]
     assert rc == 0, [f for f in by_id.values() if f["status"] == "fail"]
     # check only reads.
-    assert before == {rel: open(os.path.join(tdir, rel)).read() for rel in HARDENED}
+    assert before == {rel: open(os.path.join(hostdir, rel)).read() for rel in HARDENED}
 
 
 @pytest.mark.parametrize("fid", sorted(WEAK))
-def test_check_sysroot_weak_sysctl_warns(tdir, fid):
+def test_check_sysroot_weak_sysctl_warns(hostdir, fid):
     rel, weak, expect = WEAK[fid]
-    write_tree(tdir, dict(HARDENED, **{rel: weak}))
-    rc, by_id, _ = check_tree(tdir)
+    write_tree(hostdir, dict(HARDENED, **{rel: weak}))
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id[fid]["status"] == expect, by_id[fid]
     assert by_id[fid]["value"] == weak
     assert fid.split(".", 1)[1].split(".")[-1] in by_id[fid]["recommendation"], by_id[fid]
     assert rc == 0  # warnings alone do not fail the host
 
 
-def test_check_sysroot_missing_user_notif_fails(tdir):
-    write_tree(tdir, dict(HARDENED, **{
+def test_check_sysroot_missing_user_notif_fails(hostdir):
+    write_tree(hostdir, dict(HARDENED, **{
         "proc/sys/kernel/seccomp/actions_avail": "kill_process kill_thread trap errno trace log allow"}))
-    rc, by_id, _ = check_tree(tdir)
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id["seccomp.user_notif"]["status"] == "fail"
     assert rc == 1
 
 
-def test_check_sysroot_lsm_without_landlock_fails(tdir):
-    write_tree(tdir, dict(HARDENED, **{"sys/kernel/security/lsm": "lockdown,capability,yama,apparmor"}))
-    rc, by_id, _ = check_tree(tdir)
+def test_check_sysroot_lsm_without_landlock_fails(hostdir):
+    write_tree(hostdir, dict(HARDENED, **{"sys/kernel/security/lsm": "lockdown,capability,yama,apparmor"}))
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id["lsm.stack"]["status"] == "fail"
     assert rc == 1
 
 
-def test_check_sysroot_absent_and_garbage(tdir):
+def test_check_sysroot_absent_and_garbage(hostdir):
     values = dict(HARDENED)
     for rel in ("proc/sys/kernel/kexec_load_disabled", "proc/sys/kernel/modules_disabled",
                 "proc/sys/kernel/yama/ptrace_scope", "proc/sys/kernel/io_uring_disabled"):
         del values[rel]
     values["proc/sys/kernel/kptr_restrict"] = "1x"
-    write_tree(tdir, values)
-    rc, by_id, _ = check_tree(tdir)
+    write_tree(hostdir, values)
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id["kernel.kexec_load_disabled"]["status"] == "ok"     # no kexec built in
     assert by_id["kernel.modules_disabled"]["status"] == "ok"        # no modules
     assert by_id["kernel.yama.ptrace_scope"]["status"] == "warn"     # Yama not active
@@ -226,9 +218,9 @@ def test_check_sysroot_absent_and_garbage(tdir):
     assert rc == 0
 
 
-def test_check_sysroot_userns_max_zero_fails(tdir):
-    write_tree(tdir, dict(HARDENED, **{"proc/sys/user/max_user_namespaces": "0"}))
-    rc, by_id, _ = check_tree(tdir)
+def test_check_sysroot_userns_max_zero_fails(hostdir):
+    write_tree(hostdir, dict(HARDENED, **{"proc/sys/user/max_user_namespaces": "0"}))
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id["userns.available"]["status"] == "fail"
     assert "max_user_namespaces" in by_id["userns.available"]["recommendation"]
     assert rc == 1
@@ -239,11 +231,11 @@ def table_cves():
         return json.load(fh)["cves"]
 
 
-def test_check_sysroot_vulnerable_kernel_fails(tdir):
+def test_check_sysroot_vulnerable_kernel_fails(hostdir):
     """5.10.30 is before the 5.10.31 fix of CVE-2021-22555 (and others): fail,
     naming the CVEs; 6.6.60 is past every fix the table records for 6.6."""
-    write_tree(tdir, dict(HARDENED, **{"proc/sys/kernel/osrelease": "5.10.30"}))
-    rc, by_id, _ = check_tree(tdir)
+    write_tree(hostdir, dict(HARDENED, **{"proc/sys/kernel/osrelease": "5.10.30"}))
+    rc, by_id, _ = check_tree(hostdir)
     f = by_id["kernel.cves"]
     assert f["status"] == "fail" and rc == 1, f
     assert "CVE-2021-22555" in f["value"]
@@ -256,34 +248,34 @@ def test_check_sysroot_vulnerable_kernel_fails(tdir):
         intro = tuple(map(int, (e["introduced"] or "0.0").split(".")[:2]))
         if int(fixes[0].split(".")[2]) > 30 and intro <= (5, 10):
             assert e["cve"] in f["value"], e["cve"]
-    write_tree(tdir, dict(HARDENED, **{"proc/sys/kernel/osrelease": "6.6.60"}))
-    rc, by_id, _ = check_tree(tdir)
+    write_tree(hostdir, dict(HARDENED, **{"proc/sys/kernel/osrelease": "6.6.60"}))
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id["kernel.cves"]["status"] == "ok", by_id["kernel.cves"]
     assert rc == 0
 
 
-def test_check_sysroot_debian_kernel_uses_the_package_version(tdir):
+def test_check_sysroot_debian_kernel_uses_the_package_version(hostdir):
     """Debian's uname -r keeps the base (6.1.0-18-amd64); uname -v has the
     package (6.1.76-1), which carries the stable fixes."""
     tree = dict(HARDENED, **{"proc/sys/kernel/osrelease": "6.1.0-18-amd64",
                              "proc/sys/kernel/version": "#1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01)"})
-    write_tree(tdir, tree)
-    rc, by_id, _ = check_tree(tdir)
+    write_tree(hostdir, tree)
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id["kernel.cves"]["status"] == "ok", by_id["kernel.cves"]
     assert "Debian package 6.1.76-1" in by_id["kernel.cves"]["value"]
     tree["proc/sys/kernel/version"] = "#1 SMP PREEMPT_DYNAMIC Debian 6.1.69-1 (2023-12-30)"
-    write_tree(tdir, tree)
-    rc, by_id, _ = check_tree(tdir)
+    write_tree(hostdir, tree)
+    rc, by_id, _ = check_tree(hostdir)
     assert by_id["kernel.cves"]["status"] == "fail" and rc == 1
     assert "CVE-2024-1086" in by_id["kernel.cves"]["value"]   # fixed in 6.1.76
 
 
-def test_check_sysroot_ubuntu_kernel_asks_for_the_vendor(tdir):
-    write_tree(tdir, dict(HARDENED, **{
+def test_check_sysroot_ubuntu_kernel_asks_for_the_vendor(hostdir):
+    write_tree(hostdir, dict(HARDENED, **{
         "proc/sys/kernel/osrelease": "6.8.0-45-generic",
         "proc/sys/kernel/version": "#45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024",
         "proc/version_signature": "Ubuntu 6.8.0-45.45-generic 6.8.12"}))
-    rc, by_id, _ = check_tree(tdir)
+    rc, by_id, _ = check_tree(hostdir)
     f = by_id["kernel.cves"]
     assert f["status"] == "warn", f      # the Ubuntu-only entry: check the vendor
     assert "upstream 6.8.12" in f["value"] and "CVE-2021-3493" in f["value"]
@@ -317,13 +309,13 @@ def test_report_matches_golden(fmt):
     assert out == golden, "report differs from %s (AJ_UPDATE_GOLDEN=1 after a deliberate change)" % path
 
 
-def test_report_is_stable_across_runs_and_directories(tdir):
+def test_report_is_stable_across_runs_and_directories(hostdir):
     for name in ("probe-clean.json", "check-host.json", "policy-weak.json"):
-        shutil.copy(fixture(name), tdir)
+        shutil.copy(fixture(name), hostdir)
     for fmt in ("md", "json", "html"):
         a = report("--policy", fixture("policy-weak.json"), "--format", fmt, *FIXED)
         b = report("--policy", "policy-weak.json", "--format", fmt, "--probe-json", "probe-clean.json",
-                   "--check-json", "check-host.json", cwd=tdir)
+                   "--check-json", "check-host.json", cwd=hostdir)
         assert a == b, fmt
         assert not re.search(r"20\d\d-\d\d-\d\dT", a), "a time in a report made without --now"
 
@@ -339,8 +331,8 @@ def test_report_now_sets_only_generated_at():
     assert "| Generated |" in md
 
 
-def test_report_output_file(tdir):
-    out = os.path.join(tdir, "r.md")
+def test_report_output_file(hostdir):
+    out = os.path.join(hostdir, "r.md")
     p = aj("report", "--profile", "default", "--output", out, *FIXED)
     assert p.returncode == 0 and p.stdout == "", p.stderr
     assert open(out).read() == report("--profile", "default", *FIXED)
@@ -450,12 +442,12 @@ def test_exposed_probe_raises_residual():
     assert clean["probe_findings"] == []
 
 
-def test_vulnerable_kernel_raises_attack_surface(tdir):
+def test_vulnerable_kernel_raises_attack_surface(hostdir):
     check = json.load(open(fixture("check-host.json")))
     for f in check["findings"]:
         if f["id"] == "kernel.cves":
             f["status"], f["value"] = "fail", "6.12.48-golden: CVE-2024-1086"
-    path = os.path.join(tdir, "check-vuln.json")
+    path = os.path.join(hostdir, "check-vuln.json")
     with open(path, "w") as fh:
         json.dump(check, fh)
     ok = by_key(report_json("--profile", "default", *FIXED))
@@ -466,21 +458,21 @@ def test_vulnerable_kernel_raises_attack_surface(tdir):
     assert "check:kernel.cves" not in ok["attack_surface"]["rationale"]
 
 
-def test_report_bad_input(tdir):
+def test_report_bad_input(hostdir):
     assert aj("report", "--format", "pdf", *FIXED).returncode == 2
     assert aj("report", "--bogus").returncode == 2
     p = aj("report", "--profile", "nope", *FIXED)
     assert p.returncode == 2 and "nope" in p.stderr
-    p = aj("report", "--probe-json", os.path.join(tdir, "missing.json"), "--check-json",
+    p = aj("report", "--probe-json", os.path.join(hostdir, "missing.json"), "--check-json",
            fixture("check-host.json"))
     assert p.returncode == 125 and "missing.json" in p.stderr
-    bad = os.path.join(tdir, "bad.json")
+    bad = os.path.join(hostdir, "bad.json")
     with open(bad, "w") as fh:
         fh.write("[1, 2")
     p = aj("report", "--probe-json", bad, "--check-json", fixture("check-host.json"))
     assert p.returncode == 125 and "bad.json" in p.stderr
     # A report that failed writes nothing.
-    out = os.path.join(tdir, "never.md")
+    out = os.path.join(hostdir, "never.md")
     assert aj("report", "--probe-json", bad, "--check-json", fixture("check-host.json"),
               "--output", out).returncode == 125
     assert not os.path.exists(out)
@@ -488,16 +480,16 @@ def test_report_bad_input(tdir):
 
 # ---- HTML -------------------------------------------------------------------------------
 
-def html_report(tdir, policy="policy-strong.json"):
-    path = os.path.join(tdir, "report.html")
+def html_report(hostdir, policy="policy-strong.json"):
+    path = os.path.join(hostdir, "report.html")
     p = aj("report", "--policy", fixture(policy), "--format", "html", "--output", path, *FIXED)
     assert p.returncode == 0, p.stderr
     os.chmod(path, 0o644)
     return path
 
 
-def test_html_is_self_contained(tdir):
-    text = open(html_report(tdir), encoding="utf-8").read()
+def test_html_is_self_contained(hostdir):
+    text = open(html_report(hostdir), encoding="utf-8").read()
     assert text.startswith("<!DOCTYPE html>")
     assert "<script" not in text.lower()
     assert not re.search(r"""(src|href)\s*=""", text, re.I), "the report links to something"
@@ -522,16 +514,16 @@ def chromium():
     return None
 
 
-def test_html_renders_in_headless_chromium(tdir):
+def test_html_renders_in_headless_chromium(hostdir):
     browser = chromium()
     if not browser:
         must_skip("chromium is not installed (apt-get install -y chromium)")
-    page = html_report(tdir)
-    profile = tempfile.mkdtemp(prefix="ajtest-chromium-", dir=tdir)
-    shot = os.path.join(tdir, "out.png")
+    page = html_report(hostdir)
+    profile = tempfile.mkdtemp(prefix="ajtest-chromium-", dir=hostdir)
+    shot = os.path.join(hostdir, "out.png")
     base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--no-first-run", "--user-data-dir=" + profile]
-    env = dict(os.environ, HOME=tdir)
+    env = dict(os.environ, HOME=hostdir)
     url = "file://" + page
     try:
         p = subprocess.run(base + ["--enable-logging=stderr", "--v=0", "--screenshot=" + shot,

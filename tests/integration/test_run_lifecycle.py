@@ -5,7 +5,6 @@ checks, and anything a failing test leaves behind is killed by pid.
 """
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -14,47 +13,13 @@ import time
 
 import pytest
 
-from conftest import wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, helper, must_skip, run_aj
+from conftest import nouserns, ppid, wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, run_aj
 
 LEAK_RUNS = int(os.environ.get("AJ_LEAK_RUNS", "50"))
 NS_LAYERS = ("user_namespace", "pid_namespace", "mount_namespace", "network_namespace",
              "ipc_namespace", "uts_namespace", "cgroup_namespace", "time_namespace")
 
 
-
-
-def ppid(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("PPid:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-
-@pytest.fixture
-def reaper():
-    """Collects tags; after the test, kills whatever still carries one (and
-    its parent when that is a leftover sandbox init), so a failure does not
-    cascade into the leak checks of later tests."""
-    tags = []
-    yield tags
-    for tag in tags:
-        for pid in pids_with(tag):
-            parent = ppid(pid)
-            for p in (pid, parent):
-                if p > 1:
-                    try:
-                        with open("/proc/%d/cmdline" % p, "rb") as f:
-                            argv = f.read()
-                        if p == pid or argv.split(b"\0")[0].endswith(b"/agentjail"):
-                            os.kill(p, signal.SIGKILL)
-                    except OSError:
-                        pass
-        wait_for(lambda: not pids_with(tag), 5)
 
 
 def start(args, cmd, result=None, out=subprocess.PIPE):
@@ -197,13 +162,6 @@ def test_setup_error_leaves_nothing(reaper):
 
 
 # ---- degraded mode ----------------------------------------------------------------
-
-def nouserns():
-    path = helper("aj-nouserns")
-    if not os.access(path, os.X_OK):
-        must_skip("aj-nouserns not built: " + path)
-    return [path]
-
 
 def test_namespaces_refused_fails_with_diagnosis():
     r = run_aj([], ["true"], prefix=nouserns())
