@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
+#include <linux/seccomp.h>
 #include <unistd.h>
 
 #include "aj_missing.h"
@@ -178,13 +180,17 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
     char *name = NULL;
     const char *argspec = "xxxxxx", *technique = "T1611";
     json_t *ev, *args;
-    int r;
 
     *ret_ev = NULL;
     memset(req, 0, sizeof(*req));
-    r = seccomp_notify_receive(n->fd, req);
-    if (r < 0)
-        return r == -ENOENT || r == -EINTR ? 0 : r; /* ENOENT: the caller died meanwhile */
+    /* The ioctl itself, not seccomp_notify_receive(): libseccomp 2.5 turns
+     * every failure into ECANCELED, and ENOENT (the caller was killed
+     * between our poll and this receive) must not look like a dead
+     * listener. A payload could otherwise kill its own notifying children
+     * in a loop until we dropped the listener, and then make escape
+     * attempts that nobody records. */
+    if (ioctl(n->fd, SECCOMP_IOCTL_NOTIF_RECV, req) < 0)
+        return errno == ENOENT || errno == EINTR ? 0 : -errno;
 
     foreign = req->data.arch != AUDIT_ARCH_X86_64 || (req->data.nr & __X32_SYSCALL_BIT);
     if (!foreign) {

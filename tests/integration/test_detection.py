@@ -819,3 +819,40 @@ def test_realistic_attack_sequence(hostdir):
     assert esc[2]["args"][:2] == [16, 1]  # PTRACE_ATTACH, pid 1
     assert of_type(events, "canary")[0].get("request") == "GET /containers/json HTTP/1.1"
     assert r.result["status"] == "ok" and r.result["escape_attempted"] is True
+
+
+RACE_KILLED_NOTIFIERS = """
+import ctypes, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+# Children make escape-indicative calls and are killed while the
+# supervisor is about to receive them (the kernel then says ENOENT).
+for rnd in range(40):
+    kids = []
+    for i in range(16):
+        pid = os.fork()
+        if pid == 0:
+            while True:
+                libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
+        kids.append(pid)
+    time.sleep(0.002)
+    for pid in kids:
+        os.kill(pid, signal.SIGKILL)
+    for pid in kids:
+        os.waitpid(pid, 0)
+r = libc.setns(-1, 0)
+print(r, ctypes.get_errno())
+"""
+
+
+def test_killing_notifying_children_does_not_switch_the_monitor_off(hostdir):
+    # A payload could kill its own children mid-notification until the
+    # supervisor mistook a failed receive for a dead listener and dropped
+    # it: later attempts then failed with ENOSYS and were never recorded
+    # (about one run in four before the fix). The last call must still be
+    # refused by the monitor (EPERM) and reported.
+    for i in range(3):
+        ev = os.path.join(hostdir, "ev%d.jsonl" % i)
+        r = run_aj(["--events", ev], ["python3", "-c", RACE_KILLED_NOTIFIERS], timeout=120)
+        assert r.returncode == 0 and r.stdout == "-1 1\n", r
+        calls = [e.get("syscall") for e in map(json.loads, open(ev)) if e["type"] == "escape_attempt"]
+        assert "setns" in calls, calls[-5:]
