@@ -212,38 +212,46 @@ int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size)
 
 /* Create dir/agentjail (once) and dir/agentjail/run. On v2, controllers
  * must be enabled in every ancestor's subtree_control on the way down. */
+/* Best effort: a controller that cannot be enabled shows up as a missing
+ * file when the limit is written, which fails closed. */
+static void enable_v2_controllers(const char *base, uint32_t v2_ctrls)
+{
+    char up[AJ_CG_PATH * 2];
+    char *slash;
+
+    snprintf(up, sizeof(up), "%s", base);
+    slash = strrchr(up, '/');
+    if (slash)
+        *slash = '\0';
+    for (int c = 0; c < AJ_CG_NCTRL; c++)
+        if (v2_ctrls & (1u << c)) {
+            char w[32];
+            snprintf(w, sizeof(w), "+%s", ctrl_names[c]);
+            (void)write_at(up, "cgroup.subtree_control", w);
+            (void)write_at(base, "cgroup.subtree_control", w);
+        }
+}
+
 static int make_run_dir(const char *base, const char *run, char *out, size_t size, int version,
                         uint32_t v2_ctrls)
 {
-    char parent[AJ_CG_PATH * 2];
-
-    snprintf(parent, sizeof(parent), "%s", base);
-    if (mkdir(parent, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    if (version == 2) {
-        /* Best effort here: a controller that cannot be enabled shows up as
-         * a missing file when the limit is written, which fails closed. */
-        char up[AJ_CG_PATH * 2];
-        char *slash;
-        snprintf(up, sizeof(up), "%s", base);
-        slash = strrchr(up, '/');
-        if (slash)
-            *slash = '\0';
-        for (int c = 0; c < AJ_CG_NCTRL; c++)
-            if (v2_ctrls & (1u << c)) {
-                char w[32];
-                snprintf(w, sizeof(w), "+%s", ctrl_names[c]);
-                (void)write_at(up, "cgroup.subtree_control", w);
-                (void)write_at(base, "cgroup.subtree_control", w);
-            }
-    }
     snprintf(out, size, "%s/%s", base, run);
-    for (int tries = 0; mkdir(out, 0755) < 0; tries++) {
-        /* A concurrent run removed the (then empty) base dir: recreate. */
-        if (errno != ENOENT || tries > 5 || (mkdir(parent, 0755) < 0 && errno != EEXIST))
+    for (int tries = 0;; tries++) {
+        int e;
+        if (mkdir(base, 0755) < 0 && errno != EEXIST)
             return -errno;
+        if (version == 2)
+            enable_v2_controllers(base, v2_ctrls);
+        if (mkdir(out, 0755) == 0)
+            return 0;
+        e = errno;
+        /* ENOENT: a concurrent run removed the (then empty) base dir between
+         * the two: all again, the controllers included. */
+        if (e != ENOENT || tries >= 5) {
+            (void)rmdir(base); /* ours alone if empty: nothing left behind */
+            return -e;
+        }
     }
-    return 0;
 }
 
 /* The base dir goes when its last run does, so no trace of agentjail is
@@ -451,20 +459,23 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
             cg->limits |= AJ_LAYER_PIDS_LIMIT;
     }
     if (pol->cpu_milli && cg->version[AJ_CG_CPU]) {
+        bool req = required(pol, AJ_LIMIT_CPUS);
         uint64_t period = 100000, quota = (uint64_t)pol->cpu_milli * period / 1000;
         if (cg->version[AJ_CG_CPU] == 2) {
             snprintf(buf, sizeof(buf), "%llu %llu", (unsigned long long)quota, (unsigned long long)period);
-            r = write_limit(cg, AJ_CG_CPU, "cpu.max", buf, true, "--cpus", err);
+            r = write_limit(cg, AJ_CG_CPU, "cpu.max", buf, req, "--cpus", err);
         } else {
             snprintf(buf, sizeof(buf), "%llu", (unsigned long long)period);
-            r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_period_us", buf, true, "--cpus", err);
+            r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_period_us", buf, req, "--cpus", err);
             snprintf(buf, sizeof(buf), "%llu", (unsigned long long)quota);
             if (r == 0)
-                r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_quota_us", buf, true, "--cpus", err);
+                r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_quota_us", buf, req, "--cpus", err);
         }
-        if (r < 0)
+        /* Like memory and pids: fatal only when the policy requires it. */
+        if (r < 0 && req)
             goto fail;
-        cg->limits |= AJ_LAYER_CPU_LIMIT;
+        if (r == 0)
+            cg->limits |= AJ_LAYER_CPU_LIMIT;
     }
     return 0;
 fail:
@@ -572,24 +583,28 @@ int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *st)
     return 0;
 }
 
+/* SIGKILL every member (v1, or v2 before cgroup.kill). Read line by line:
+ * a fixed buffer cut a long list mid-number, and the prefix of a pid is
+ * some other host process's pid. Only whole lines count. */
 static int kill_procs_in(const char *dir)
 {
-    char buf[8192];
+    char path[AJ_CG_PATH * 2 + 16], line[32];
+    FILE *f;
     int n = 0;
 
-    if (read_at(dir, "cgroup.procs", buf, sizeof(buf)) <= 0)
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    f = fopen(path, "re");
+    if (!f)
         return 0;
-    for (char *p = buf; *p;) {
+    while (fgets(line, sizeof(line), f)) {
         char *end;
-        long pid = strtol(p, &end, 10);
-        if (end == p)
-            break;
+        long pid = strtol(line, &end, 10);
+        if (end == line || *end != '\n')
+            continue; /* not a whole line */
         if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
             n++;
-        p = end;
-        while (*p == '\n')
-            p++;
     }
+    (void)fclose(f);
     return n;
 }
 

@@ -517,7 +517,8 @@ static int join_helper_netns(struct run_ctx *c, struct aj_error *err)
     do
         n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
-    (void)collect_fds(&mh, &fd, 1);
+    if (n > 0) /* the control buffer is ours to read only after a message */
+        (void)collect_fds(&mh, &fd, 1);
     if (n != (ssize_t)sizeof(m) || m.type != AJ_MSG_NETNS || fd < 0) {
         if (fd >= 0)
             (void)close(fd);
@@ -1410,6 +1411,13 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             while (w < 0 && errno == EINTR);
             if (w == st->pid)
                 break;
+            if (w < 0 && errno == ECHILD) {
+                /* Reaped by someone else (a caller's waitpid(-1), SIGCHLD
+                 * ignored): init is gone, its status unknown. Not a loop on
+                 * a pidfd that stays readable. */
+                st->init_status = SIGKILL;
+                break;
+            }
         }
     }
     st->pid = -1;
@@ -1955,6 +1963,12 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
     r = sb_block_signals(sb, &sb->c.orig_mask, err);
     if (r < 0)
         return r;
+    /* What the parked sandbox sent while it waited (the seccomp listener,
+     * the decoys): taken now, so every decoy is leased before the payload
+     * can run a single instruction of its command. */
+    drain_msgs(st);
+    if (st->sock < 0)
+        return aj_err(err, EPIPE, "the pooled sandbox is gone");
     buf = malloc(len);
     if (!buf)
         return aj_err(err, ENOMEM, "run request");
@@ -2373,7 +2387,9 @@ static struct sandbox *pool_take(struct aj_pool *pool)
         pool->stats.warm_runs++;
     else
         pool->stats.cold_runs++;
-    pool->running = true; /* the filler waits: the payload has both CPUs */
+    /* A warm run: the filler waits, the payload has both CPUs. A cold one
+     * (nothing parked) leaves the filler refilling. */
+    pool->running = sb != NULL;
     pthread_mutex_unlock(&pool->mu);
     return sb;
 }

@@ -98,6 +98,22 @@ def test_pooled_sandbox_enforces_and_detects(outdir, tmp_path):
     assert runs[1]["result"]["escape_attempted"] is True
 
 
+def test_pooled_sandbox_reports_a_decoy_read_at_once(outdir, tmp_path):
+    # The parked sandbox's decoys are leased before its command runs: the
+    # very first thing the payload does, reading the service-account token,
+    # is recorded as a canary.
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    os.chmod(ev, 0o777)
+    runs, _, _ = pool([["/bin/cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"]] * 2,
+                      outdir=outdir, events=str(ev))
+    for i in range(2):
+        assert runs[i]["warm"] and runs[i]["result"]["status"] == "ok", runs[i]
+        assert out(outdir, i).startswith("eyJ"), out(outdir, i)  # the decoy token was read
+        kinds = [e["type"] for e in map(json.loads, open(ev / ("%d.jsonl" % i)))]
+        assert "canary" in kinds, kinds
+
+
 def test_nothing_of_one_run_reaches_the_next(outdir):
     tag = new_tag()
     first = ("echo secret > /tmp/left-behind; echo shm > /dev/shm/left-behind; "
