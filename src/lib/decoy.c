@@ -45,6 +45,14 @@ static int random_b64(size_t nbytes, char *out, size_t out_size)
     return 0;
 }
 
+static bool tmp_is_bound(const struct aj_policy *pol)
+{
+    for (size_t i = 0; i < pol->n_binds; i++)
+        if (strcmp(pol->binds[i].sandbox, "/tmp") == 0 || strncmp(pol->binds[i].sandbox, "/tmp/", 5) == 0)
+            return true;
+    return false;
+}
+
 int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj_mount_plan *plan,
                   struct aj_decoy_files *files, char *env_out[2], json_t **ret_info, struct aj_error *err)
 {
@@ -114,17 +122,22 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
         }
         snprintf(creds, sizeof(creds), "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", key_id,
                  secret);
-        if ((r = aj_mount_plan_add_file(plan, "/tmp/.aws/credentials", creds, err)) < 0)
-            goto fail;
-        files->paths[files->n] = "/tmp/.aws/credentials";
-        files->kinds[files->n++] = "aws_credentials_file";
+        /* Only into agentjail's own /tmp: in a host directory bound there
+         * it would be written to the host and left behind. */
+        if (!tmp_is_bound(pol)) {
+            if ((r = aj_mount_plan_add_file(plan, "/tmp/.aws/credentials", creds, err)) < 0)
+                goto fail;
+            files->paths[files->n] = "/tmp/.aws/credentials";
+            files->kinds[files->n++] = "aws_credentials_file";
+        }
         if (asprintf(&env_out[0], "AWS_ACCESS_KEY_ID=%s", key_id) < 0 ||
             asprintf(&env_out[1], "AWS_SECRET_ACCESS_KEY=%s", secret) < 0) {
             r = aj_err(err, ENOMEM, "decoy environment");
             goto fail;
         }
         (void)json_array_append_new(info, json_pack("{s:s, s:s, s:s}", "kind", "aws_credentials", "path",
-                                                    "/tmp/.aws/credentials", "aws_access_key_id", key_id));
+                                                    tmp_is_bound(pol) ? "environment" : "/tmp/.aws/credentials",
+                                                    "aws_access_key_id", key_id));
     }
     *ret_info = info;
     return 0;

@@ -170,9 +170,14 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
 
     /* The policy's own mounts, parents before children. */
     user_start = plan.n;
-    for (size_t i = 0; r == 0 && i < pol->n_binds; i++)
+    for (size_t i = 0; r == 0 && i < pol->n_binds; i++) {
         r = plan_add(&plan, AJ_MNT_BIND, pol->binds[i].host, pol->binds[i].sandbox, pol->binds[i].rw,
                      false, err);
+        /* A bind at /tmp is the user's /tmp: the default tmpfs on top of it
+         * would silently hide it (and catch every write meant for it). */
+        if (strcmp(pol->binds[i].sandbox, "/tmp") == 0)
+            tmp_listed = true;
+    }
     for (size_t i = 0; r == 0 && i < pol->n_tmpfs; i++) {
         r = plan_add(&plan, AJ_MNT_TMPFS, NULL, pol->tmpfs[i].path, true, false, err);
         if (r == 0) {

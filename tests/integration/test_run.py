@@ -499,3 +499,19 @@ def test_each_run_has_its_own_network_namespace():
         assert p.returncode == 0, err
         seen.add(out.strip())
     assert len(seen) == 4 and host not in seen, (host, seen)
+
+
+def test_bind_at_tmp_is_the_sandbox_tmp(hostdir):
+    # A host directory bound at /tmp is what the payload sees and writes
+    # there (the default tmpfs used to be mounted on top and hide it), and
+    # no decoy is written into it.
+    write(os.path.join(hostdir, "from-host"), "h\n")
+    os.chmod(hostdir, 0o777)
+    r = run_aj(["--bind-rw", hostdir + ":/tmp", "--decoy-cloud"],
+               ["sh", "-c", "cat /tmp/from-host; echo made > /tmp/made; env | grep -c '^AWS_'"])
+    assert r.returncode == 0 and r.stdout == "h\n2\n", r
+    assert open(os.path.join(hostdir, "made")).read() == "made\n"
+    assert sorted(os.listdir(hostdir)) == ["from-host", "made"]  # no .aws planted on the host
+    # Control: with agentjail's own /tmp the credentials file decoy is there.
+    r = run_aj(["--decoy-cloud"], ["ls", "/tmp/.aws"])
+    assert r.returncode == 0 and r.stdout == "credentials\n", r
