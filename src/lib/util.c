@@ -81,11 +81,12 @@ int aj_mkdir_beneath(int rootfd, const char *rel, bool last_is_file, struct aj_e
             return aj_err(err, EINVAL, "path component '%s' in %s", comp, rel);
 
         if (last && last_is_file) {
-            int cfd = openat(cur, comp, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
-            if (cfd < 0 && errno != EISDIR && errno != ETXTBSY && errno != EACCES && errno != EROFS)
+            /* mknodat, not open(O_CREAT): nothing that already exists is
+             * opened (a FIFO planted in a writable bind would block the
+             * set-up forever; a host file would be opened for writing). */
+            if (mknodat(cur, comp, S_IFREG | 0444, 0) < 0 && errno != EEXIST && errno != EACCES &&
+                errno != EROFS)
                 return aj_err(err, errno, "create mount point %s", rel);
-            if (cfd >= 0)
-                (void)close(cfd);
         } else if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) {
             return aj_err(err, errno, "mkdir %s (in %s)", comp, rel);
         }

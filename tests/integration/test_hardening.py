@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import AJ_BIN, children, comm, nouserns, IS_ROOT, helper, must_skip, root_only, run_aj, try_args
+from conftest import AJ_BIN, children, comm, nouserns, write, IS_ROOT, helper, must_skip, root_only, run_aj, try_args
 
 PY = "/usr/bin/python3"
 NS_KINDS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
@@ -565,3 +565,18 @@ def test_degraded_refuses_sockets_but_not_socketpair():
     assert r.result["degraded"] is False
     for out in outs:
         permitted(out)
+
+
+def test_fifo_at_a_file_bind_target_does_not_block(hostdir):
+    # A file bind whose mount point lies in a writable bind: a FIFO planted
+    # there (by an earlier run) must not be opened while the mount point is
+    # made, which would block the set-up for ever.
+    d, _ = hostdir
+    rw = os.path.join(d, "rw")
+    os.mkdir(rw)
+    os.chmod(rw, 0o777)
+    os.mkfifo(os.path.join(rw, "f"))
+    src = os.path.join(d, "src")
+    write(src, "AJTEST-FILE\n")
+    r = run_aj(["--bind-rw", rw + ":/data", "--bind-ro", src + ":/data/f"], ["cat", "/data/f"], timeout=20)
+    assert r.returncode == 0 and r.stdout == "AJTEST-FILE\n", r
