@@ -438,8 +438,9 @@ static int setup_proc(int rootfd, struct aj_error *err)
         src = aj_sys_open_tree(emptyfs, S_ISDIR(st.st_mode) ? "d" : "f", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         if (src < 0)
             return aj_err(err, errno, "clone mask for %s", proc_masked[i]);
-        if (set_tree_attrs(src, AJ_MOUNT_ATTR_RDONLY, err, proc_masked[i]) < 0)
-            return -EPERM;
+        r = set_tree_attrs(src, AJ_MOUNT_ATTR_RDONLY, err, proc_masked[i]);
+        if (r < 0)
+            return r;
         if (aj_sys_move_mount(src, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
             return aj_err(err, errno, "mask %s", proc_masked[i]);
     }
@@ -584,8 +585,9 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
             attrs |= AJ_MOUNT_ATTR_NODEV | (e->rw ? 0 : AJ_MOUNT_ATTR_RDONLY);
         else
             attrs |= AJ_MOUNT_ATTR_NOEXEC;
-        if (set_tree_attrs(fd, attrs, err, e->src) < 0)
-            return -EPERM;
+        r = set_tree_attrs(fd, attrs, err, e->src);
+        if (r < 0)
+            return r;
         if (e->kind == AJ_MNT_DEV) {
             /* Only character devices from the fixed list: a block device or
              * /dev/mem reached by a swapped path would be game over. */
@@ -657,18 +659,8 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
                 r = parent;
                 goto out;
             }
-            {
-                /* O_PATH parent: reopen as a real directory for openat. */
-                char p[64];
-                _cleanup_close_ int dir = -1;
-                (void)snprintf(p, sizeof(p), "/proc/self/fd/%d", parent);
-                dir = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-                if (dir < 0) {
-                    r = aj_err(err, errno, "open parent of %s", e->dst);
-                    goto out;
-                }
-                r = aj_write_file_at(dir, name, e->content, e->content_len, O_CREAT | O_EXCL, 0644, err);
-            }
+            /* An O_PATH fd is a valid dirfd for openat. */
+            r = aj_write_file_at(parent, name, e->content, e->content_len, O_CREAT | O_EXCL, 0644, err);
             break;
         case AJ_MNT_TMPFS:
             r = mount_tmpfs_at(rootfd, e->dst + 1, e->size, e->mode ? e->mode : "1777", e->noexec, err);

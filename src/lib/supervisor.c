@@ -165,13 +165,17 @@ static void send_msg(int sock, uint32_t type, int wstatus, uint32_t layers, int 
 
 /* A message carrying fds (SCM_RIGHTS): the decoys' and the seccomp
  * listener travel from the sandbox to the supervisor this way. */
-static int send_fds(int sock, const struct aj_sync_msg *m, const int *fds, int nfds)
+/* One message with fds (SCM_RIGHTS): the decoys, the seccomp listener and
+ * the netns go to the supervisor or init this way, a pooled command's
+ * stdin/stdout/stderr to its payload. MSG_NOSIGNAL: a gone peer is an
+ * error to report, not a SIGPIPE. */
+static int send_with_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
     union {
         char buf[CMSG_SPACE(sizeof(int) * AJ_MAX_MSG_FDS)];
         struct cmsghdr align;
     } u;
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     struct cmsghdr *cm;
 
@@ -185,9 +189,14 @@ static int send_fds(int sock, const struct aj_sync_msg *m, const int *fds, int n
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
     memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(*m))
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)len)
         return -errno;
     return 0;
+}
+
+static int send_fds(int sock, const struct aj_sync_msg *m, const int *fds, int nfds)
+{
+    return send_with_fds(sock, m, sizeof(*m), fds, nfds);
 }
 
 static __attribute__((noreturn)) void child_fail(struct run_ctx *c, struct aj_error *err, int code)
@@ -253,32 +262,6 @@ static int send_plain(int sock, const void *buf, size_t len)
     if (n < 0)
         return -errno;
     return n == (ssize_t)len ? 0 : -EIO;
-}
-
-/* A message with a payload of its own and fds: the pool's run request. */
-static int send_buf_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
-{
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * 3)];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    struct cmsghdr *cm;
-
-    if (nfds != 3)
-        return -EINVAL;
-    memset(&u, 0, sizeof(u));
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof(u.buf);
-    cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * 3);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * 3);
-    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)len)
-        return -errno;
-    return 0;
 }
 
 /* A pooled sandbox's payload waits here, every layer applied, for its one
@@ -1943,13 +1926,6 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
     size_t len = sizeof(struct aj_run_msg), argc = 0;
     int fds[3], r;
 
-    /* The helper's AJ_MSG_NETNS must be ahead of AJ_MSG_RUN on the socket
-     * (init reads one, the payload the other): it sends before it exits. */
-    if (sb->netns_helper > 0) {
-        while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
-            ;
-        sb->netns_helper = 0;
-    }
     for (; argv[argc]; argc++)
         len += strlen(argv[argc]) + 1;
     if (argc > AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
@@ -1985,7 +1961,7 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
     fds[0] = STDIN_FILENO;
     for (int i = 0; i < 2; i++)
         fds[1 + i] = st->out[i].wfd_child >= 0 ? st->out[i].wfd_child : st->out[i].dest;
-    r = send_buf_fds(st->sock, buf, len, fds, 3);
+    r = send_with_fds(st->sock, buf, len, fds, 3);
     free(buf);
     for (int i = 0; i < 2; i++) {
         if (st->out[i].owns_w)
