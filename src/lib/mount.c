@@ -394,6 +394,21 @@ static const char *const proc_masked[] = {
 static const char *const proc_readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/bus",
                                             "proc/fs", "proc/irq"};
 
+#define MASK_SOURCE_DIR ".agentjail-masks"
+
+/* Relative to the new root (no path outside it is looked up): detach the
+ * mask source and remove its mount point. */
+static int detach_mask_source(int rootfd, struct aj_error *err)
+{
+    if (fchdir(rootfd) < 0)
+        return aj_err(err, errno, "chdir new root");
+    if (umount2(MASK_SOURCE_DIR, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+        return aj_err(err, errno, "detach the mask source");
+    if (unlinkat(rootfd, MASK_SOURCE_DIR, AT_REMOVEDIR) < 0)
+        return aj_err(err, errno, "remove the mask source's mount point");
+    return 0;
+}
+
 static int setup_proc(int rootfd, struct aj_error *err)
 {
     _cleanup_close_ int procfd = -1, emptyfs = -1;
@@ -421,6 +436,15 @@ static int setup_proc(int rootfd, struct aj_error *err)
             return aj_err(err, errno, "mask file");
         (void)close(fd);
     }
+    /* Before 6.15, open_tree(OPEN_TREE_CLONE) refuses (EINVAL) to clone
+     * from a mount that is not attached to the caller's namespace, and
+     * fsmount() gives a detached one. So the source is attached first, at
+     * a hidden dir of the new root, and detached again (with its dir
+     * removed) before the root is made read-only: the payload never sees
+     * it. The masks are clones, independent of the source mount. */
+    r = attach(emptyfs, rootfd, MASK_SOURCE_DIR, false, err);
+    if (r < 0)
+        return aj_err_prefix(err, r, "mask source");
     for (size_t i = 0; i < AJ_ARRAY_SIZE(proc_masked); i++) {
         struct aj_open_how how = {.flags = O_PATH | O_CLOEXEC,
                                   .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
@@ -444,6 +468,9 @@ static int setup_proc(int rootfd, struct aj_error *err)
         if (aj_sys_move_mount(src, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
             return aj_err(err, errno, "mask %s", proc_masked[i]);
     }
+    r = detach_mask_source(rootfd, err);
+    if (r < 0)
+        return r;
     for (size_t i = 0; i < AJ_ARRAY_SIZE(proc_readonly); i++) {
         struct aj_open_how how = {.flags = O_PATH | O_CLOEXEC,
                                   .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
