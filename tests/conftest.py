@@ -162,6 +162,39 @@ def try_args():
     return ["--bind-ro", "%s:/opt/aj-try" % helper("aj-try")]
 
 
+_ABI_CACHE = {}
+
+
+def host_abi_works(probe):
+    """Whether the host kernel has the entry point aj-try PROBE ("int80",
+    "x32") uses: a kernel booted with ia32_emulation=0 (or built without
+    IA32/X32 emulation) faults the instruction with SIGSEGV before any
+    filter sees it, on the host and in any sandbox alike."""
+    if probe not in _ABI_CACHE:
+        p = subprocess.run([helper("aj-try"), probe], capture_output=True, timeout=30)
+        _ABI_CACHE[probe] = p.returncode != -signal.SIGSEGV
+    return _ABI_CACHE[probe]
+
+
+def _expect_cgroup_limits():
+    """Whether agentjail can give this caller's runs cgroup limits here.
+    The runner that set the environment up says so (AJ_EXPECT_CGROUP_LIMITS
+    =1 in a delegated cgroup v2 scope, 0 where none is writable); by
+    default: root yes, anyone else no (this machine: cgroup v1 as root)."""
+    v = os.environ.get("AJ_EXPECT_CGROUP_LIMITS")
+    if v in ("0", "1"):
+        return v == "1"
+    return IS_ROOT
+
+
+CG_LIMITS = _expect_cgroup_limits()
+
+
+def cgroup_limits_only(reason):
+    if not CG_LIMITS:
+        pytest.skip("only where this caller's runs get a cgroup: " + reason)
+
+
 def must_skip(reason):
     """Skip because this machine lacks something: a failure in CI (AJ_MUST_WORK=1)."""
     if os.environ.get("AJ_MUST_WORK") == "1":

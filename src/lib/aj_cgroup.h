@@ -22,10 +22,19 @@ enum aj_cg_ctrl {
 
 #define AJ_CG_PATH 512
 
+/* cgroup v2: the caller's processes are moved into this leaf of their own
+ * cgroup so that controllers can be enabled below it ("no internal
+ * processes"); a caller found in it counts as being in its parent. */
+#define AJ_CG_LEAF "agentjail-leaf"
+
 /* Where each controller lives on this host. version 0: nowhere usable. */
 struct aj_cgroup_host {
     char v2_mount[AJ_CG_PATH]; /* "" when no cgroup2 mount */
-    char v2_self[AJ_CG_PATH];  /* this process's v2 path, "/" for the root */
+    char v2_self[AJ_CG_PATH];  /* the caller's v2 cgroup ("/" for the root); its parent
+                                * if the caller sits in an AJ_CG_LEAF */
+    uint32_t v2_kernel;        /* controllers the v2 root offers (what the kernel has) */
+    uint32_t v2_avail;         /* controllers enabled for v2_self by its parent */
+    bool v2_real_root;         /* v2_self is the root of the whole hierarchy */
     struct {
         int version;                /* 0, 1 or 2 */
         char mount[AJ_CG_PATH];     /* v1: the hierarchy's mount point */
@@ -42,6 +51,18 @@ struct aj_cgroup {
     int version[AJ_CG_NCTRL];              /* where each controller is for this run */
     uint32_t limits;                       /* AJ_LAYER_*_LIMIT bits actually written */
     bool created;
+    /* v2, per controller: why it is not in the run's group (AJ_CG_WHY_*). */
+    int v2_why[AJ_CG_NCTRL];
+    int v2_errno[AJ_CG_NCTRL];
+};
+
+enum {
+    AJ_CG_WHY_OK = 0,
+    AJ_CG_WHY_KERNEL,       /* the kernel has no such v2 controller */
+    AJ_CG_WHY_NOT_DELEGATED,/* the parent does not enable it for the caller's cgroup */
+    AJ_CG_WHY_BUSY,         /* other processes in the caller's cgroup keep it from being enabled */
+    AJ_CG_WHY_NO_ACCESS,    /* the caller's cgroup is not writable (no delegation) */
+    AJ_CG_WHY_ERROR,        /* another error (v2_errno) */
 };
 
 struct aj_cgroup_stats {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,14 +106,39 @@ int aj_cgroup_detect(struct aj_cgroup_host *host, struct aj_error *err)
     free(line);
     fclose(f);
 
+    /* A caller that an earlier run moved into our leaf belongs to the
+     * cgroup above it: that is where its runs go. */
+    if (host->v2_mount[0]) {
+        char *slash = strrchr(host->v2_self, '/');
+        if (slash && strcmp(slash + 1, AJ_CG_LEAF) == 0) {
+            if (slash == host->v2_self)
+                slash[1] = '\0';
+            else
+                *slash = '\0';
+        }
+    }
+
     /* v2 wins for every controller it offers to our cgroup. */
     if (host->v2_mount[0]) {
         char path[AJ_CG_PATH * 2 + 32], buf[512];
-        snprintf(path, sizeof(path), "%s%s/cgroup.controllers", host->v2_mount,
-                 strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self);
+        const char *self = strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self;
+        struct stat st;
+
+        snprintf(path, sizeof(path), "%s/cgroup.controllers", host->v2_mount);
+        if (aj_read_small_file(path, buf, sizeof(buf)) >= 0)
+            for (int c = 0; c < AJ_CG_NCTRL; c++)
+                if (has_word(buf, ctrl_names[c], ' '))
+                    host->v2_kernel |= 1u << c;
+        /* Only the real root lacks cgroup.type; the root of a cgroup
+         * namespace (a container's "/") has it, and the no-internal-
+         * processes rule applies there. */
+        snprintf(path, sizeof(path), "%s%s/cgroup.type", host->v2_mount, self);
+        host->v2_real_root = !self[0] && stat(path, &st) < 0 && errno == ENOENT;
+        snprintf(path, sizeof(path), "%s%s/cgroup.controllers", host->v2_mount, self);
         if (aj_read_small_file(path, buf, sizeof(buf)) >= 0)
             for (int c = 0; c < AJ_CG_NCTRL; c++)
                 if (c != AJ_CG_CPUACCT && has_word(buf, ctrl_names[c], ' ')) {
+                    host->v2_avail |= 1u << c;
                     host->ctrl[c].version = 2;
                     host->ctrl[c].mount[0] = '\0';
                 }
@@ -210,38 +236,142 @@ int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size)
     return 0;
 }
 
-/* Create dir/agentjail (once) and dir/agentjail/run. On v2, controllers
- * must be enabled in every ancestor's subtree_control on the way down. */
-/* Best effort: a controller that cannot be enabled shows up as a missing
- * file when the limit is written, which fails closed. */
-static void enable_v2_controllers(const char *base, uint32_t v2_ctrls)
+/* Write "+ctrl" for each controller in mask to dir's subtree_control;
+ * returns the mask that is enabled afterwards and the first errno. */
+static uint32_t enable_ctrls(const char *dir, uint32_t mask, int *ret_errno)
 {
-    char up[AJ_CG_PATH * 2];
-    char *slash;
+    char buf[512];
+    uint32_t on = 0;
 
-    snprintf(up, sizeof(up), "%s", base);
-    slash = strrchr(up, '/');
-    if (slash)
-        *slash = '\0';
-    for (int c = 0; c < AJ_CG_NCTRL; c++)
-        if (v2_ctrls & (1u << c)) {
-            char w[32];
-            snprintf(w, sizeof(w), "+%s", ctrl_names[c]);
-            (void)write_at(up, "cgroup.subtree_control", w);
-            (void)write_at(base, "cgroup.subtree_control", w);
-        }
+    *ret_errno = 0;
+    if (read_at(dir, "cgroup.subtree_control", buf, sizeof(buf)) >= 0)
+        for (int c = 0; c < AJ_CG_NCTRL; c++)
+            if (has_word(buf, ctrl_names[c], ' '))
+                on |= 1u << c;
+    for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        char w[32];
+        int r;
+        if (!(mask & (1u << c)) || (on & (1u << c)))
+            continue;
+        snprintf(w, sizeof(w), "+%s", ctrl_names[c]);
+        r = write_at(dir, "cgroup.subtree_control", w);
+        if (r == 0)
+            on |= 1u << c;
+        else if (!*ret_errno)
+            *ret_errno = -r;
+    }
+    return on & mask;
 }
 
+/* Whoever set the cgroup up handed its subtree to us: a cgroup owned by
+ * the (non-root) caller, one systemd marked with Delegate=yes (the
+ * trusted.delegate / user.delegate xattr), or the root of our cgroup
+ * namespace (a container's own cgroup). Only then are processes other
+ * than our own moved into the leaf. */
+static bool v2_delegated(const struct aj_cgroup_host *host, const char *dir)
+{
+    char v[8];
+    struct stat st;
+    ssize_t n;
+
+    if (geteuid() != 0)
+        return stat(dir, &st) == 0 && st.st_uid == geteuid() && access(dir, W_OK) == 0;
+    n = getxattr(dir, "trusted.delegate", v, sizeof(v));
+    if (n <= 0)
+        n = getxattr(dir, "user.delegate", v, sizeof(v));
+    if (n > 0 && v[0] == '1')
+        return true;
+    return strcmp(host->v2_self, "/") == 0 && !host->v2_real_root;
+}
+
+/* Move every process of from/ into to/ (only our own, or all of them). */
+static int move_procs(const char *from, const char *to, bool all)
+{
+    char path[AJ_CG_PATH * 2 + 16], line[32], me[32];
+    FILE *f;
+    int r = 0;
+
+    snprintf(me, sizeof(me), "%d", (int)getpid());
+    r = write_at(to, "cgroup.procs", me);
+    if (r < 0 || !all)
+        return r;
+    snprintf(path, sizeof(path), "%s/cgroup.procs", from);
+    /* A few rounds: a process may fork while we move its parent. */
+    for (int round = 0; round < 4; round++) {
+        int moved = 0;
+        f = fopen(path, "re");
+        if (!f)
+            return -errno;
+        while (fgets(line, sizeof(line), f)) {
+            line[strcspn(line, "\n")] = '\0';
+            if (line[0] && write_at(to, "cgroup.procs", line) == 0)
+                moved++;
+        }
+        (void)fclose(f);
+        if (!moved)
+            break;
+    }
+    return 0;
+}
+
+/* Make the controllers in want usable below the caller's cgroup S (the
+ * runs go to S/agentjail/<run>). v2 refuses to enable a domain controller
+ * (memory) in a cgroup that holds processes, and once a threaded one (pids,
+ * cpu) is enabled there, S becomes a thread root and no run below it can
+ * hold a process (EOPNOTSUPP on the move). So, as systemd's delegation
+ * rules expect, the processes of S go into the leaf S/agentjail-leaf
+ * first: only this process, unless S was delegated to us, and then every
+ * process in it. The real root is exempt from the rule. Never above S.
+ * Returns the controllers enabled in S's subtree_control. */
+static uint32_t v2_prepare_self(const struct aj_cgroup_host *host, const char *self_dir, uint32_t want,
+                                struct aj_cgroup *cg)
+{
+    char leaf[AJ_CG_PATH * 2 + 32];
+    uint32_t on;
+    int e;
+    bool all;
+
+    on = enable_ctrls(self_dir, want, &e);
+    if (on == want || host->v2_real_root || (e != EBUSY && e != EOPNOTSUPP))
+        goto out;
+    snprintf(leaf, sizeof(leaf), "%s/%s", self_dir, AJ_CG_LEAF);
+    if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
+        e = errno;
+        goto out;
+    }
+    all = v2_delegated(host, self_dir);
+    if (move_procs(self_dir, leaf, all) == 0)
+        on = enable_ctrls(self_dir, want, &e);
+    if (on == 0 && !all) {
+        /* Others still live in S: go back, so as not to leave a leaf
+         * behind that does nothing. */
+        char me[32];
+        snprintf(me, sizeof(me), "%d", (int)getpid());
+        (void)write_at(self_dir, "cgroup.procs", me);
+        (void)rmdir(leaf);
+    }
+out:
+    for (int c = 0; c < AJ_CG_NCTRL; c++)
+        if ((want & (1u << c)) && !(on & (1u << c))) {
+            cg->v2_why[c] = e == EBUSY ? AJ_CG_WHY_BUSY
+                            : (e == EACCES || e == EPERM || e == EROFS) ? AJ_CG_WHY_NO_ACCESS
+                                                                       : AJ_CG_WHY_ERROR;
+            cg->v2_errno[c] = e;
+        }
+    return on;
+}
+
+/* Create base (once) and base/run; on v2, enable ctrls in base first. */
 static int make_run_dir(const char *base, const char *run, char *out, size_t size, int version,
-                        uint32_t v2_ctrls)
+                        uint32_t v2_ctrls, uint32_t *ret_on)
 {
     snprintf(out, size, "%s/%s", base, run);
     for (int tries = 0;; tries++) {
         int e;
         if (mkdir(base, 0755) < 0 && errno != EEXIST)
             return -errno;
-        if (version == 2)
-            enable_v2_controllers(base, v2_ctrls);
+        if (version == 2 && v2_ctrls)
+            *ret_on = enable_ctrls(base, v2_ctrls, &e);
         if (mkdir(out, 0755) == 0)
             return 0;
         e = errno;
@@ -270,22 +400,6 @@ static void remove_base_of(const char *run_dir)
 }
 
 /* ---- create ---------------------------------------------------------------- */
-
-/* Every wanted v2 controller is usable in dir (listed in its
- * cgroup.controllers, i.e. enabled by the parent). */
-static bool v2_controllers_enabled(const char *dir, uint32_t wanted)
-{
-    char buf[512];
-
-    if (!wanted)
-        return true;
-    if (read_at(dir, "cgroup.controllers", buf, sizeof(buf)) < 0)
-        return false;
-    for (int c = 0; c < AJ_CG_NCTRL; c++)
-        if ((wanted & (1u << c)) && !has_word(buf, ctrl_names[c], ' '))
-            return false;
-    return true;
-}
 
 static int write_limit(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file, const char *value,
                        bool required, const char *what, struct aj_error *err)
@@ -317,6 +431,49 @@ static bool required(const struct aj_policy *pol, uint32_t bit)
     }
 }
 
+/* Why an explicit limit cannot be had here, and what to do about it. */
+static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cgroup *cg, enum aj_cg_ctrl c,
+                           const char *flag, struct aj_error *err)
+{
+    const char *self = host->v2_self;
+    char avail[64] = "";
+
+    if (host->ctrl[c].version == 1)
+        return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v1 at %s%s); "
+                      "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)",
+                      flag, ctrl_names[c], host->ctrl[c].mount, host->ctrl[c].self);
+    if (!host->v2_mount[0] || cg->v2_why[c] == AJ_CG_WHY_KERNEL)
+        return aj_err(err, 0, "%s needs the cgroup '%s' controller, which this host does not provide "
+                      "(neither cgroup v2 nor a v1 hierarchy)", flag, ctrl_names[c]);
+    switch (cg->v2_why[c]) {
+    case AJ_CG_WHY_NOT_DELEGATED:
+        for (int o = 0; o < AJ_CG_NCTRL; o++)
+            if (host->v2_avail & (1u << o)) {
+                size_t n = strlen(avail);
+                snprintf(avail + n, sizeof(avail) - n, "%s%s", n ? " " : "", ctrl_names[o]);
+            }
+        return aj_err(err, 0, "%s needs the cgroup '%s' controller, which the kernel has but the parent of "
+                      "this process's cgroup (%s) does not delegate to it (it gets: %s); run agentjail in a "
+                      "unit that delegates it: systemd-run --scope -p Delegate=yes ... (as a user: "
+                      "systemd-run --user --scope -p Delegate=yes ...), or Delegate=yes in its service",
+                      flag, ctrl_names[c], self, avail[0] ? avail : "none");
+    case AJ_CG_WHY_BUSY:
+        return aj_err(err, 0, "%s needs the cgroup '%s' controller, and cgroup v2 cannot enable it below %s "
+                      "while other processes live in that cgroup (no internal processes; it is not delegated "
+                      "to agentjail, so only agentjail itself was moved into %s/%s); run agentjail in its own "
+                      "delegated unit: systemd-run --scope -p Delegate=yes ...",
+                      flag, ctrl_names[c], self, self, AJ_CG_LEAF);
+    case AJ_CG_WHY_NO_ACCESS:
+        return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v2 at %s%s: %s); "
+                      "run as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes ...)",
+                      flag, ctrl_names[c], host->v2_mount, self,
+                      strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EACCES));
+    default:
+        return aj_err(err, 0, "%s needs the cgroup '%s' controller, which could not be enabled below %s: %s",
+                      flag, ctrl_names[c], self, strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EIO));
+    }
+}
+
 int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *pol,
                      const char *run_name, struct aj_cgroup *cg, struct aj_error *err)
 {
@@ -329,44 +486,61 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         {AJ_LIMIT_PIDS, AJ_CG_PIDS, "--pids"},
         {AJ_LIMIT_CPUS, AJ_CG_CPU, "--cpus"},
     };
-    uint32_t v2_ctrls = 0;
-    char buf[64];
+    uint32_t want2 = 0, on_self = 0, on_base = 0;
+    char buf[512];
     int r;
 
     aj_cgroup_init(cg);
     for (int c = 0; c < AJ_CG_NCTRL; c++) {
+        bool wanted = (c == AJ_CG_MEMORY && pol->memory_max) || (c == AJ_CG_PIDS && pol->pids_max) ||
+                      (c == AJ_CG_CPU && pol->cpu_milli);
         cg->version[c] = host->ctrl[c].version;
-        if (cg->version[c] == 2)
-            v2_ctrls |= 1u << c;
+        /* Every v2 controller there is, whether this run sets its limit
+         * or not: the runs share one parent, and what a run's group has
+         * should not depend on what an earlier run asked for. */
+        if (cg->version[c] == 2 && c != AJ_CG_CPUACCT)
+            want2 |= 1u << c;
+        else if (wanted && cg->version[c] != 1 && host->v2_mount[0])
+            cg->v2_why[c] = (host->v2_kernel & (1u << c)) ? AJ_CG_WHY_NOT_DELEGATED : AJ_CG_WHY_KERNEL;
     }
-    /* The v2 group: tracking and kill for the whole tree, plus whatever
-     * controllers v2 provides. */
+    /* The v2 group: tracking and kill for the whole tree, plus the
+     * controllers this run needs, where they can be enabled. */
     if (host->v2_mount[0]) {
-        char base[AJ_CG_PATH * 2];
+        char base[AJ_CG_PATH * 2], self_dir[AJ_CG_PATH * 2];
+        snprintf(self_dir, sizeof(self_dir), "%s%s", host->v2_mount,
+                 strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self);
+        if (want2)
+            on_self = v2_prepare_self(host, self_dir, want2, cg);
         join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
-        r = make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, v2_ctrls);
-        if (r == 0 && !v2_controllers_enabled(cg->v2_dir, v2_ctrls) && geteuid() == 0 &&
-            strcmp(host->v2_self, "/") != 0) {
-            /* The usual systemd host: our own cgroup (a session scope) holds
-             * processes, so v2's "no internal processes" rule keeps us from
-             * enabling controllers below it. As root, use the root cgroup,
-             * which is exempt from that rule. */
-            (void)rmdir(cg->v2_dir);
-            remove_base_of(cg->v2_dir);
-            join(base, sizeof(base), host->v2_mount, "/", NULL);
-            r = make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, v2_ctrls);
-        }
+        r = make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, on_self, &on_base);
         if (r < 0) {
             cg->v2_dir[0] = '\0';
             for (int c = 0; c < AJ_CG_NCTRL; c++)
-                if (cg->version[c] == 2)
-                    cg->version[c] = 0;
+                if (want2 & (1u << c)) {
+                    cg->v2_why[c] = AJ_CG_WHY_NO_ACCESS;
+                    cg->v2_errno[c] = -r;
+                }
         } else {
             cg->created = true;
             cg->v2_fd = open(cg->v2_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
             if (cg->v2_fd < 0) {
                 r = aj_err(err, errno, "open %s", cg->v2_dir);
                 goto fail;
+            }
+        }
+        /* What the run's group really has is what its parent enabled,
+         * whoever did it: the truth for the result and the limits. */
+        if (!cg->v2_dir[0] || read_at(cg->v2_dir, "cgroup.controllers", buf, sizeof(buf)) < 0)
+            buf[0] = '\0';
+        for (int c = 0; c < AJ_CG_NCTRL; c++) {
+            if (cg->version[c] != 2)
+                continue;
+            if (!has_word(buf, ctrl_names[c], ' ')) {
+                cg->version[c] = 0;
+                if ((want2 & (1u << c)) && !cg->v2_why[c]) {
+                    cg->v2_why[c] = AJ_CG_WHY_ERROR;
+                    cg->v2_errno[c] = EIO;
+                }
             }
         }
     }
@@ -391,7 +565,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         if (cg->v1_dir[c][0])
             continue;
         join(base, sizeof(base), host->ctrl[c].mount, host->ctrl[c].self, NULL);
-        r = make_run_dir(base, run_name, cg->v1_dir[c], sizeof(cg->v1_dir[c]), 1, 0);
+        r = make_run_dir(base, run_name, cg->v1_dir[c], sizeof(cg->v1_dir[c]), 1, 0, NULL);
         if (r < 0) {
             cg->v1_dir[c][0] = '\0';
             cg->version[c] = 0;
@@ -405,15 +579,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         enum aj_cg_ctrl c = needs[i].ctrl;
         if (!required(pol, needs[i].limit_bit) || cg->version[c])
             continue;
-        if (!host->ctrl[c].version)
-            r = aj_err(err, 0, "%s needs the cgroup '%s' controller, which this host does not provide "
-                       "(neither cgroup v2 nor a v1 hierarchy)", needs[i].flag, ctrl_names[c]);
-        else
-            r = aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v%d at %s%s); "
-                       "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)",
-                       needs[i].flag, ctrl_names[c], host->ctrl[c].version,
-                       host->ctrl[c].version == 2 ? host->v2_mount : host->ctrl[c].mount,
-                       host->ctrl[c].version == 2 ? host->v2_self : host->ctrl[c].self);
+        r = explain_missing(host, cg, c, needs[i].flag, err);
         goto fail;
     }
     if (required(pol, AJ_LIMIT_CPU_TIME) && !cg->v2_dir[0] && cg->version[AJ_CG_CPUACCT] != 1) {

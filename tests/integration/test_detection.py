@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from conftest import write, wait_for, AJ_BIN, new_tag, pids_with, run_aj, try_args
+from conftest import write, wait_for, AJ_BIN, new_tag, pids_with, run_aj, try_args, host_abi_works
 
 PY = "/usr/bin/python3"
 TRY = "/opt/aj-try"
@@ -228,6 +228,8 @@ def test_ptrace_attach_pid1_one_event():
 
 @pytest.mark.parametrize("probe_name,arch", [("int80", "i386"), ("x32", "x32")])
 def test_foreign_abi_killed_with_sigsys_one_critical_event(probe_name, arch):
+    if not host_abi_works(probe_name):
+        pytest.skip("this kernel has no %s entry point at all (SIGSEGV on the host too)" % arch)
     r, events, verdict = probe([probe_name])
     assert r.returncode == SIGSYS_EXIT, r
     assert verdict is None, "the probe must die before it can print: %r" % r.stdout
@@ -627,11 +629,12 @@ def test_alert_cmd_control_not_run_without_high_event(hostdir):
 
 def test_alert_cmd_critical_event_foreign_abi(hostdir):
     out = os.path.join(hostdir, "event.json")
-    r, events = run_ev(["--alert-cmd", "cat > %s" % out] + try_args(), [TRY, "int80"])
+    probe_name, arch = ("int80", "i386") if host_abi_works("int80") else ("x32", "x32")
+    r, events = run_ev(["--alert-cmd", "cat > %s" % out] + try_args(), [TRY, probe_name])
     assert r.returncode == SIGSYS_EXIT, r
     with open(out) as f:
         ev = json.loads(f.read())
-    assert (ev["type"], ev["severity"], ev["arch"]) == ("escape_attempt", "critical", "i386"), ev
+    assert (ev["type"], ev["severity"], ev["arch"]) == ("escape_attempt", "critical", arch), ev
 
 
 def _alert_timeout_run(payload_secs, tag):

@@ -26,7 +26,8 @@ import time
 
 import pytest
 
-from conftest import agentjail_pids, wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, root_only, run_aj
+from conftest import agentjail_pids, wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, CG_LIMITS, \
+    cgroup_limits_only, root_only, run_aj
 
 PY = "/usr/bin/python3"
 LEAK_RUNS = int(os.environ.get("AJ_LEAK_RUNS", "100"))
@@ -68,7 +69,9 @@ def cg_dirs(match, maxdepth=6):
 
 
 def aj_cgroups():
-    return cg_dirs(lambda n: "agentjail" in n)
+    """agentjail's cgroup dirs but for the leaf it moves its callers into
+    (which holds this test while it runs)."""
+    return cg_dirs(lambda n: "agentjail" in n and n != "agentjail-leaf")
 
 
 RUN_NAME = re.compile(r"([0-9]+)\.([0-9]+)\.[0-9a-f]+")
@@ -80,6 +83,22 @@ def starttime(pid):
             return int(f.read().rsplit(")", 1)[1].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def v2_self():
+    """This process's cgroup v2 path as agentjail sees it: a process that
+    agentjail moved into the leaf of its cgroup (it moves every process of
+    a delegated cgroup there, this test's included) belongs to the parent."""
+    path = "/"
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            hid, ctrls, p = line.rstrip("\n").split(":", 2)
+            if hid == "0" and ctrls == "":
+                path = p
+    head, _, tail = path.rpartition("/")
+    if tail == "agentjail-leaf":
+        path = head or "/"
+    return path
 
 
 def own_bases():
@@ -100,7 +119,9 @@ def own_bases():
     bases = {}
     with open("/proc/self/cgroup") as f:
         for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            hid, ctrls, path = line.rstrip("\n").split(":", 2)
+            if hid == "0" and ctrls == "":
+                path = v2_self()
             for c in ctrls.split(",") if ctrls else [""]:
                 if c in mounts:
                     base = mounts[c] + path.rstrip("/") + "/agentjail"
@@ -194,12 +215,7 @@ def host_cgroup_layout():
                     v1.setdefault(c, mnt)
     v2_ctrls = set()
     if v2_mount:
-        self_path = "/"
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                hid, ctrls, path = line.rstrip("\n").split(":", 2)
-                if hid == "0" and ctrls == "":
-                    self_path = path
+        self_path = v2_self()
         try:
             v2_ctrls = set(read(os.path.join(v2_mount + self_path.rstrip("/"),
                                              "cgroup.controllers")).split())
@@ -285,8 +301,8 @@ def no_cgroup_leaks():
 
 
 def need_cgroup_limits():
-    root_only("explicit cgroup limits fail closed without a writable cgroup "
-              "(test_explicit_limits_fail_closed_without_cgroup)")
+    cgroup_limits_only("explicit cgroup limits fail closed without a writable cgroup "
+                       "(test_explicit_limits_fail_closed_without_cgroup)")
 
 
 def host_still_forks():
@@ -579,7 +595,7 @@ def test_supervisor_sigkill_leaves_nothing(reaper, args):
     assert pids, "payload never seen"
     init = int(proc_status(pids[0], "PPid") or 0)
     dirs = run_cgroups(p.pid)
-    if IS_ROOT:
+    if CG_LIMITS:
         # Control: the run has cgroups and the payload is in them.
         assert dirs, "no run cgroup for supervisor %d" % p.pid
         assert any(str(pids[0]) in cg_procs(d) for d in dirs), dirs
@@ -589,7 +605,7 @@ def test_supervisor_sigkill_leaves_nothing(reaper, args):
     gone = wait_for(lambda: not pids_with(tag) and not os.path.exists("/proc/%d" % init), 2)
     assert gone, "sandbox outlived its supervisor: payload %r, init %d alive=%s" % (
         pids_with(tag), init, os.path.exists("/proc/%d" % init))
-    if IS_ROOT:
+    if CG_LIMITS:
         assert wait_for(lambda: not any(cg_procs(d) for d in dirs), 2), \
             {d: cg_procs(d) for d in dirs}
         # Nobody removed them: they stay until the next run starts (any
@@ -610,7 +626,7 @@ def test_many_limited_runs_leave_nothing(reaper):
     reaper.append(tag)
     # Rootless: no cgroup limits to ask for (they fail closed); the runs
     # still must leave nothing.
-    args = ["--memory", "64M", "--pids", "64"] if IS_ROOT else []
+    args = ["--memory", "64M", "--pids", "64"] if CG_LIMITS else []
     before = set(cgroup_leaks())
     with open("/proc/self/mountinfo") as f:
         mounts = f.read()
@@ -620,7 +636,7 @@ def test_many_limited_runs_leave_nothing(reaper):
         r = run_aj(args, ["sh", "-c", "sleep %s & echo $?" % tag])
         assert r.returncode == 0 and r.stdout == "0\n", (i, r)
         assert r.result["status"] == "ok", (i, r.result)
-        assert r.result["layers"]["memory_limit"] is IS_ROOT, (i, r.result)
+        assert r.result["layers"]["memory_limit"] is CG_LIMITS, (i, r.result)
     elapsed = time.monotonic() - t
     assert wait_for(lambda: not pids_with(tag), 2), "processes left: %r" % pids_with(tag)
     # No agentjail cgroup dir at all where our runs were (the shared ones
@@ -668,7 +684,7 @@ def test_cpu_ms_counts_reaped_children():
 
 
 def test_cpu_ms_counts_killed_children():
-    root_only("without a cgroup cpu_ms comes from rusage, which cannot see "
+    cgroup_limits_only("without a cgroup cpu_ms comes from rusage, which cannot see "
               "processes killed with the namespace")
     r = run_aj(["--timeout", "30"], [PY, "-c", burners(False)])
     assert r.returncode == 0 and r.stdout == "done\n", r
@@ -689,7 +705,7 @@ def expected_controllers(args):
 
 
 def test_result_limit_layers_and_controllers_root():
-    root_only("rootless runs have no cgroup here")
+    cgroup_limits_only("rootless runs have no cgroup here")
     layout, v2_mount = host_cgroup_layout()
     r = run_aj([], ["true"])
     assert r.returncode == 0, r
@@ -742,8 +758,8 @@ def test_result_limit_layers_and_controllers_root():
     ("--cpu-time", "5", None),
 ])
 def test_explicit_limits_fail_closed_without_cgroup(flag, value, controller):
-    if IS_ROOT:
-        pytest.skip("as nobody only: root has a writable cgroup "
+    if CG_LIMITS:
+        pytest.skip("only without a writable cgroup: this caller has one "
                     "(test_result_limit_layers_and_controllers_root)")
     r = run_aj([flag, value], ["sh", "-c", "echo ran"])
     assert r.returncode == 125, r
