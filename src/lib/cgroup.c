@@ -314,49 +314,79 @@ static int move_procs(const char *from, const char *to, bool all)
     return 0;
 }
 
+static bool has_procs(const char *dir)
+{
+    char buf[16];
+    return read_at(dir, "cgroup.procs", buf, sizeof(buf)) != 0;
+}
+
 /* Make the controllers in want usable below the caller's cgroup S (the
  * runs go to S/agentjail/<run>). v2 refuses to enable a domain controller
- * (memory) in a cgroup that holds processes, and once a threaded one (pids,
- * cpu) is enabled there, S becomes a thread root and no run below it can
- * hold a process (EOPNOTSUPP on the move). So, as systemd's delegation
- * rules expect, the processes of S go into the leaf S/agentjail-leaf
- * first: only this process, unless S was delegated to us, and then every
- * process in it. The real root is exempt from the rule. Never above S.
- * Returns the controllers enabled in S's subtree_control. */
+ * (memory) in a cgroup that holds processes, and it does enable a
+ * threaded one (pids, cpu) there, which turns S into a thread root below
+ * which no new group can hold a process (EOPNOTSUPP when the run moves
+ * in: what broke delegated users). So nothing is enabled in S while it
+ * holds a process: as systemd's delegation rules expect, the processes of
+ * S go into the leaf S/agentjail-leaf first (only this process, unless S
+ * was delegated to us: then every process in it). The real root is
+ * exempt from the rule. Never anything above S.
+ * Returns the controllers enabled in S's subtree_control; *ret_usable is
+ * false when no group below S can hold a process at all (S is a thread
+ * root with processes, set up so by someone else). */
 static uint32_t v2_prepare_self(const struct aj_cgroup_host *host, const char *self_dir, uint32_t want,
-                                struct aj_cgroup *cg)
+                                struct aj_cgroup *cg, bool *ret_usable)
 {
-    char leaf[AJ_CG_PATH * 2 + 32];
-    uint32_t on;
-    int e;
+    char leaf[AJ_CG_PATH * 2 + 32], buf[512];
+    uint32_t on = 0, any = 0;
+    int e = 0;
     bool all;
 
-    on = enable_ctrls(self_dir, want, &e);
-    if (on == want || host->v2_real_root || (e != EBUSY && e != EOPNOTSUPP))
-        goto out;
-    snprintf(leaf, sizeof(leaf), "%s/%s", self_dir, AJ_CG_LEAF);
-    if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
-        e = errno;
-        goto out;
-    }
-    all = v2_delegated(host, self_dir);
-    if (move_procs(self_dir, leaf, all) == 0)
+    *ret_usable = true;
+    if (host->v2_real_root) {
         on = enable_ctrls(self_dir, want, &e);
-    if (on == 0 && !all) {
-        /* Others still live in S: go back, so as not to leave a leaf
-         * behind that does nothing. */
-        char me[32];
-        snprintf(me, sizeof(me), "%d", (int)getpid());
-        (void)write_at(self_dir, "cgroup.procs", me);
-        (void)rmdir(leaf);
+        goto out;
     }
+    if (read_at(self_dir, "cgroup.subtree_control", buf, sizeof(buf)) >= 0)
+        for (int c = 0; c < AJ_CG_NCTRL; c++)
+            if (has_word(buf, ctrl_names[c], ' '))
+                any |= 1u << c;
+    on = any & want;
+    if (on == want)
+        goto out;
+    if (has_procs(self_dir)) {
+        snprintf(leaf, sizeof(leaf), "%s/%s", self_dir, AJ_CG_LEAF);
+        all = v2_delegated(host, self_dir);
+        if (any) {
+            /* Processes beside enabled controllers: only a thread root. */
+            *ret_usable = false;
+            e = EOPNOTSUPP;
+            goto out;
+        }
+        if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
+            e = errno;
+            goto out;
+        }
+        e = -move_procs(self_dir, leaf, all);
+        if (e || has_procs(self_dir)) {
+            /* Others still live in S: go back (S has no controllers
+             * enabled, so that is allowed) and leave no leaf behind. */
+            char me[32];
+            snprintf(me, sizeof(me), "%d", (int)getpid());
+            (void)write_at(self_dir, "cgroup.procs", me);
+            (void)rmdir(leaf);
+            if (!e)
+                e = EBUSY;
+            goto out;
+        }
+    }
+    on = enable_ctrls(self_dir, want, &e);
 out:
     for (int c = 0; c < AJ_CG_NCTRL; c++)
         if ((want & (1u << c)) && !(on & (1u << c))) {
             cg->v2_why[c] = e == EBUSY ? AJ_CG_WHY_BUSY
                             : (e == EACCES || e == EPERM || e == EROFS) ? AJ_CG_WHY_NO_ACCESS
                                                                        : AJ_CG_WHY_ERROR;
-            cg->v2_errno[c] = e;
+            cg->v2_errno[c] = e ? e : EIO;
         }
     return on;
 }
@@ -509,11 +539,15 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         char base[AJ_CG_PATH * 2], self_dir[AJ_CG_PATH * 2];
         snprintf(self_dir, sizeof(self_dir), "%s%s", host->v2_mount,
                  strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self);
+        bool usable = true;
         if (want2)
-            on_self = v2_prepare_self(host, self_dir, want2, cg);
+            on_self = v2_prepare_self(host, self_dir, want2, cg, &usable);
         join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
-        r = make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, on_self, &on_base);
-        if (r < 0) {
+        r = usable ? make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, on_self, &on_base)
+                   : -EOPNOTSUPP;
+        if (r < 0 && !usable) {
+            cg->v2_dir[0] = '\0';
+        } else if (r < 0) {
             cg->v2_dir[0] = '\0';
             for (int c = 0; c < AJ_CG_NCTRL; c++)
                 if (want2 & (1u << c)) {
