@@ -27,6 +27,7 @@ enum {
     OPT_UID_RANGE,
     OPT_TMP_SIZE,
     OPT_ALLOW_DEGRADED,
+    OPT_ALLOW_NO_LANDLOCK,
     OPT_MEMORY,
     OPT_PIDS,
     OPT_CPUS,
@@ -61,6 +62,7 @@ static const struct option run_options[] = {
     {"uid-range", required_argument, NULL, OPT_UID_RANGE},
     {"tmp-size", required_argument, NULL, OPT_TMP_SIZE},
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
+    {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
     {"memory", required_argument, NULL, OPT_MEMORY},
     {"pids", required_argument, NULL, OPT_PIDS},
     {"cpus", required_argument, NULL, OPT_CPUS},
@@ -126,6 +128,8 @@ static void run_usage(FILE *f)
           "  --result FILE             write the result JSON to FILE\n"
           "  --allow-degraded          if namespaces are refused, run with Landlock, seccomp,\n"
           "                            rlimits and no_new_privs only (loudly reported)\n"
+          "  --allow-no-landlock       on a kernel without Landlock (before 5.13), run without\n"
+          "                            it (the result shows landlock_fs missing)\n"
           "\n"
           "Exit status: the payload's; 128+N if it was killed by signal N (a timeout or a\n"
           "limit: 137);\n"
@@ -238,6 +242,9 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_ALLOW_DEGRADED:
             pol.allow_degraded = true;
+            break;
+        case OPT_ALLOW_NO_LANDLOCK:
+            pol.allow_no_landlock = true;
             break;
         case OPT_MEMORY:
             r = aj_policy_set_memory(&pol, optarg, &err);

@@ -76,6 +76,10 @@ struct aj_cgroup_stats {
 AJ_EXPORT const char *aj_cgroup_ctrl_name(enum aj_cg_ctrl c);
 int aj_cgroup_detect(struct aj_cgroup_host *ret, struct aj_error *err);
 
+/* Read only: the controllers a run started by this process would get
+ * limits from (AJ_CG_* bits), and, when some are missing, why. */
+int aj_cgroup_predict(const struct aj_cgroup_host *host, uint32_t *ret_ctrls, char *why, size_t size);
+
 /* Create the run's cgroups under "agentjail" in the caller's own cgroup of
  * each hierarchy and write the policy's limits. Fails closed when a limit
  * the policy set explicitly has no writable controller; a default limit

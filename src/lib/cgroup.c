@@ -391,6 +391,74 @@ out:
     return on;
 }
 
+/* Whether pid is the only process in dir. */
+static bool only_procs_of_self(const char *dir)
+{
+    char path[AJ_CG_PATH * 2 + 16], line[32];
+    FILE *f;
+    bool only = true;
+
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    f = fopen(path, "re");
+    if (!f)
+        return false;
+    while (only && fgets(line, sizeof(line), f)) {
+        char *end;
+        long pid = strtol(line, &end, 10);
+        only = end != line && pid == (long)getpid();
+    }
+    (void)fclose(f);
+    return only;
+}
+
+int aj_cgroup_predict(const struct aj_cgroup_host *host, uint32_t *ret_ctrls, char *why, size_t size)
+{
+    char self_dir[AJ_CG_PATH * 2], buf[512];
+    uint32_t ctrls = 0, any = 0;
+
+    why[0] = '\0';
+    for (int c = 0; c < AJ_CG_NCTRL; c++)
+        if (host->ctrl[c].version == 1 && c != AJ_CG_CPUACCT) {
+            char dir[AJ_CG_PATH * 2];
+            snprintf(dir, sizeof(dir), "%s%s", host->ctrl[c].mount,
+                     strcmp(host->ctrl[c].self, "/") == 0 ? "" : host->ctrl[c].self);
+            if (access(dir, W_OK) == 0)
+                ctrls |= 1u << c;
+            else
+                snprintf(why, size, "cgroup v1 %s at %s is not writable by uid %u", ctrl_names[c], dir,
+                         (unsigned)geteuid());
+        }
+    if (!host->v2_mount[0] || !(host->v2_avail & ((1u << AJ_CG_MEMORY) | (1u << AJ_CG_PIDS) | (1u << AJ_CG_CPU)))) {
+        if (host->v2_mount[0] && host->v2_kernel && !why[0])
+            snprintf(why, size, "the parent of this process's cgroup %s delegates no controller to it",
+                     host->v2_self);
+        *ret_ctrls = ctrls;
+        return 0;
+    }
+    snprintf(self_dir, sizeof(self_dir), "%s%s", host->v2_mount,
+             strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self);
+    if (read_at(self_dir, "cgroup.subtree_control", buf, sizeof(buf)) >= 0)
+        for (int c = 0; c < AJ_CG_NCTRL; c++)
+            if (has_word(buf, ctrl_names[c], ' '))
+                any |= 1u << c;
+    if (!host->v2_real_root && access(self_dir, W_OK) < 0)
+        snprintf(why, size, "this process's cgroup %s is not writable by uid %u (not delegated)",
+                 host->v2_self, (unsigned)geteuid());
+    else if (!host->v2_real_root && any && has_procs(self_dir))
+        snprintf(why, size, "this process's cgroup %s holds processes and has controllers enabled "
+                 "below it (a thread root): no run can be placed under it", host->v2_self);
+    else if (!host->v2_real_root && !any && has_procs(self_dir) && !v2_delegated(host, self_dir) &&
+             !only_procs_of_self(self_dir))
+        snprintf(why, size, "this process's cgroup %s is not delegated and holds other processes: "
+                 "runs get a cgroup without controllers (no internal processes)", host->v2_self);
+    else
+        for (int c = 0; c < AJ_CG_NCTRL; c++)
+            if (c != AJ_CG_CPUACCT && (host->v2_avail & (1u << c)))
+                ctrls |= 1u << c;
+    *ret_ctrls = ctrls;
+    return 0;
+}
+
 /* Create base (once) and base/run; on v2, enable ctrls in base first. */
 static int make_run_dir(const char *base, const char *run, char *out, size_t size, int version,
                         uint32_t v2_ctrls, uint32_t *ret_on)

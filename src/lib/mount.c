@@ -329,11 +329,22 @@ int aj_mount_check_bind_submounts(const struct aj_policy *pol, struct aj_error *
 
 /* ---- sandbox side ---------------------------------------------------------- */
 
+/* The oldest kernel the mount layer runs on is 5.12 (mount_setattr); an
+ * older one gets the feature and the version named, not a bare ENOSYS. */
+static int kernel_lacks(struct aj_error *err, const char *call, const char *since, const char *what)
+{
+    return aj_err(err, ENOSYS, "%s: this kernel has no %s() (Linux %s or later is needed for agentjail's "
+                  "mount layer)", what, call, since);
+}
+
 static int set_tree_attrs(int fd, uint64_t attrs, struct aj_error *err, const char *what)
 {
     struct aj_mount_attr a = {.attr_set = attrs};
-    if (aj_sys_mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a) < 0)
+    if (aj_sys_mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a) < 0) {
+        if (errno == ENOSYS)
+            return kernel_lacks(err, "mount_setattr", "5.12", what);
         return aj_err(err, errno, "set mount attributes on %s", what);
+    }
     return 0;
 }
 
@@ -354,7 +365,7 @@ static int new_fs(const char *type, const char *size, const char *mode, uint64_t
     int mfd;
 
     if (fsfd < 0)
-        return aj_err(err, errno, "fsopen %s", type);
+        return errno == ENOSYS ? kernel_lacks(err, "fsopen", "5.2", type) : aj_err(err, errno, "fsopen %s", type);
     if (size && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "size", size, 0) < 0)
         return aj_err(err, errno, "%s size=%s", type, size);
     if (mode && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "mode", mode, 0) < 0)
@@ -605,6 +616,8 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
         if (fd < 0) {
             if (e->optional && errno == ENOENT)
                 continue;
+            if (errno == ENOSYS)
+                return kernel_lacks(err, "open_tree", "5.2", e->src);
             return aj_err(err, errno, "bind source %s", e->src);
         }
         plan->src_fds[i] = fd;

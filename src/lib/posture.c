@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "aj_cgroup.h"
 #include "kcve.h" /* src/probe: the CVE table, shared with agentjail-probe */
 #include "aj_landlock.h"
+#include "aj_missing.h"
 #include "aj_util.h"
 
 static const char *const status_names[] = {"ok", "warn", "fail", "unknown"};
@@ -408,6 +410,108 @@ static int check_cgroups(struct ctx *c)
     return 0;
 }
 
+/* Where this host sits in the kernel support matrix (docs/security-
+ * model.md, "Kernels"): each layer with the feature it needs, probed
+ * directly (a call with invalid arguments: ENOSYS means absent), never
+ * guessed from the version string. */
+static int check_kernel_layers(struct ctx *c)
+{
+    static const char why[] =
+        "Which of agentjail's layers this kernel can apply. The mount layer needs mount_setattr "
+        "(5.12), the filesystem rules need Landlock (5.13; TCP rules ABI 4, 6.7; scoping of unix "
+        "sockets and signals ABI 6, 6.12), the escape monitor seccomp user notification (5.0). A "
+        "layer the kernel lacks is reported missing in every run's result, never skipped silently.";
+    char value[512], missing[256] = "", fatal[256] = "", buf[256];
+    int abi, n;
+    bool notif, timens;
+
+    if (c->root)
+        return add(c, "kernel.layers", AJ_POSTURE_UNKNOWN, "not measured (--sysroot)", why,
+                   "run 'agentjail check' on the live host");
+    abi = aj_landlock_abi();
+    notif = read_host_file(c, "proc/sys/kernel/seccomp/actions_avail", buf, sizeof(buf)) == 0 &&
+            has_word(buf, "user_notif");
+    timens = access("/proc/self/ns/time", F_OK) == 0;
+    errno = 0;
+    if (syscall(__NR_mount_setattr, -1, "", 0, NULL, (size_t)0) < 0 && errno == ENOSYS)
+        snprintf(fatal + strlen(fatal), sizeof(fatal) - strlen(fatal),
+                 "%smount_setattr (Linux 5.12: the mount layer)", fatal[0] ? ", " : "");
+    if (abi < 1)
+        snprintf(fatal + strlen(fatal), sizeof(fatal) - strlen(fatal),
+                 "%sLandlock (Linux 5.13; a policy may allow running without it: "
+                 "degraded.without_landlock)", fatal[0] ? ", " : "");
+    if (!notif)
+        snprintf(fatal + strlen(fatal), sizeof(fatal) - strlen(fatal),
+                 "%sseccomp user notification (Linux 5.0: the escape monitor)", fatal[0] ? ", " : "");
+    if (abi >= 1 && abi < 4)
+        snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+                 "%slandlock_net (ABI 4, 6.7: the network namespace stays the boundary)",
+                 missing[0] ? ", " : "");
+    if (abi >= 1 && abi < 6)
+        snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+                 "%slandlock_scope (ABI 6, 6.12: the pid and network namespaces stay the boundary)",
+                 missing[0] ? ", " : "");
+    if (!timens)
+        snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+                 "%stime_namespace (5.6)", missing[0] ? ", " : "");
+    n = snprintf(value, sizeof(value), "Landlock ABI %d; ", abi);
+    if (fatal[0])
+        snprintf(value + n, sizeof(value) - (size_t)n, "cannot run: no %s%s%s", fatal,
+                 missing[0] ? "; also missing: " : "", missing);
+    else if (missing[0])
+        snprintf(value + n, sizeof(value) - (size_t)n, "every layer but %s", missing);
+    else
+        snprintf(value + n, sizeof(value) - (size_t)n, "every layer");
+    if (fatal[0])
+        return add(c, "kernel.layers", AJ_POSTURE_FAIL, value, why,
+                   "run Linux 6.8 or later (6.12+ for every layer) with CONFIG_SECURITY_LANDLOCK=y and "
+                   "landlock in lsm=; Debian 12: the 6.1 kernel runs all but the layers listed, "
+                   "bookworm's linux-image-6.12-amd64 runs all");
+    if (missing[0])
+        return add(c, "kernel.layers", AJ_POSTURE_WARN, value, why,
+                   "a kernel of 6.12 or later applies every layer (Debian 12: linux-image-6.12-amd64)");
+    return add(c, "kernel.layers", AJ_POSTURE_OK, value, why, "nothing to change");
+}
+
+/* What a run started by this user, from this cgroup, would get: limits
+ * depend on delegation, not only on what the kernel has. Read only. */
+static int check_cgroup_limits(struct ctx *c)
+{
+    static const char why[] =
+        "Memory, pids and CPU limits need a cgroup the caller may write to. On cgroup v2 agentjail "
+        "puts its runs below its own cgroup (never above it) and enables only what the parent "
+        "delegates; without that the default limits are reported missing and explicit ones refuse "
+        "to run.";
+    static const char rec[] =
+        "run agentjail in a unit that delegates the controllers: systemd-run --scope -p Delegate=yes "
+        "agentjail ... (a user: systemd-run --user --scope -p Delegate=yes ...), or Delegate=yes in "
+        "the service that runs it";
+    struct aj_cgroup_host host;
+    struct aj_error cgerr = {0};
+    uint32_t ctrls = 0;
+    char why_not[384], value[512];
+    int n;
+
+    if (c->root)
+        return add(c, "cgroup.limits", AJ_POSTURE_UNKNOWN, "not measured (--sysroot)", why,
+                   "run 'agentjail check' on the live host");
+    if (aj_cgroup_detect(&host, &cgerr) < 0 || aj_cgroup_predict(&host, &ctrls, why_not, sizeof(why_not)) < 0)
+        return add(c, "cgroup.limits", AJ_POSTURE_UNKNOWN, "cgroups unreadable", why, rec);
+    n = snprintf(value, sizeof(value), "runs get:");
+    for (int k = 0; k < AJ_CG_NCTRL; k++)
+        if (k != AJ_CG_CPUACCT && (ctrls & (1u << k)))
+            n += snprintf(value + n, sizeof(value) - (size_t)n, " %s", aj_cgroup_ctrl_name((enum aj_cg_ctrl)k));
+    if (!(ctrls & ((1u << AJ_CG_MEMORY) | (1u << AJ_CG_PIDS) | (1u << AJ_CG_CPU))))
+        n += snprintf(value + n, sizeof(value) - (size_t)n, " no limits");
+    if (why_not[0])
+        snprintf(value + n, sizeof(value) - (size_t)n, " (%s)", why_not);
+    if (!(ctrls & (1u << AJ_CG_MEMORY)) || !(ctrls & (1u << AJ_CG_PIDS)))
+        return add(c, "cgroup.limits", AJ_POSTURE_FAIL, value, why, rec);
+    if (!(ctrls & (1u << AJ_CG_CPU)))
+        return add(c, "cgroup.limits", AJ_POSTURE_WARN, value, why, rec);
+    return add(c, "cgroup.limits", AJ_POSTURE_OK, value, why, "nothing to change");
+}
+
 /* Try a user namespace in a throwaway child, as this user: the sysctls
  * alone do not say (a container's seccomp profile or an LSM may refuse
  * it too). The child only calls unshare and _exit: safe after fork in a
@@ -498,8 +602,8 @@ int aj_posture_check(const struct aj_posture_options *opts, json_t **ret, struct
         return aj_err(err, ENOMEM, "posture report");
     (void)read_host_file(&c, "proc/sys/kernel/osrelease", release, sizeof(release)); /* "" if not */
     if ((r = check_kernel_cves(&c, release)) < 0 || (r = check_landlock(&c)) < 0 ||
-        (r = check_seccomp(&c)) < 0 || (r = check_lsm(&c)) < 0 || (r = check_cgroups(&c)) < 0 ||
-        (r = check_userns(&c)) < 0)
+        (r = check_seccomp(&c)) < 0 || (r = check_lsm(&c)) < 0 || (r = check_kernel_layers(&c)) < 0 ||
+        (r = check_cgroups(&c)) < 0 || (r = check_cgroup_limits(&c)) < 0 || (r = check_userns(&c)) < 0)
         goto fail;
     for (size_t i = 0; i < AJ_ARRAY_SIZE(sysctl_rules); i++)
         if ((r = check_sysctl(&c, &sysctl_rules[i])) < 0)

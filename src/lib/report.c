@@ -382,6 +382,9 @@ static void score(const struct facts *f, struct scoring *s)
     if (pol->allow_degraded)
         add_adj(s, DIM_G, +1, "a run may go on without namespaces when they are refused",
                 "policy:degraded.allow");
+    if (pol->allow_no_landlock)
+        add_adj(s, DIM_G, +1, "a run may go on without Landlock on kernels that lack it",
+                "policy:degraded.without_landlock");
 
     /* E: what would a failure cost? */
     if (f->probe && json_array_size(f->probe_bad[PCAT_CRED]) == 0)

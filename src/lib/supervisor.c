@@ -1665,6 +1665,9 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
         *err = why;
         return -clone_errno;
     }
+    if (c->skip & AJ_SKIP_LANDLOCK)
+        /* Without namespaces Landlock is the filesystem boundary: never both gone. */
+        return aj_err(err, 0, "degraded mode needs Landlock, and this kernel has none (%s)", why.msg);
     if (pol->network != AJ_NET_NONE)
         return aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses (%s); "
                       "in degraded mode only --network none is possible",
@@ -1787,11 +1790,17 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
             snprintf(res->unsafe_skipped, sizeof(res->unsafe_skipped), "%s", skip);
         }
     }
-    if (c->landlock_abi < 1)
-        /* Fail closed: Landlock is the layer that holds if a mount is wrong. */
-        return aj_err(err, EOPNOTSUPP,
-                      "Landlock is not enabled on this kernel; enable CONFIG_SECURITY_LANDLOCK and add "
-                      "'landlock' to the lsm= boot parameter");
+    if (c->landlock_abi < 1) {
+        /* Fail closed: Landlock is the layer that holds if a mount is wrong.
+         * Only a policy that says so runs without it (kernels before 5.13);
+         * the result then shows landlock_fs missing. */
+        if (!pol->allow_no_landlock)
+            return aj_err(err, EOPNOTSUPP,
+                          "Landlock is not enabled on this kernel (Linux 5.13 or later, CONFIG_SECURITY_LANDLOCK, "
+                          "'landlock' in the lsm= boot parameter); to run without it anyway, set "
+                          "degraded.without_landlock in the policy (--allow-no-landlock)");
+        c->skip |= AJ_SKIP_LANDLOCK;
+    }
     /* Monitored filter: escape-indicative calls come to the supervisor. */
     r = aj_seccomp_build(pol, true, &c->bpf, err);
     if (r < 0)

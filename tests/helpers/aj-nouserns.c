@@ -4,6 +4,9 @@
  * default profile: clone3 -> ENOSYS, clone/unshare with namespace flags ->
  * EPERM). --net-only refuses network namespaces alone (clone or unshare
  * with CLONE_NEWNET), as some hosts do.
+ * --enosys NAME[,NAME...] instead makes the named system calls fail with
+ * ENOSYS, as on a kernel that predates them (landlock_create_ruleset on
+ * 5.12, mount_setattr on 5.11), and refuses no namespace.
  * Used by the tests to exercise agentjail's diagnosis and --allow-degraded
  * path without changing the host's configuration. */
 #include <errno.h>
@@ -28,13 +31,29 @@ int main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "--net-only") == 0)
         first = 2;
+    if (argc > 2 && strcmp(argv[1], "--enosys") == 0)
+        first = 3;
     if (argc < first + 1) {
-        fprintf(stderr, "usage: aj-nouserns [--net-only] CMD [ARGS...]\n");
+        fprintf(stderr, "usage: aj-nouserns [--net-only | --enosys NAME[,NAME...]] CMD [ARGS...]\n");
         return 2;
     }
     ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx)
         return 1;
+    if (first == 3) {
+        char list[1024], *save = NULL;
+        r = 0;
+        snprintf(list, sizeof(list), "%s", argv[2]);
+        for (char *name = strtok_r(list, ",", &save); r == 0 && name; name = strtok_r(NULL, ",", &save)) {
+            int nr = seccomp_syscall_resolve_name(name);
+            if (nr == __NR_SCMP_ERROR) {
+                fprintf(stderr, "aj-nouserns: unknown system call %s\n", name);
+                return 2;
+            }
+            r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+        }
+        goto load;
+    }
     r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     if (r == 0 && first == 2) {
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
