@@ -8,9 +8,17 @@ scripts/deps.sh build
 scripts/build.sh
 tmp=$(mktemp -d /tmp/ajdemo.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-echo "+ AWS_SECRET_ACCESS_KEY=demo-not-a-real-key build/agentjail run --bind-ro $(pwd)/examples:/demo --timeout 30s --events $tmp/events.jsonl --result $tmp/result.json -- python3 /demo/escape_attempt.py"
+# On a pure cgroup v2 host with systemd, run inside a delegated scope so
+# the sandbox gets its memory, pids and cpu limits (a login shell's own
+# scope is not delegated: the run would say the limits are missing).
+wrap=()
+if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null &&
+   ! grep -q ' - cgroup ' /proc/self/mountinfo; then
+  wrap=(systemd-run --scope --quiet -p Delegate=yes --)
+fi
+echo "+ AWS_SECRET_ACCESS_KEY=demo-not-a-real-key ${wrap[*]}${wrap[*]:+ }build/agentjail run --bind-ro $(pwd)/examples:/demo --timeout 30s --events $tmp/events.jsonl --result $tmp/result.json -- python3 /demo/escape_attempt.py"
 set +e
-AWS_SECRET_ACCESS_KEY=demo-not-a-real-key build/agentjail run --bind-ro "$(pwd)/examples:/demo" \
+AWS_SECRET_ACCESS_KEY=demo-not-a-real-key "${wrap[@]}" build/agentjail run --bind-ro "$(pwd)/examples:/demo" \
   --timeout 30s --events "$tmp/events.jsonl" --result "$tmp/result.json" -- python3 /demo/escape_attempt.py
 rc=$?
 set -e
