@@ -192,3 +192,41 @@ def test_v2_runs_stay_in_the_callers_subtree_and_leave_no_cgroup():
     # ... and the run's dirs are gone: only the leaf and cgroup files remain.
     left = out["left"].split()
     assert "agentjail" not in left and "agentjail-leaf" in left, out
+
+
+def test_v2_read_only_cgroupfs_runs_without_limits_and_refuses_explicit_ones():
+    """As in a container whose /sys/fs/cgroup is mounted read-only."""
+    need_v2_systemd()
+    cmd = ("mount -o remount,ro /sys/fs/cgroup || exit 3; "
+           "%s run --memory 64M -- true; echo rc=$?; "
+           "%s run --result /dev/stdout -- true | tr -d '\\n'; echo" % (AJ_BIN, AJ_BIN))
+    p = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--",
+                        "unshare", "--mount", "--propagation", "private", "sh", "-c", cmd],
+                       capture_output=True, text=True, timeout=120)
+    assert "rc=125" in p.stdout, p
+    assert "--memory needs a writable cgroup" in p.stderr and "Read-only file system" in p.stderr, p.stderr
+    res = json.loads(p.stdout.splitlines()[1])
+    assert res["status"] == "ok" and res["layers"]["cgroup"] is False, res
+    assert res["layers"]["memory_limit"] is False, res
+
+
+def test_v2_container_cgroup_namespace_root_is_treated_as_delegated():
+    """A container with a private cgroup namespace and its own writable
+    cgroup2 mount: its "/" is the container's cgroup, which holds the
+    container's processes; agentjail moves them into the leaf and the run
+    gets every limit."""
+    need_v2_systemd()
+    cmd = ("mount -t cgroup2 none /sys/fs/cgroup || exit 3; echo self=$(cat /proc/self/cgroup); "
+           "sleep 60 & s=$!; %s run --memory 64M --pids 64 --cpus 1 --result /dev/stdout -- true "
+           "| tr -d '\\n'; echo; echo sleep=$(cat /proc/$s/cgroup); kill $s" % AJ_BIN)
+    p = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--",
+                        "unshare", "--cgroup", "--mount", "--propagation", "private", "sh", "-c", cmd],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p
+    lines = p.stdout.splitlines()
+    assert "self=0::/" in lines, lines
+    res = json.loads(next(l for l in lines if l.startswith("{")))
+    for k in ("cgroup", "memory_limit", "pids_limit", "cpu_bandwidth_limit"):
+        assert res["layers"][k] is True, (k, res)
+    # The container's other process went into the leaf with it.
+    assert "sleep=0::/agentjail-leaf" in lines, lines
