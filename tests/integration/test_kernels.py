@@ -195,9 +195,11 @@ def test_v2_runs_stay_in_the_callers_subtree_and_leave_no_cgroup():
 
 
 def test_v2_read_only_cgroupfs_runs_without_limits_and_refuses_explicit_ones():
-    """As in a container whose /sys/fs/cgroup is mounted read-only."""
+    """As in a container whose /sys/fs/cgroup is mounted read-only (this
+    mount only, in a mount namespace of its own: a remount without bind
+    would make the one cgroup2 superblock read-only for the whole host)."""
     need_v2_systemd()
-    cmd = ("mount -o remount,ro /sys/fs/cgroup || exit 3; "
+    cmd = ("mount -o remount,bind,ro /sys/fs/cgroup || exit 3; "
            "%s run --memory 64M -- true; echo rc=$?; "
            "%s run --result /dev/stdout -- true | tr -d '\\n'; echo" % (AJ_BIN, AJ_BIN))
     p = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--",

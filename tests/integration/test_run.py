@@ -331,7 +331,7 @@ import json, socket, threading
 srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)
 def serve():
     c, _ = srv.accept(); c.sendall(c.recv(100).upper()); c.close()
-t = threading.Thread(target=serve); t.start()
+t = threading.Thread(target=serve, daemon=True); t.start()  # no hang if the client fails
 cl = socket.create_connection(('127.0.0.1', srv.getsockname()[1]), timeout=5)
 cl.sendall(b'ping'); print(json.dumps(cl.recv(100).decode())); t.join()
 """
