@@ -218,7 +218,7 @@ def test_v2_container_cgroup_namespace_root_is_treated_as_delegated():
     container's processes; agentjail moves them into the leaf and the run
     gets every limit."""
     need_v2_systemd()
-    cmd = ("mount -t cgroup2 none /sys/fs/cgroup || exit 3; echo self=$(cat /proc/self/cgroup); "
+    cmd = ("umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup || exit 3; echo self=$(cat /proc/self/cgroup); "
            "sleep 60 & s=$!; %s run --memory 64M --pids 64 --cpus 1 --result /dev/stdout -- true "
            "| tr -d '\\n'; echo; echo sleep=$(cat /proc/$s/cgroup); kill $s" % AJ_BIN)
     p = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--",
