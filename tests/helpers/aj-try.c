@@ -413,6 +413,15 @@ static struct child_result in_child(struct child_result (*fn)(void *), void *arg
 
 /* ---- files, secrets, environment -------------------------------------------- */
 
+/* Append s to the string in buf (size bytes), cut to fit: never past the
+ * end, whatever is already there (strncat's count wraps when it is full). */
+static void append(char *buf, size_t size, const char *s)
+{
+    size_t used = strnlen(buf, size);
+    if (used + 1 < size)
+        snprintf(buf + used, size - used, "%s", s);
+}
+
 static void p_noop(int argc, char **argv)
 {
     (void)argc;
@@ -498,8 +507,8 @@ static void p_env(int argc, char **argv)
         usage("env NAME...");
     for (int i = 0; i < argc; i++) {
         if (getenv(argv[i])) {
-            strncat(present, argv[i], sizeof present - strlen(present) - 2);
-            strncat(present, " ", sizeof present - strlen(present) - 1);
+            append(present, sizeof present, argv[i]);
+            append(present, sizeof present, " ");
         }
     }
     for (char **e = environ; *e; e++) {
@@ -721,8 +730,8 @@ static void p_fds(int argc, char **argv)
                 }
             }
         }
-        strncat(detail, line, sizeof detail - strlen(detail) - 3);
-        strncat(detail, "; ", sizeof detail - strlen(detail) - 1);
+        append(detail, sizeof detail, line);
+        append(detail, sizeof detail, "; ");
     }
     report(true, 0, "%d leaked descriptor(s)%s: %s", nfound,
            read_through ? ", host file read through one" : "", detail);
@@ -772,7 +781,9 @@ static void p_release_agent(int argc, char **argv)
         report(false, errno, "no cgroup hierarchy visible at %s", base);
     }
     while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
+        /* Only hierarchies (dirs): on pure cgroup v2 the files beside them
+         * (cgroup.procs, ...) would only add ENOTDIR noise. */
+        if (de->d_name[0] == '.' || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
             continue;
         snprintf(path, sizeof path, "%s/%s/release_agent", base, de->d_name);
         fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
@@ -782,9 +793,11 @@ static void p_release_agent(int argc, char **argv)
             report(true, 0, "opened %s for writing (closed without writing)", path);
         }
         if (errno != ENOENT) {
+            size_t used = strlen(tried);
             last = errno;
-            strncat(tried, path, sizeof tried - strlen(tried) - 2);
-            strncat(tried, " ", sizeof tried - strlen(tried) - 1);
+            /* Bounded: the remaining room, never a size_t that wrapped. */
+            if (used + strlen(path) + 2 <= sizeof tried)
+                snprintf(tried + used, sizeof tried - used, "%s ", path);
         }
     }
     closedir(d);
@@ -839,8 +852,8 @@ static void p_devices(int argc, char **argv)
         usage("devices");
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         if (lstat(named[i], &st) == 0) {
-            strncat(found, named[i], sizeof found - strlen(found) - 2);
-            strncat(found, " ", sizeof found - strlen(found) - 1);
+            append(found, sizeof found, named[i]);
+            append(found, sizeof found, " ");
         }
     }
     d = opendir("/dev");
@@ -849,8 +862,8 @@ static void p_devices(int argc, char **argv)
             char path[300];
             snprintf(path, sizeof path, "/dev/%s", de->d_name);
             if (lstat(path, &st) == 0 && S_ISBLK(st.st_mode)) {
-                strncat(found, path, sizeof found - strlen(found) - 2);
-                strncat(found, " ", sizeof found - strlen(found) - 1);
+                append(found, sizeof found, path);
+                append(found, sizeof found, " ");
             }
         }
         closedir(d);
@@ -876,14 +889,14 @@ static void p_runtime_sockets(int argc, char **argv)
 
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         if (lstat(named[i], &st) == 0) {
-            strncat(found, named[i], sizeof found - strlen(found) - 2);
-            strncat(found, " ", sizeof found - strlen(found) - 1);
+            append(found, sizeof found, named[i]);
+            append(found, sizeof found, " ");
         }
     }
     for (int i = 0; i < argc; i++) {
         if (lstat(argv[i], &st) == 0) {
-            strncat(found, argv[i], sizeof found - strlen(found) - 2);
-            strncat(found, " ", sizeof found - strlen(found) - 1);
+            append(found, sizeof found, argv[i]);
+            append(found, sizeof found, " ");
         }
     }
     if (*found)
@@ -942,7 +955,7 @@ static void p_mountinfo(int argc, char **argv)
         if (!allowed) {
             char item[600];
             snprintf(item, sizeof item, "%s:%s at %s; ", fields[2], fields[3], fields[4]);
-            strncat(leaks, item, sizeof leaks - strlen(leaks) - 1);
+            append(leaks, sizeof leaks, item);
         }
     }
     fclose(f);
@@ -2004,8 +2017,8 @@ static void p_netdevs(int argc, char **argv)
             while (*line == ' ')
                 line++;
             line[strcspn(line, ":")] = '\0';
-            strncat(names, line, sizeof names - strlen(names) - 2);
-            strncat(names, " ", sizeof names - strlen(names) - 1);
+            append(names, sizeof names, line);
+            append(names, sizeof names, " ");
             other |= strcmp(line, "lo") != 0;
         }
     } else {
@@ -2013,8 +2026,8 @@ static void p_netdevs(int argc, char **argv)
         if (!ifs)
             report(false, errno, "no /proc/net/dev and if_nameindex failed");
         for (struct if_nameindex *i = ifs; i->if_index; i++) {
-            strncat(names, i->if_name, sizeof names - strlen(names) - 2);
-            strncat(names, " ", sizeof names - strlen(names) - 1);
+            append(names, sizeof names, i->if_name);
+            append(names, sizeof names, " ");
             other |= strcmp(i->if_name, "lo") != 0;
         }
         if_freenameindex(ifs);
