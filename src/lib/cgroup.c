@@ -979,11 +979,9 @@ int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host)
 
     if (host->v2_mount[0]) {
         join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
+        /* Only our own subtree: a base elsewhere belongs to another caller,
+         * whose owner pid may not even be visible from here. */
         n += cleanup_base(base);
-        if (strcmp(host->v2_self, "/") != 0 && geteuid() == 0) {
-            join(base, sizeof(base), host->v2_mount, "/", NULL);
-            n += cleanup_base(base);
-        }
     }
     for (int c = 0; c < AJ_CG_NCTRL; c++) {
         if (host->ctrl[c].version != 1)
