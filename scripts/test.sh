@@ -3,10 +3,12 @@
 #   1. unit tests (cmocka) of the release and the ASan/UBSan build;
 #   2. integration + escape tests (pytest, real kernel) against the release
 #      build as root, then as nobody (setpriv), then against the ASan/UBSan
-#      build as root.
+#      build as root;
+#   3. in qemu, on Debian 12's stock 6.1 and 6.12 kernels with pure cgroup v2
+#      (below; AJ_VM=0 leaves it out).
 # Ends with one line "N passed, N failed" covering every suite.
 # Env: AJ_LEAK_RUNS (runs in the leak test, default 1000 here),
-#      AJ_QUICK=1 (skip the ASan and nobody passes).
+#      AJ_QUICK=1 (skip the ASan and nobody passes), AJ_VM=0 (skip the VM part).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -59,6 +61,21 @@ if [ "${AJ_QUICK:-0}" != 1 ]; then
   pytest_as nobody build setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp AJ_LEAK_RUNS=100
   pytest_as asan build-asan env AJ_LEAK_RUNS=50 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+fi
+
+# 3. the same binaries on Debian 12's stock kernels in qemu, pure cgroup v2 (scripts/vm-test.sh,
+#    docs/testing-vms.md): the full pass on 6.1, the kernel-feature pass on 6.12. AJ_VM=0 skips.
+if [ "${AJ_VM:-1}" != 0 ]; then
+  for spec in 6.1:full 6.12:--features; do
+    k=${spec%%:*} arg=${spec#*:}
+    tag=vm$(echo "$k" | tr -d .)
+    echo "== VM: Debian kernel $k, pure cgroup v2 ($arg)"
+    echo "$tag-root" >> "$out/expected-reports"
+    [ "$arg" = full ] && printf '%s\n' "$tag-nobody" "$tag-nobody-nodeleg" >> "$out/expected-reports"
+    scripts/vm-test.sh --kernel "$k" --timeout "${AJ_VM_TIMEOUT:-2100}" --out "$out/$tag" -- \
+      scripts/vm-suite.sh "$([ "$arg" = full ] || echo "$arg")" || status=1
+    cp "$out/$tag"/*.xml "$out/$tag"/*.tap "$out/" 2>/dev/null
+  done
 fi
 
 /usr/bin/python3 - "$out" <<'PY'
