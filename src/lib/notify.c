@@ -154,6 +154,10 @@ static json_t *decode_arg(char kind, pid_t pid, uint64_t v)
             return json_string("TIOCSTI");
         if ((uint32_t)v == 0x541C)
             return json_string("TIOCLINUX");
+        if ((uint32_t)v == 0x541D)
+            return json_string("TIOCCONS");
+        if ((uint32_t)v == 0x5423)
+            return json_string("TIOCSETD");
         return hex(v);
     case 'd':
         v = (uint32_t)v; /* an int to the kernel: the high bits are ignored */

@@ -163,30 +163,37 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
     if (r < 0)
         return r;
 
-    /* ioctl: all but terminal injection. TIOCSTI pushes input into the
-     * terminal the sandbox shares with the host (CVE-2017-5226, bwrap);
-     * TIOCLINUX can do the same on a VT. The kernel reads only the low 32
-     * bits of the command, so every comparison is on those (SCMP_A1_32): a
-     * command with junk in the high bits is still TIOCSTI to the kernel.
-     * libseccomp lets an unconditional allow override conditional denials,
-     * so the allowed commands are spelled as ranges around the two. */
+    /* ioctl: all but the terminal commands that reach past the sandbox.
+     * TIOCSTI pushes input into the terminal the sandbox shares with the
+     * host (CVE-2017-5226, bwrap); TIOCLINUX can do the same on a VT;
+     * TIOCCONS redirects the host's console output; TIOCSETD switches the
+     * line discipline, whose less used ones (n_gsm, n_hdlc, ...) are a
+     * repeated kernel exploit entry point (CVE-2023-6546, CVE-2017-2636).
+     * The kernel reads only the low 32 bits of the command, so every
+     * comparison is on those: a command with junk in the high bits is still
+     * TIOCSTI to the kernel. libseccomp lets an unconditional allow override
+     * conditional denials, so the allowed commands are spelled as ranges
+     * around the denied ones (all in 0x5412..0x5423). */
     {
+        static const uint32_t denied[] = {TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD};
         struct scmp_arg_cmp below[] = {SCMP_A1_64(SCMP_CMP_LT, TIOCSTI)};
-        struct scmp_arg_cmp above[] = {SCMP_A1_64(SCMP_CMP_GT, TIOCLINUX)};
-        struct scmp_arg_cmp sti[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)};
-        struct scmp_arg_cmp linux_[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)};
+        struct scmp_arg_cmp above[] = {SCMP_A1_64(SCMP_CMP_GT, TIOCSETD)};
 
         r = rule(ctx, allow, "ioctl", 1, below, err);
         if (r == 0)
             r = rule(ctx, allow, "ioctl", 1, above, err);
-        for (uint32_t cmd = TIOCSTI + 1; r == 0 && cmd < TIOCLINUX; cmd++) {
+        for (uint32_t cmd = TIOCSTI + 1; r == 0 && cmd < TIOCSETD; cmd++) {
             struct scmp_arg_cmp eq[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, cmd)};
-            r = rule(ctx, allow, "ioctl", 1, eq, err);
+            bool deny_it = false;
+            for (size_t i = 0; i < AJ_ARRAY_SIZE(denied); i++)
+                deny_it |= cmd == denied[i];
+            if (!deny_it)
+                r = rule(ctx, allow, "ioctl", 1, eq, err);
         }
-        if (r == 0)
-            r = rule(ctx, deny, "ioctl", 1, sti, err);
-        if (r == 0)
-            r = rule(ctx, deny, "ioctl", 1, linux_, err);
+        for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(denied); i++) {
+            struct scmp_arg_cmp eq[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, denied[i])};
+            r = rule(ctx, deny, "ioctl", 1, eq, err);
+        }
         if (r < 0)
             return r;
     }

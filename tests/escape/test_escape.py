@@ -243,6 +243,8 @@ TECHNIQUES = [
     T("tiocsti", ["tiocsti"], EPERM, host="root", kw=lambda h: {"tty": True}),
     T("tiocsti-seccomp-layer", ["tiocsti-filter"], EPERM, host="any"),
     T("tioclinux", ["tioclinux"], EPERM, host="any", kw=lambda h: {"tty": True}),
+    T("tioccons", ["tioccons"], EPERM, host="any"),
+    T("tiocsetd-line-discipline", ["tiocsetd"], EPERM, host="any"),
     # --- network -------------------------------------------------------------
     T("abstract-unix-host", lambda h, i: ["abstract-connect", h.abstract], {"EPERM", "ECONNREFUSED"},
       host="any"),

@@ -2075,6 +2075,25 @@ static void p_tioclinux(int argc, char **argv)
     VERDICT_REACH(ioctl(0, TIOCLINUX, sub), "ioctl(0, TIOCLINUX, GETFGCONSOLE)");
 }
 
+/* On fd -1 the kernel says EBADF: EPERM can only be the filter. */
+static void p_tioccons(int argc, char **argv)
+{
+    (void)argv;
+    if (argc)
+        usage("tioccons");
+    VERDICT_REACH(ioctl(-1, TIOCCONS), "ioctl(-1, TIOCCONS)");
+}
+
+static void p_tiocsetd(int argc, char **argv)
+{
+    int ldisc = N_TTY; /* the default discipline: harmless even if it got through */
+
+    (void)argv;
+    if (argc)
+        usage("tiocsetd");
+    VERDICT_REACH(ioctl(-1, TIOCSETD, &ldisc), "ioctl(-1, TIOCSETD, N_TTY)");
+}
+
 static void p_shm(int argc, char **argv)
 {
     long key;
@@ -2323,6 +2342,8 @@ static const struct probe probes[] = {
     {"open_by_handle_at", p_open_by_handle_at},
     {"name_to_handle_at", p_name_to_handle_at},
     {"x32", p_x32},
+    {"tioccons", p_tioccons},
+    {"tiocsetd", p_tiocsetd},
     {"int80", p_int80},
     {"socket-raw", p_socket_raw},
     {"socket-packet", p_socket_packet},

@@ -193,6 +193,8 @@ MONITORED = [
     (["tiocsti-filter"], "ioctl", "T1611"),
     (["tiocsti"], "ioctl", "T1611"),
     (["tioclinux"], "ioctl", "T1611"),
+    (["tioccons"], "ioctl", "T1611"),
+    (["tiocsetd"], "ioctl", "T1611"),
     (["socket-packet"], "socket", "T1040"),
     (["socket-vsock"], "socket", "T1040"),
     (["socket-raw"], "socket", "T1040"),
@@ -347,6 +349,8 @@ def test_unshare_flags_decoded(flags, names):
     (["socket-raw"], ["AF_INET", "SOCK_RAW", 1]),
     (["tiocsti-filter"], [-1, "TIOCSTI"]),
     (["tioclinux"], [0, "TIOCLINUX"]),
+    (["tioccons"], [-1, "TIOCCONS"]),
+    (["tiocsetd"], [-1, "TIOCSETD"]),
     (["delete_module"], ["aj_try_nonexistent_module", "0x800"]),
 ])
 def test_other_args_decoded(argv, args):
