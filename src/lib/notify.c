@@ -215,6 +215,16 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
     args = json_array();
     for (size_t i = 0; args && !foreign && argspec[i] && i < 6; i++)
         (void)json_array_append_new(args, decode_arg(argspec[i], (pid_t)req->pid, req->data.args[i]));
+    /* Strings were read from req->pid's memory. If the caller died since
+     * the receive, that pid may already be another process's: what was
+     * read is then not the caller's and must not reach the record. */
+    if (args && strchr(argspec, 's') && !foreign && seccomp_notify_id_valid(n->fd, req->id) != 0) {
+        json_decref(args);
+        args = json_array();
+        for (size_t i = 0; args && argspec[i] && i < 6; i++)
+            (void)json_array_append_new(args, argspec[i] == 's' ? json_string("(caller gone)")
+                                                                : decode_arg(argspec[i], 0, req->data.args[i]));
+    }
     if (ev) {
         (void)json_object_set_new(ev, "syscall", json_string(name ? name : "unknown"));
         (void)json_object_set_new(ev, "syscall_nr", json_integer((json_int_t)req->data.nr));
