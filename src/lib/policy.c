@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <linux/limits.h>
 #include <nettle/sha2.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -574,12 +575,109 @@ int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err)
             (void)snprintf(ret_key, key_size, __VA_ARGS__);                                        \
     } while (0)
 
+/* Every field, whoever set it: the setters check their own argument, but
+ * a library caller may fill the struct directly (uid_base = 0 would run
+ * the sandbox as host root). The same bounds as the setters and the
+ * policy-file loader, in one place that every run and pool passes. */
+#define BAD_FIELD(key, ...)                                                                        \
+    do {                                                                                           \
+        BAD_KEY("%s", key);                                                                        \
+        return aj_err(err, 0, __VA_ARGS__);                                                        \
+    } while (0)
+
+static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t key_size, struct aj_error *err)
+{
+    const uint64_t week_ms = 7ULL * 24 * 3600 * 1000;
+
+    if (pol->uid_base < 65536 || pol->uid_count == 0 || (uint64_t)pol->uid_base + pol->uid_count > 0xfffffffeULL)
+        BAD_FIELD("identity.uid_range",
+                  "uid range %" PRIu32 ":%" PRIu32 " must be a non-empty range within 65536..4294967294 "
+                  "(below 65536 live the host's own users)",
+                  pol->uid_base, pol->uid_count);
+    if (pol->uid > 0xfffffffeU || pol->gid > 0xfffffffeU)
+        BAD_FIELD("identity", "--uid/--gid: 4294967295 is not a valid id");
+    if (pol->network != AJ_NET_NONE && pol->network != AJ_NET_LOOPBACK)
+        BAD_FIELD("network.mode", "network mode %d is not one of: none, loopback", (int)pol->network);
+    if (pol->on_escape != AJ_ON_ESCAPE_DENY && pol->on_escape != AJ_ON_ESCAPE_KILL)
+        BAD_FIELD("detection.on_escape", "on_escape %d is not one of: deny, kill", (int)pol->on_escape);
+    if (pol->timeout_ms > week_ms)
+        BAD_FIELD("limits.timeout", "timeout %" PRIu64 " ms is more than 7 days", pol->timeout_ms);
+    if (pol->memory_max && (pol->memory_max < (4ULL << 20) || pol->memory_max > (1ULL << 50)))
+        BAD_FIELD("limits.memory", "memory limit %" PRIu64 " bytes is not within 4M..1P", pol->memory_max);
+    if (pol->pids_max && (pol->pids_max < 2 || pol->pids_max > 4194304))
+        BAD_FIELD("limits.pids", "pids limit %" PRIu64 " is not within 2..4194304", pol->pids_max);
+    if (pol->cpu_milli && (pol->cpu_milli < 10 || pol->cpu_milli > 1024000))
+        BAD_FIELD("limits.cpus", "cpus %" PRIu32 "/1000 is not within 0.01..1024", pol->cpu_milli);
+    if (pol->cpu_time_ms > week_ms)
+        BAD_FIELD("limits.cpu_time", "cpu time %" PRIu64 " ms is more than 7 days", pol->cpu_time_ms);
+    if (pol->output_limit > (1ULL << 40))
+        BAD_FIELD("limits.output", "output limit %" PRIu64 " bytes is more than 1T", pol->output_limit);
+    if (pol->rlimit_fsize == 0 || pol->rlimit_fsize > (1ULL << 50))
+        BAD_FIELD("limits.file_size", "file size limit %" PRIu64 " bytes is not within 1..1P", pol->rlimit_fsize);
+    if (pol->rlimit_nofile < 16 || pol->rlimit_nofile > 1048576)
+        BAD_FIELD("limits.open_files", "open files limit must be within 16..1048576");
+    if (pol->tmp_size < 4096 || pol->tmp_size > (1ULL << 50))
+        BAD_FIELD("filesystem.tmp_size", "tmp size must be within 4K..1P");
+    if (pol->alert_timeout_ms == 0 || pol->alert_timeout_ms > 3600ULL * 1000)
+        BAD_FIELD("detection.alert_timeout", "alert timeout %" PRIu64 " ms is not within 1ms..1h",
+                  pol->alert_timeout_ms);
+    if (pol->required_limits & ~(uint32_t)(AJ_LIMIT_MEMORY | AJ_LIMIT_PIDS | AJ_LIMIT_CPUS | AJ_LIMIT_CPU_TIME))
+        BAD_FIELD("limits.require_cgroup", "required_limits 0x%" PRIx32 " names an unknown limit",
+                  pol->required_limits);
+    if ((pol->n_binds && !pol->binds) || (pol->n_tmpfs && !pol->tmpfs) || (pol->n_env && !pol->env) ||
+        (pol->n_env_pass && !pol->env_pass))
+        BAD_FIELD("", "a list's count is set but its array is NULL");
+    for (size_t i = 0; i < pol->n_binds; i++) {
+        const struct aj_bind *b = &pol->binds[i];
+        if (!b->host || b->host[0] != '/' || !b->sandbox || b->sandbox[0] != '/') {
+            BAD_KEY("filesystem.binds[%zu]", i);
+            return aj_err(err, 0, "bind %zu: host and sandbox paths must be absolute", i);
+        }
+        {
+            int r = check_host_source(b->host, b->rw ? "--bind-rw" : "--bind-ro", err);
+            if (r == 0)
+                r = check_sandbox_path(b->sandbox, b->rw ? "--bind-rw" : "--bind-ro", err);
+            if (r < 0) {
+                BAD_KEY("filesystem.binds[%zu]", i);
+                return r;
+            }
+        }
+    }
+    for (size_t i = 0; i < pol->n_tmpfs; i++) {
+        const struct aj_tmpfs *t = &pol->tmpfs[i];
+        if (!t->path || t->path[0] != '/' || t->size < 4096 || t->size > (1ULL << 50) ||
+            (strcmp(t->path, "/tmp") != 0 && check_sandbox_path(t->path, "--tmpfs", err) < 0)) {
+            BAD_KEY("filesystem.tmpfs[%zu]", i);
+            return aj_err(err, 0, "tmpfs %zu: '%s' must be an absolute path agentjail does not build, size 4K..1P",
+                          i, t->path ? t->path : "(null)");
+        }
+    }
+    for (size_t i = 0; i < pol->n_env; i++) {
+        const char *eq = pol->env[i] ? strchr(pol->env[i], '=') : NULL;
+        if (!eq || !valid_env_name(pol->env[i], (size_t)(eq - pol->env[i]))) {
+            BAD_KEY("environment.set[%zu]", i);
+            return aj_err(err, 0, "environment entry %zu is not NAME=VALUE", i);
+        }
+    }
+    for (size_t i = 0; i < pol->n_env_pass; i++)
+        if (!pol->env_pass[i] || !valid_env_name(pol->env_pass[i], strlen(pol->env_pass[i]))) {
+            BAD_KEY("environment.pass[%zu]", i);
+            return aj_err(err, 0, "environment pass entry %zu is not a variable name", i);
+        }
+    return 0;
+}
+#undef BAD_FIELD
+
 int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key_size,
                           struct aj_error *err)
 {
     struct stat st;
+    int r;
 
     BAD_KEY("%s", "");
+    r = validate_fields(pol, ret_key, key_size, err);
+    if (r < 0)
+        return r;
     for (size_t i = 0; i < pol->n_binds; i++) {
         const struct aj_bind *b = &pol->binds[i];
         /* Existence only, for an early clear error. The mount layer resolves
@@ -593,7 +691,7 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
              * symlink to /proc, say). The mount layer checks the opened
              * source again by fd; this is for a clear early error. */
             char *real = realpath(b->host, NULL);
-            int r = real && strcmp(real, b->host) != 0 ? check_host_source(real, b->rw ? "--bind-rw" : "--bind-ro", err) : 0;
+            r = real && strcmp(real, b->host) != 0 ? check_host_source(real, b->rw ? "--bind-rw" : "--bind-ro", err) : 0;
             free(real);
             if (r < 0) {
                 BAD_KEY("filesystem.binds[%zu].host", i);
@@ -660,18 +758,6 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
                 return aj_err(err, 0, "--hostname: '%s' may contain only letters, digits, '-' and '.'",
                               pol->hostname);
         }
-    }
-    if (pol->uid == UINT32_MAX || pol->gid == UINT32_MAX) {
-        BAD_KEY("identity");
-        return aj_err(err, 0, "--uid/--gid: 4294967295 is not a valid id");
-    }
-    if (pol->tmp_size < 4096) {
-        BAD_KEY("filesystem.tmp_size");
-        return aj_err(err, 0, "tmp size must be at least 4K");
-    }
-    if (pol->rlimit_nofile < 16 || pol->rlimit_nofile > 1048576) {
-        BAD_KEY("limits.open_files");
-        return aj_err(err, 0, "open files limit must be within 16..1048576");
     }
     BAD_KEY("%s", "");
     return 0;

@@ -61,12 +61,16 @@ enum aj_msg_type {
     AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
 };
 
-/* A pooled run's command: this header, argc NUL-terminated strings, and
- * three fds (stdin, stdout, stderr). Bounded so the waiting payload can
- * take it into static memory with one recvmsg. */
+/* A pooled run's command: this header, argc then envc NUL-terminated
+ * strings, and three fds (stdin, stdout, stderr). Everything of the
+ * request travels here, taken when the run starts: a parked sandbox holds
+ * no request's data (not even an env_pass value read while it was parked).
+ * Bounded so the waiting payload can take it into static memory with one
+ * recvmsg. */
 struct aj_run_msg {
     uint32_t type;
     uint32_t argc;
+    uint32_t envc;
 };
 #define AJ_RUN_MAX_BYTES (64 * 1024)
 #define AJ_RUN_MAX_ARGS 4096
@@ -270,6 +274,24 @@ static int send_plain(int sock, const void *buf, size_t len)
  * copies made onto 0, 1 and 2 are what the command inherits. */
 static char run_buf[AJ_RUN_MAX_BYTES];
 static char *run_argv[AJ_RUN_MAX_ARGS + 1];
+static char *run_envp[AJ_RUN_MAX_ARGS + 1];
+
+/* n NUL-terminated strings from buf[*off..len) into out (NULL-terminated);
+ * false if the message holds fewer. */
+static bool take_strings(char *buf, size_t len, size_t *off, size_t n, char **out)
+{
+    size_t i = 0;
+
+    while (i < n && *off < len) {
+        char *end = memchr(buf + *off, '\0', len - *off);
+        if (!end)
+            break;
+        out[i++] = buf + *off;
+        *off = (size_t)(end - buf) + 1;
+    }
+    out[i] = NULL;
+    return i == n;
+}
 
 static void receive_run(struct run_ctx *c)
 {
@@ -282,7 +304,7 @@ static void receive_run(struct run_ctx *c)
     struct aj_error err = {0};
     struct aj_run_msg hdr;
     int fds[3] = {-1, -1, -1}, nfds = 0;
-    size_t off, argc = 0;
+    size_t off;
     ssize_t n;
 
     do
@@ -293,23 +315,21 @@ static void receive_run(struct run_ctx *c)
     nfds = collect_fds(&mh, fds, 3);
     memcpy(&hdr, run_buf, (size_t)n < sizeof(hdr) ? (size_t)n : sizeof(hdr));
     if ((size_t)n < sizeof(hdr) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds != 3 ||
-        hdr.type != AJ_MSG_RUN || hdr.argc < 1 || hdr.argc > AJ_RUN_MAX_ARGS) {
+        hdr.type != AJ_MSG_RUN || hdr.argc < 1 || hdr.argc > AJ_RUN_MAX_ARGS || hdr.envc > AJ_RUN_MAX_ARGS) {
         aj_err(&err, EPROTO, "malformed run request from the pool");
         child_fail(c, &err, 125);
     }
     off = sizeof(hdr);
-    while (argc < hdr.argc && off < (size_t)n) {
-        char *end = memchr(run_buf + off, '\0', (size_t)n - off);
-        if (!end)
-            break;
-        run_argv[argc++] = run_buf + off;
-        off = (size_t)(end - run_buf) + 1;
-    }
-    if (argc != hdr.argc) {
+    if (!take_strings(run_buf, (size_t)n, &off, hdr.argc, run_argv) ||
+        !take_strings(run_buf, (size_t)n, &off, hdr.envc, run_envp)) {
         aj_err(&err, EPROTO, "malformed run request from the pool");
         child_fail(c, &err, 125);
     }
-    run_argv[argc] = NULL;
+    c->envp = run_envp;
+    c->path_env = AJ_DEFAULT_PATH;
+    for (size_t i = 0; i < hdr.envc; i++)
+        if (strncmp(run_envp[i], "PATH=", 5) == 0)
+            c->path_env = run_envp[i] + 5;
     for (int i = 0; i < 3; i++)
         if (dup2(fds[i], i) < 0) {
             aj_err(&err, errno, "take the caller's fd %d", i);
@@ -436,16 +456,19 @@ static int arm_death_signal(int sock)
     return 0;
 }
 
-/* Blank this process's command line: init is a fork of the supervisor, and
- * /proc/1/cmdline inside would otherwise show agentjail's host command line
- * (host paths, result file) to the payload. Its own memory, so no
- * privilege is needed; arg_start/arg_end are fields 48 and 49 of stat. */
+/* Blank this process's command line and environment: init is a fork of
+ * the supervisor, and /proc/1/cmdline inside would otherwise show
+ * agentjail's host command line (host paths, result file) to the payload,
+ * /proc/1/environ the caller's environment (tokens; and, pooled, whatever
+ * the server process had). Its own memory, so no privilege is needed;
+ * arg_start/arg_end/env_start/env_end are fields 48 to 51 of stat. The
+ * payload gets copies (c->argv, c->envp), never this memory. */
 static void scrub_cmdline(void)
 {
     static const char name[] = "agentjail-init";
     char buf[1024];
     const char *p;
-    unsigned long start = 0, end = 0;
+    unsigned long start = 0, end = 0, env_start = 0, env_end = 0;
     int field = 2;
 
     if (aj_read_small_file("/proc/self/stat", buf, sizeof(buf)) <= 0)
@@ -453,7 +476,7 @@ static void scrub_cmdline(void)
     p = strrchr(buf, ')'); /* comm may contain spaces */
     if (!p)
         return;
-    for (p++; *p && field < 49; p++) {
+    for (p++; *p && field < 51; p++) {
         if (*p != ' ')
             continue;
         field++;
@@ -461,9 +484,15 @@ static void scrub_cmdline(void)
             start = strtoul(p + 1, NULL, 10);
         else if (field == 49)
             end = strtoul(p + 1, NULL, 10);
+        else if (field == 50)
+            env_start = strtoul(p + 1, NULL, 10);
+        else if (field == 51)
+            env_end = strtoul(p + 1, NULL, 10);
     }
     /* comm too (/proc/1/comm, ps): a name, not the host binary's. */
     (void)prctl(PR_SET_NAME, "agentjail-init", 0, 0, 0);
+    if (env_start && env_end > env_start && env_end - env_start <= (8UL << 20))
+        memset((void *)env_start, 0, env_end - env_start);
     if (start == 0 || end <= start || end - start > (1UL << 20))
         return;
     memset((void *)start, 0, end - start);
@@ -1820,9 +1849,13 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         if (!c->argv)
             return aj_err(err, ENOMEM, "copy argv");
     }
-    c->envp = build_envp(pol, sb->decoy_env, &c->path_env, err);
-    if (!c->envp)
-        return -ENOMEM;
+    /* A parked sandbox's environment is built when its run starts
+     * (sb_launch): env_pass values are the caller's at that moment. */
+    if (!c->parked) {
+        c->envp = build_envp(pol, sb->decoy_env, &c->path_env, err);
+        if (!c->envp)
+            return -ENOMEM;
+    }
     r = setup_cgroup(pol, res, &sb->cg, err);
     if (r < 0)
         return r;
@@ -1932,14 +1965,23 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
     struct supervise_state *st = &sb->st;
     const struct aj_policy *pol = sb->c.pol;
     char *buf;
-    size_t len = sizeof(struct aj_run_msg), argc = 0;
+    size_t len = sizeof(struct aj_run_msg), argc = 0, envc = 0;
     int fds[3], r;
 
+    /* The request's environment, now: env_pass reads the caller's values
+     * as this run starts, never as the sandbox was parked. */
+    sb->c.envp = build_envp(pol, sb->decoy_env, &sb->c.path_env, err);
+    if (!sb->c.envp)
+        return -ENOMEM;
     for (; argv[argc]; argc++)
         len += strlen(argv[argc]) + 1;
-    if (argc > AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
-        return aj_err(err, E2BIG, "command line too long for a pooled sandbox (%zu arguments, %zu bytes)", argc,
-                      len);
+    for (; sb->c.envp[envc]; envc++)
+        len += strlen(sb->c.envp[envc]) + 1;
+    if (argc > AJ_RUN_MAX_ARGS || envc > AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
+        return aj_err(err, E2BIG,
+                      "command line and environment too long for a pooled sandbox (%zu arguments, %zu variables, "
+                      "%zu bytes)",
+                      argc, envc, len);
     r = setup_output(pol, opts, st, err);
     if (r < 0)
         return r;
@@ -1958,12 +2000,17 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
     if (!buf)
         return aj_err(err, ENOMEM, "run request");
     {
-        struct aj_run_msg hdr = {.type = AJ_MSG_RUN, .argc = (uint32_t)argc};
+        struct aj_run_msg hdr = {.type = AJ_MSG_RUN, .argc = (uint32_t)argc, .envc = (uint32_t)envc};
         size_t off = sizeof(hdr);
         memcpy(buf, &hdr, sizeof(hdr));
         for (size_t i = 0; i < argc; i++) {
             size_t n = strlen(argv[i]) + 1;
             memcpy(buf + off, argv[i], n);
+            off += n;
+        }
+        for (size_t i = 0; i < envc; i++) {
+            size_t n = strlen(sb->c.envp[i]) + 1;
+            memcpy(buf + off, sb->c.envp[i], n);
             off += n;
         }
     }
@@ -2341,16 +2388,26 @@ static bool parked_alive(const struct sandbox *sb)
     return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0;
 }
 
-static bool run_request_fits(char *const argv[])
+/* Whether the request fits what a parked payload takes (AJ_RUN_MAX_*):
+ * argv, and the environment it will get (built again at launch; the decoy
+ * variables are short, a page covers them). */
+static bool run_request_fits(const struct aj_policy *pol, char *const argv[])
 {
-    size_t len = sizeof(struct aj_run_msg), argc = 0;
+    size_t len = sizeof(struct aj_run_msg) + 4096, argc = 0;
 
     for (; argv[argc]; argc++) {
         len += strlen(argv[argc]) + 1;
         if (argc >= AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
             return false;
     }
-    return true;
+    for (size_t i = 0; i < pol->n_env_pass; i++) {
+        const char *v = getenv(pol->env_pass[i]);
+        if (v)
+            len += strlen(pol->env_pass[i]) + strlen(v) + 2;
+    }
+    for (size_t i = 0; i < pol->n_env; i++)
+        len += strlen(pol->env[i]) + 1;
+    return pol->n_env_pass + pol->n_env + 8 <= AJ_RUN_MAX_ARGS && len <= AJ_RUN_MAX_BYTES;
 }
 
 static struct sandbox *pool_take(struct aj_pool *pool)
@@ -2391,7 +2448,7 @@ int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_op
         result_reset(res);
         return aj_err(err, 0, "no command given");
     }
-    if (!run_request_fits(argv)) {
+    if (!run_request_fits(pool->pol, argv)) {
         /* Beyond what a parked payload takes (AJ_RUN_MAX_*): a cold run,
          * which has no such bound. The parked sandboxes stay parked. */
         pthread_mutex_lock(&pool->mu);

@@ -9,7 +9,10 @@
  * With --outdir, run i's stdout and stderr go to DIR/i.out and DIR/i.err;
  * with --events, its events to DIR/i.jsonl. With --wait-file, the pool is
  * prepared, "ready" is printed on stderr, and the runs start once PATH
- * exists (a test does something to the parked sandboxes in between). */
+ * exists (a test does something to the parked sandboxes in between).
+ * --pass NAME adds NAME to the policy's env_pass; a command segment that
+ * starts with @NAME=VALUE sets that variable in this process just before
+ * its run (as a server would per request). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -34,7 +37,8 @@ int main(int argc, char **argv)
     struct aj_pool *pool = NULL;
     struct aj_error err = {0};
     struct aj_pool_stats ps;
-    const char *profile = NULL, *outdir = NULL, *evdir = NULL, *wait_file = NULL;
+    const char *profile = NULL, *outdir = NULL, *evdir = NULL, *wait_file = NULL, *pass[8];
+    size_t n_pass = 0;
     uint64_t size = 2;
     int i = 1, fds_before, failures = 0;
     unsigned run = 0;
@@ -50,6 +54,8 @@ int main(int argc, char **argv)
             evdir = argv[++i];
         else if (strcmp(argv[i], "--wait-file") == 0 && i + 1 < argc)
             wait_file = argv[++i];
+        else if (strcmp(argv[i], "--pass") == 0 && i + 1 < argc)
+            n_pass < 8 ? (void)(pass[n_pass++] = argv[++i]) : (void)i++;
         else {
             fprintf(stderr, "usage: aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] [--wait-file PATH] -- CMD... [::: CMD...]...\n");
             return 2;
@@ -64,6 +70,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "aj-pool: %s\n", err.msg);
         return 2;
     }
+    for (size_t k = 0; k < n_pass; k++)
+        if (aj_policy_add_env_pass(&pol, pass[k], &err) < 0) {
+            fprintf(stderr, "aj-pool: %s\n", err.msg);
+            return 2;
+        }
     fds_before = count_fds();
     if (aj_pool_new(&pol, (unsigned)size, &pool, &err) < 0) {
         fprintf(stderr, "aj-pool: %s\n", err.msg);
@@ -85,6 +96,12 @@ int main(int argc, char **argv)
         while (end < argc && strcmp(argv[end], ":::") != 0)
             end++;
         argv[end < argc ? end : argc] = NULL; /* the command ends here */
+        while (argv[start] && argv[start][0] == '@' && strchr(argv[start], '=')) {
+            char *eq = strchr(argv[start], '=');
+            *eq = '\0';
+            setenv(argv[start] + 1, eq + 1, 1);
+            start++;
+        }
         if (outdir) {
             o.stdout_fd = open_out(outdir, run, "out");
             o.stderr_fd = open_out(outdir, run, "err");

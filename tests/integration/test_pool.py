@@ -14,11 +14,13 @@ from conftest import AJ_HELPERS, children, IS_ROOT, must_skip, new_tag, pids_wit
 AJ_POOL = os.path.join(AJ_HELPERS, "aj-pool")
 
 
-def pool(cmds, size=2, profile=None, timeout=120, outdir=None, events=None):
+def pool(cmds, size=2, profile=None, timeout=120, outdir=None, events=None, pass_env=(), env=None):
     """Run cmds (lists) through one pool; return (runs, summary)."""
     if not os.path.exists(AJ_POOL):
         must_skip("aj-pool helper not built")
     argv = [AJ_POOL, "--size", str(size)]
+    for name in pass_env:
+        argv += ["--pass", name]
     if profile:
         argv += ["--profile", profile]
     if outdir:
@@ -30,7 +32,7 @@ def pool(cmds, size=2, profile=None, timeout=120, outdir=None, events=None):
         if i:
             argv.append(":::")
         argv += c
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [json.loads(l) for l in proc.stdout.splitlines() if l.strip()]
     assert lines and "pool" in lines[-1], (proc.returncode, proc.stdout, proc.stderr)
     return lines[:-1], lines[-1], proc
@@ -141,6 +143,72 @@ def test_nothing_of_one_run_reaches_the_next(outdir):
     if IS_ROOT:
         # Root mode: every pooled sandbox has its own host uid as well.
         assert a["host_uid"] != b["host_uid"]
+
+
+def test_env_pass_values_are_the_requests_own(outdir):
+    """env_pass is read when each run starts, not when its sandbox was
+    parked: each request sees its own value (tenant A's token never in
+    tenant B's run), and a value set before the pool existed is not kept."""
+    env = dict(os.environ, AJ_REQ_TOKEN="at-pool-creation")
+    cmd = ["/bin/sh", "-c", "echo token=${AJ_REQ_TOKEN-unset}"]
+    runs, _, proc = pool([["@AJ_REQ_TOKEN=tenant-a"] + cmd, ["@AJ_REQ_TOKEN=tenant-b"] + cmd,
+                          ["@AJ_REQ_TOKEN=tenant-c"] + cmd],
+                         size=2, outdir=outdir, pass_env=["AJ_REQ_TOKEN"], env=env)
+    assert [r["result"]["status"] for r in runs] == ["ok"] * 3, (runs, proc.stderr)
+    assert runs[0]["warm"] and runs[1]["warm"], runs
+    assert out(outdir, 0).strip() == "token=tenant-a"
+    assert out(outdir, 1).strip() == "token=tenant-b"
+    assert out(outdir, 2).strip() == "token=tenant-c"
+    # Control: the variable does reach a pooled run through env_pass, and a
+    # name not passed does not.
+    runs, _, _ = pool([["/bin/sh", "-c", "echo ${AJ_REQ_TOKEN-unset} ${AJ_OTHER-unset}"]], size=1,
+                      outdir=outdir, pass_env=["AJ_REQ_TOKEN"], env=dict(env, AJ_OTHER="x"))
+    assert out(outdir, 0).strip() == "at-pool-creation unset"
+
+
+def test_a_parked_sandbox_holds_no_request_data(outdir, tmp_path):
+    """While parked, no process of the sandbox holds the caller's
+    environment (init and the waiting payload are forks of the caller: their
+    environment memory is blanked), and the request's values arrive only
+    with the run."""
+    if not os.path.exists(AJ_POOL):
+        must_skip("aj-pool helper not built")
+    wait = str(tmp_path / "go")
+    token = "secret-%s" % new_tag()
+    env = dict(os.environ, AJ_CALLER_TOKEN=token)
+    argv = [AJ_POOL, "--size", "1", "--pass", "AJ_REQ_TOKEN", "--outdir", outdir, "--wait-file", wait, "--",
+            "@AJ_REQ_TOKEN=req-value", "/bin/sh", "-c", "echo ${AJ_REQ_TOKEN-unset} ${AJ_CALLER_TOKEN-unset}"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stderr.readline().strip() == "ready"
+        def descendants():
+            found, todo = [], children(p.pid)
+            while todo:
+                pid = todo.pop()
+                found.append(pid)
+                todo += children(pid)
+            return found
+        # init and the waiting payload (init forks it as the pool returns)
+        assert wait_for(lambda: len(descendants()) >= 2, 10), descendants()
+        parked = descendants()
+        seen = {}
+        for pid in parked:
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    seen[pid] = f.read()
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        # Control: the caller itself has the token in its environment.
+        with open("/proc/%d/environ" % p.pid, "rb") as f:
+            assert token.encode() in f.read()
+        assert seen and all(token.encode() not in v for v in seen.values()), seen
+        open(wait, "w").close()
+        stdout, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert out(outdir, 0).strip() == "req-value unset", stdout
 
 
 def test_each_pooled_sandbox_is_used_once(outdir):
