@@ -59,6 +59,7 @@ enum aj_msg_type {
     AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
     AJ_MSG_RUN,      /* pool → parked payload: its command (struct aj_run_msg) */
     AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
+    AJ_MSG_ARMED,    /* supervisor → init: the decoys are leased (wstatus: how many failed) */
 };
 
 /* A pooled run's command: this header, argc then envc NUL-terminated
@@ -547,6 +548,19 @@ static int join_helper_netns(struct run_ctx *c, struct aj_error *err)
     return 0;
 }
 
+/* init: block until the supervisor confirms the decoys are armed. -1 if
+ * the supervisor is gone (or sent anything else: the protocol is ours). */
+static int wait_armed(int sock)
+{
+    struct aj_sync_msg m;
+    ssize_t n;
+
+    do
+        n = read(sock, &m, sizeof(m));
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof(m) && m.type == AJ_MSG_ARMED ? 0 : -1;
+}
+
 static __attribute__((noreturn)) void init_main(struct run_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
@@ -621,6 +635,10 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         }
         for (int i = 0; i < nfds; i++)
             (void)close(fds[i]);
+        /* No payload before the supervisor holds its leases: a payload
+         * that opened a decoy in between would leave no canary. */
+        if (wait_armed(c->sock) < 0)
+            _exit(125);
         c->layers |= AJ_LAYER_DECOYS;
     }
     /* A fresh anonymous session keyring: the host session keyring (and any
@@ -908,6 +926,7 @@ struct supervise_state {
     } dconn[4];                          /* decoy socket connections awaiting their request */
     int decoy_files[AJ_DECOY_MAX_FILES]; /* leased (see aj_decoy_parent_lease) */
     bool decoy_unarmed;                  /* a lease failed: the decoys are not all watched */
+    bool decoys_armed;                   /* leases taken, AJ_MSG_ARMED sent to init */
     struct alert alert;
     bool degraded, started;
     struct prior_children prior; /* degraded: our children before the run */
@@ -1107,18 +1126,26 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
             st->decoy_sock = fds[0];
             fds[k++] = -1;
         }
+        int failed = 0;
         for (int i = 0; i < msg->wstatus; i++, k++) {
             struct aj_error lerr;
             st->decoy_files[i] = fds[k];
             fds[k] = -1;
             if (aj_decoy_parent_lease(st->decoy_files[i], SIG_DECOY, &lerr) < 0) {
                 st->decoy_unarmed = true;
+                failed++;
                 json_t *ev = aj_audit_event(st->audit, AJ_EV_ERROR, AJ_SEV_MEDIUM);
                 if (ev)
                     (void)json_object_set_new(ev, "error", json_string(lerr.msg));
                 emit(st, ev, AJ_EV_ERROR, AJ_SEV_MEDIUM);
             }
         }
+        /* init holds the payload back until this arrives. */
+        {
+            struct aj_sync_msg armed = {.type = AJ_MSG_ARMED, .wstatus = failed};
+            (void)send_plain(st->sock, &armed, sizeof(armed));
+        }
+        st->decoys_armed = true;
     }
     close_fds_of(fds, nfds); /* anything not taken above */
 }
@@ -2222,6 +2249,31 @@ static void pool_discard(struct sandbox *sb)
     free(sb);
 }
 
+/* Handle the parked sandbox's messages until its decoys are leased (init
+ * then goes on to fork the waiting payload). Bounded: init that neither
+ * sends them nor fails within 10 s is broken. */
+static int pool_arm_decoys(struct sandbox *sb, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+    uint64_t deadline = aj_now_ms() + 10000;
+
+    while (!st->decoys_armed && st->sock >= 0 && !st->have_child_err) {
+        struct pollfd p = {.fd = st->sock, .events = POLLIN};
+        uint64_t now = aj_now_ms();
+        int r;
+        if (now >= deadline)
+            return aj_err(err, ETIMEDOUT, "a parked sandbox did not hand over its decoys");
+        r = poll(&p, 1, (int)(deadline - now));
+        if (r < 0 && errno != EINTR)
+            return aj_err(err, errno, "poll a parked sandbox");
+        if (r > 0)
+            drain_msgs(st);
+    }
+    if (!st->decoys_armed)
+        return aj_err(err, EPIPE, "a parked sandbox failed before its decoys were armed");
+    return 0;
+}
+
 /* One parked sandbox, or NULL with err filled. */
 static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
 {
@@ -2238,6 +2290,12 @@ static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
     if (r == 0)
         r = sb_prepare(sb, NULL, NULL, &pool->base_mask, &sb->prepared, err);
     if (r < 0) {
+        pool_discard(sb);
+        return NULL;
+    }
+    /* A parked sandbox's init waits for the supervisor to lease its decoys
+     * before it forks the payload: take them now, not at launch. */
+    if (sb->c.decoys.n > 0 && pool_arm_decoys(sb, err) < 0) {
         pool_discard(sb);
         return NULL;
     }

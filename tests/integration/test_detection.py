@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from conftest import write, wait_for, AJ_BIN, new_tag, pids_with, run_aj, try_args, host_abi_works
+from conftest import write, wait_for, AJ_BIN, must_skip, new_tag, pids_with, run_aj, try_args, host_abi_works
 
 PY = "/usr/bin/python3"
 TRY = "/opt/aj-try"
@@ -863,3 +863,23 @@ def test_killing_notifying_children_does_not_switch_the_monitor_off(hostdir):
         assert r.returncode == 0 and r.stdout == "-1 1\n", r
         calls = [e.get("syscall") for e in map(json.loads, open(ev)) if e["type"] == "escape_attempt"]
         assert "setns" in calls, calls[-5:]
+
+
+def test_decoys_armed_before_the_payload_runs():
+    """init holds the payload back until the supervisor has leased every
+    decoy (AJ_MSG_ARMED): a payload that reads the token as its very first
+    act, with the whole run pinned to one CPU (the supervisor then competes
+    with the sandbox for it), always leaves a canary. Before the handshake,
+    a few runs in 60 read the token unseen."""
+    import shutil
+    taskset = shutil.which("taskset")
+    if not taskset:
+        must_skip("taskset (util-linux) not installed")
+    missed = []
+    for i in range(60):
+        r, events = run_ev([], ["cat", SA_DIR + "/token"], prefix=[taskset, "-c", "0"])
+        # Control: the read itself succeeded every time.
+        assert r.returncode == 0 and r.stdout, r
+        if not of_type(events, "canary"):
+            missed.append(i)
+    assert not missed, "runs whose token read left no canary: %s" % missed
