@@ -113,5 +113,6 @@ void aj_cgroup_init(struct aj_cgroup *cg);
  * their processes are killed first. Returns how many were removed. */
 int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host);
 
-/* "<pid>.<starttime>.<id>": who owns a run cgroup, checkable later. */
+/* "<pid>.<starttime>.<id>.ns<pid namespace inode>": who owns a run cgroup,
+ * checkable later from the same pid namespace. */
 int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size);

@@ -2,7 +2,8 @@
 /* cgroup v2 and v1, per controller. See aj_cgroup.h.
  *
  * Layout: <hierarchy>/<the supervisor's own cgroup>/agentjail/<run>, where
- * <run> is "<supervisor pid>.<its start time>.<sandbox id>" so that a later
+ * <run> is "<supervisor pid>.<its start time>.<sandbox id>.ns<its pid namespace>"
+ * so that a later
  * supervisor can tell a run whose owner died (and clean it up) from one
  * that is still live. Nesting under our own cgroup keeps agentjail inside
  * whatever limits its own caller set (a container, a systemd slice). */
@@ -226,13 +227,20 @@ static int starttime_of(pid_t pid, unsigned long long *ret)
     return -EINVAL;
 }
 
+/* The inode of our pid namespace: a pid means something only there. */
+static unsigned long long own_pidns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
 int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size)
 {
     unsigned long long st = 0;
     int r = starttime_of(getpid(), &st);
     if (r < 0)
         return r;
-    snprintf(buf, size, "%d.%llu.%.12s", (int)getpid(), st, sandbox_id);
+    snprintf(buf, size, "%d.%llu.%.12s.ns%llu", (int)getpid(), st, sandbox_id, own_pidns());
     return 0;
 }
 
@@ -934,14 +942,21 @@ void aj_cgroup_destroy(struct aj_cgroup *cg)
 
 /* ---- stale runs -------------------------------------------------------------- */
 
+/* Whether the supervisor that made run cgroup NAME may still live. Only a
+ * supervisor of our own pid namespace can be judged: another one's pid
+ * (two containers sharing a cgroup base) means nothing here, so its runs
+ * are left alone. */
 static bool owner_alive(const char *name)
 {
+    const char *ns = strstr(name, ".ns");
     char *end;
     long pid = strtol(name, &end, 10);
     unsigned long long st, want;
 
     if (end == name || *end != '.' || pid <= 0)
         return true; /* not ours: leave it alone */
+    if (!ns || strtoull(ns + 3, NULL, 10) != own_pidns())
+        return true; /* another pid namespace's, or an older agentjail's */
     want = strtoull(end + 1, NULL, 10);
     if (starttime_of((pid_t)pid, &st) < 0)
         return false;

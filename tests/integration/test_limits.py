@@ -74,7 +74,7 @@ def aj_cgroups():
     return cg_dirs(lambda n: "agentjail" in n and n != "agentjail-leaf")
 
 
-RUN_NAME = re.compile(r"([0-9]+)\.([0-9]+)\.[0-9a-f]+")
+RUN_NAME = re.compile(r"([0-9]+)\.([0-9]+)\.[0-9a-f]+(?:\.ns[0-9]+)?")
 
 
 def starttime(pid):
@@ -617,6 +617,40 @@ def test_supervisor_sigkill_leaves_nothing(reaper, args):
     # ... which removes them, and leaves no agentjail dir behind either.
     assert run_cgroups(p.pid) == [], run_cgroups(p.pid)
     assert new_leaks(before) == [], new_leaks(before)
+
+
+def test_runs_of_another_pid_namespace_are_not_reaped(tmp_path):
+    """Stale-run cleanup judges a run cgroup's owner by pid only within its
+    own pid namespace: a supervisor in another one (a second container
+    sharing the cgroup base) is pid 1 there, which here is a different,
+    live process. Its runs must survive a run started here."""
+    root_only("needs root to make a pid namespace")
+    need_cgroup_limits()
+    import random
+    tag = "3.%09d" % random.randrange(10 ** 9)  # `sleep 3.xxx`: unique, and it ends
+    res = str(tmp_path / "result.json")
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", AJ_BIN, "run", "--result", res,
+                          "--pids", "64", "--", "sleep", tag],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        pids = wait_for(lambda: pids_with(tag), 10)
+        assert pids, "payload never seen"
+        dirs = [d for d in cg_dirs(lambda n: RUN_NAME.fullmatch(n) is not None) if str(pids[0]) in cg_procs(d)]
+        assert dirs, "the other namespace's run has no cgroup"
+        # A run here cleans up stale runs in the same base ...
+        r = run_aj([], ["true"])
+        assert r.returncode == 0 and r.result["status"] == "ok", r
+        # ... and leaves the other namespace's live run alone.
+        assert all(os.path.isdir(d) for d in dirs), dirs
+        assert pids_with(tag), "the other namespace's payload was killed"
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with open(res) as f:
+        result = json.load(f)
+    assert p.returncode == 0 and result["status"] == "ok", (p.returncode, result, err)
 
 
 # ---- leftovers ------------------------------------------------------------------
