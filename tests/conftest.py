@@ -264,3 +264,34 @@ def no_leaks():
     assert after[0] <= before[0], "agentjail mounts leaked into the host namespace"
     assert not (after[1] - before[1]), "agentjail processes left running: %r" % (after[1] - before[1])
     assert not (after[2] - before[2]), "agentjail temp dirs left in /tmp: %r" % (after[2] - before[2])
+
+
+# The host /etc entries the sandbox sees read-only (src/lib/mount.c,
+# etc_allowed; docs/security-model.md): configuration without secrets.
+ETC_ALLOWED = [
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",
+    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf",
+    "services", "protocols", "rpc", "networks", "ethertypes", "gai.conf", "host.conf",
+    "mime.types", "mailcap", "magic", "magic.mime", "papersize", "locale.alias",
+    "os-release", "debian_version", "lsb-release", "issue",
+    "fonts", "matplotlibrc", "java-*", "python3*", "perl", "R", "ImageMagick-*", "gtk-3.0",
+    "bash.bashrc", "inputrc", "profile", "vim", "nanorc", "xdg", "manpath.config", "gprofng.rc",
+    "gdb", "libnl-3", "iproute2",
+]
+ETC_GENERATED = {"passwd", "group", "hosts", "hostname", "nsswitch.conf", "resolv.conf"}
+# Never visible, whatever the allow-list grows into.
+ETC_NEVER = ["shadow", "gshadow", "sudoers", "sudoers.d", "ssh", "machine-id", "ssl/private", "npmrc",
+             "environment", "gitconfig", "pip.conf", "krb5.keytab", "docker", "security", "subuid",
+             "subgid", "credstore", "wireguard", "NetworkManager", "cron.d", "crontab", "maven"]
+
+
+def etc_allowed_paths():
+    """The allow-listed host /etc entries present on this host."""
+    import fnmatch
+    out = []
+    for name in ETC_ALLOWED:
+        if "*" in name:
+            out += ["/etc/" + e for e in sorted(os.listdir("/etc")) if fnmatch.fnmatch(e, name)]
+        elif os.path.lexists("/etc/" + name):
+            out.append("/etc/" + name)
+    return out

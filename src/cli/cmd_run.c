@@ -26,6 +26,7 @@ enum {
     OPT_GID,
     OPT_UID_RANGE,
     OPT_TMP_SIZE,
+    OPT_NOEXEC_TMP,
     OPT_ALLOW_DEGRADED,
     OPT_ALLOW_NO_LANDLOCK,
     OPT_MEMORY,
@@ -61,6 +62,7 @@ static const struct option run_options[] = {
     {"gid", required_argument, NULL, OPT_GID},
     {"uid-range", required_argument, NULL, OPT_UID_RANGE},
     {"tmp-size", required_argument, NULL, OPT_TMP_SIZE},
+    {"noexec-tmp", no_argument, NULL, OPT_NOEXEC_TMP},
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
     {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
     {"memory", required_argument, NULL, OPT_MEMORY},
@@ -93,6 +95,8 @@ static void run_usage(FILE *f)
           "  --bind-rw HOST[:SANDBOX]  writable bind of a host path\n"
           "  --tmpfs PATH[:SIZE]       private tmpfs (noexec), default size 64M\n"
           "  --tmp-size SIZE           size of /tmp and /dev/shm (default 64M)\n"
+          "  --noexec-tmp              files written to /tmp, /dev/shm and --tmpfs cannot be\n"
+          "                            executed (noexec, and no Landlock execute right)\n"
           "  --workdir PATH            working directory inside (default /tmp)\n"
           "  --env NAME=VALUE          set a variable (the environment starts empty\n"
           "                            but for PATH and HOME=/tmp)\n"
@@ -245,6 +249,9 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_ALLOW_NO_LANDLOCK:
             pol.allow_no_landlock = true;
+            break;
+        case OPT_NOEXEC_TMP:
+            pol.noexec_tmp = true;
             break;
         case OPT_MEMORY:
             r = aj_policy_set_memory(&pol, optarg, &err);

@@ -39,6 +39,10 @@ struct aj_mount_plan {
 };
 
 int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, struct aj_error *err);
+
+/* Whether PATH is one of the host /etc entries every sandbox gets
+ * read-only (the allow-list in mount.c). */
+bool aj_mount_is_host_etc(const char *path);
 void aj_mount_plan_clear(struct aj_mount_plan *plan);
 /* Entries added after the plan is built are set up last, in order. */
 int aj_mount_plan_add_tmpfs(struct aj_mount_plan *plan, const char *dst, uint64_t size, const char *mode,

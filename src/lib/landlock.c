@@ -113,15 +113,18 @@ int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
         r = add_path_rule(ruleset, "/", LL_READ | AJ_LL_FS_EXECUTE, handled, false, err);
         if (r < 0)
             return r;
-        /* Writable scratch: no EXECUTE (W^X: a payload cannot drop and run a
-         * binary from /tmp; the mounts say noexec too). */
-        r = add_path_rule(ruleset, "/tmp", rw & ~AJ_LL_FS_EXECUTE, handled, false, err);
+        /* Writable scratch. Executable by default: compilers, venvs and
+         * scripts written to /tmp are ordinary work, and native code can
+         * run anyway through interpreters and anonymous memory. With
+         * noexec_tmp, no EXECUTE (W^X; the mounts say noexec too). */
+        uint64_t scratch = pol->noexec_tmp ? rw & ~AJ_LL_FS_EXECUTE : rw;
+        r = add_path_rule(ruleset, "/tmp", scratch, handled, false, err);
         if (r == 0)
-            r = add_path_rule(ruleset, "/dev/shm", rw & ~AJ_LL_FS_EXECUTE, handled, false, err);
+            r = add_path_rule(ruleset, "/dev/shm", scratch, handled, false, err);
         if (r < 0)
             return r;
         for (size_t i = 0; i < pol->n_tmpfs; i++) {
-            r = add_path_rule(ruleset, pol->tmpfs[i].path, rw & ~AJ_LL_FS_EXECUTE, handled, false, err);
+            r = add_path_rule(ruleset, pol->tmpfs[i].path, scratch, handled, false, err);
             if (r < 0)
                 return r;
         }

@@ -16,7 +16,10 @@
  *     root, so nothing of the host but the named binds stays reachable. */
 #include "aj_mount.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -97,6 +100,62 @@ static int plan_add_system(struct aj_mount_plan *plan, const char *path, struct 
     return plan_add(plan, AJ_MNT_BIND, path, path, false, true, err);
 }
 
+/* The host /etc entries a sandbox sees, read-only: configuration that
+ * programs need and that holds no secret (docs/security-model.md lists
+ * them, and what is never shown: aj_etc_never). Absent ones are skipped.
+ * Patterns name versioned directories (java-17-openjdk, python3.11). */
+static const char *const etc_allowed[] = {
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",
+    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf",
+    "services", "protocols", "rpc", "networks", "ethertypes", "gai.conf", "host.conf",
+    "mime.types", "mailcap", "magic", "magic.mime", "papersize", "locale.alias",
+    "os-release", "debian_version", "lsb-release", "issue",
+    "fonts", "matplotlibrc", "java-*", "python3*", "perl", "R", "ImageMagick-*", "gtk-3.0",
+    "bash.bashrc", "inputrc", "profile", "vim", "nanorc", "xdg", "manpath.config", "gprofng.rc",
+    "gdb", "libnl-3", "iproute2",
+};
+
+/* What agentjail generates under /etc (passwd, group, hosts, hostname,
+ * nsswitch.conf, resolv.conf) is never bound from the host; a policy's
+ * --bind-ro may add other /etc entries (policy.c keeps the generated
+ * names out). */
+
+bool aj_mount_is_host_etc(const char *path)
+{
+    if (strncmp(path, "/etc/", 5) != 0)
+        return false;
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(etc_allowed); i++)
+        if (fnmatch(etc_allowed[i], path + 5, FNM_PATHNAME) == 0)
+            return true;
+    return false;
+}
+
+static int plan_add_host_etc(struct aj_mount_plan *plan, struct aj_error *err)
+{
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(etc_allowed); i++) {
+        const char *name = etc_allowed[i];
+        char path[PATH_MAX];
+        if (!strchr(name, '*')) {
+            snprintf(path, sizeof(path), "/etc/%s", name);
+            r = plan_add_system(plan, path, err);
+            continue;
+        }
+        DIR *d = opendir("/etc");
+        struct dirent *de;
+        if (!d)
+            return 0;
+        while (r == 0 && (de = readdir(d)))
+            if (de->d_name[0] != '.' && fnmatch(name, de->d_name, 0) == 0) {
+                snprintf(path, sizeof(path), "/etc/%s", de->d_name);
+                r = plan_add_system(plan, path, err);
+            }
+        closedir(d);
+    }
+    return r;
+}
+
 static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *xasprintf(const char *fmt, ...)
 {
@@ -118,8 +177,6 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
 {
     static const char *const system_paths[] = {"/usr",   "/bin",   "/sbin",  "/lib",
                                                "/lib32", "/lib64", "/libx32"};
-    static const char *const etc_paths[] = {"/etc/ld.so.cache", "/etc/ssl/certs", "/etc/alternatives",
-                                            "/etc/localtime"};
     static const char *const dev_nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
                                             "/dev/urandom"};
     const char *host = pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME;
@@ -130,8 +187,8 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
 
     for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(system_paths); i++)
         r = plan_add_system(&plan, system_paths[i], err);
-    for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(etc_paths); i++)
-        r = plan_add_system(&plan, etc_paths[i], err);
+    if (r == 0)
+        r = plan_add_host_etc(&plan, err);
     /* A generated /etc, never the host's: no shadow, no ssh keys, no
      * sudoers, no cloud-init secrets, just what name lookups need. */
     if (r == 0)
@@ -182,7 +239,7 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
         r = plan_add(&plan, AJ_MNT_TMPFS, NULL, pol->tmpfs[i].path, true, false, err);
         if (r == 0) {
             plan.entries[plan.n - 1].size = pol->tmpfs[i].size;
-            plan.entries[plan.n - 1].noexec = true;
+            plan.entries[plan.n - 1].noexec = pol->noexec_tmp;
         }
         if (strcmp(pol->tmpfs[i].path, "/tmp") == 0)
             tmp_listed = true;
@@ -191,7 +248,7 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
         r = plan_add(&plan, AJ_MNT_TMPFS, NULL, "/tmp", true, false, err);
         if (r == 0) {
             plan.entries[plan.n - 1].size = pol->tmp_size;
-            plan.entries[plan.n - 1].noexec = true;
+            plan.entries[plan.n - 1].noexec = pol->noexec_tmp;
         }
     }
     if (r < 0)
@@ -507,7 +564,7 @@ static int setup_proc(int rootfd, struct aj_error *err)
     return 0;
 }
 
-static int setup_dev(const struct aj_mount_plan *plan, int rootfd, uint64_t shm_size,
+static int setup_dev(const struct aj_mount_plan *plan, int rootfd, uint64_t shm_size, bool noexec,
                      struct aj_error *err)
 {
     static const struct {
@@ -537,7 +594,7 @@ static int setup_dev(const struct aj_mount_plan *plan, int rootfd, uint64_t shm_
             return aj_err(err, errno, "symlink /dev/%s", links[i].name);
     /* Private /dev/shm: POSIX shared memory of one sandbox is invisible to
      * every other sandbox and to the host. */
-    return mount_tmpfs_at(rootfd, "dev/shm", shm_size, "1777", true, err);
+    return mount_tmpfs_at(rootfd, "dev/shm", shm_size, "1777", noexec, err);
 }
 
 static int split_parent(int rootfd, const char *dst, char *name, size_t name_size, struct aj_error *err)
@@ -714,7 +771,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
     r = setup_proc(rootfd, err);
     if (r < 0)
         goto out;
-    r = setup_dev(plan, rootfd, pol->tmp_size, err);
+    r = setup_dev(plan, rootfd, pol->tmp_size, pol->noexec_tmp, err);
     if (r < 0)
         goto out;
 

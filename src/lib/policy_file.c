@@ -157,11 +157,11 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     }
     fmt_size(buf, sizeof(buf), pol->tmp_size);
     fmt_duration(tmp, sizeof(tmp), pol->alert_timeout_ms);
-    root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s}, s:{s:o, s:o}, s:{s:s}, s:o, "
+    root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s, s:b}, s:{s:o, s:o}, s:{s:s}, s:o, "
                      "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s}}",
                      "version", AJ_POLICY_VERSION,
                      "filesystem", "binds", binds, "tmpfs", tmpfs, "tmp_size", buf, "workdir",
-                     pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR,
+                     pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR, "noexec_tmp", pol->noexec_tmp,
                      "environment", "set", envset, "pass", pass,
                      "network", "mode", pol->network == AJ_NET_LOOPBACK ? "loopback" : "none",
                      "limits", limits,
@@ -638,7 +638,7 @@ static int load_binds(struct loader *L, const json_t *arr)
 
 static int load_filesystem(struct loader *L, const json_t *fs)
 {
-    static const char *const keys[] = {"binds", "tmpfs", "tmp_size", "workdir", NULL};
+    static const char *const keys[] = {"binds", "tmpfs", "tmp_size", "workdir", "noexec_tmp", NULL};
     json_t *v;
     int r = open_group(L, "filesystem", fs, keys);
 
@@ -690,6 +690,11 @@ static int load_filesystem(struct loader *L, const json_t *fs)
     }
     if ((v = json_object_get(fs, "workdir")) && (r = load_string(L, "filesystem.workdir", v, &L->pol->workdir)) < 0)
         return r;
+    if ((v = json_object_get(fs, "noexec_tmp"))) {
+        if (!json_is_boolean(v))
+            return fail_at(L, "filesystem.noexec_tmp", true, "expected a boolean, got %s", type_name(v));
+        L->pol->noexec_tmp = json_is_true(v);
+    }
     return 0;
 }
 
@@ -1223,6 +1228,9 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
     if (a->n_tmpfs != b->n_tmpfs)
         addf(&t, "filesystem.tmpfs: A has %zu, B has %zu extra tmpfs mounts\n", a->n_tmpfs, b->n_tmpfs);
     diff_limit(&t, "filesystem.tmp_size", a->tmp_size, b->tmp_size, fmt_size);
+    if (a->noexec_tmp != b->noexec_tmp)
+        addf(&t, "filesystem.noexec_tmp: A %s, B %s (%s is weaker: files written to scratch space can be executed)\n",
+             a->noexec_tmp ? "true" : "false", b->noexec_tmp ? "true" : "false", a->noexec_tmp ? "B" : "A");
     if (strcmp(a->workdir ? a->workdir : AJ_DEFAULT_WORKDIR, b->workdir ? b->workdir : AJ_DEFAULT_WORKDIR))
         addf(&t, "filesystem.workdir: A %s, B %s\n", a->workdir ? a->workdir : AJ_DEFAULT_WORKDIR,
              b->workdir ? b->workdir : AJ_DEFAULT_WORKDIR);

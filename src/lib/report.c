@@ -454,7 +454,7 @@ static const struct mapping mappings[] = {
      "the configuration enforced is the configuration reviewed: its sha256 is in every result",
      "approval of policy changes and who owns them is the institution's process", C_ALWAYS, ""},
     {"NIST CSF 2.0", "PR.PS-05", "Unauthorised software is prevented from running",
-     "read-only root, noexec tmpfs, seccomp allow-list",
+     "read-only root, seccomp allow-list; noexec scratch space when the policy sets filesystem.noexec_tmp",
      "what the code can execute and leave behind is bounded; nothing persists after the run",
      "the agent's code is unvetted by design: agentjail does not judge what it does inside the "
      "boundary",

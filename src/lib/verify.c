@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aj_mount.h"
+
 #include "agentjail.h"
 #include "aj_util.h"
 
@@ -179,7 +181,6 @@ static bool path_in(const char *p, const char *const *list, size_t n)
 static void expect_mounts(struct checks *c, json_t *probe, const struct aj_policy *pol)
 {
     static const char *const system[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-                                         "/etc/ld.so.cache", "/etc/ssl/certs", "/etc/alternatives",
                                          PROBE_IN_SANDBOX};
     json_t *f = finding(probe, "filesystem.host_mounts");
     const char *d = fdetail(f);
@@ -197,7 +198,7 @@ static void expect_mounts(struct checks *c, json_t *probe, const struct aj_polic
             break;
         memcpy(path, p + 4, n);
         path[n] = '\0';
-        if (path_in(path, system, AJ_ARRAY_SIZE(system)))
+        if (path_in(path, system, AJ_ARRAY_SIZE(system)) || aj_mount_is_host_etc(path))
             known = true;
         for (size_t i = 0; i < pol->n_binds; i++)
             if (strcmp(pol->binds[i].sandbox, path) == 0) {

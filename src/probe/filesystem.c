@@ -105,19 +105,24 @@ static void check_host_mounts(struct pr_ctx *c)
                "/proc/self/mountinfo unreadable: %s", pr_errname(errno));
         return;
     }
-    while (fgets(line, sizeof(line), f)) {
-        struct mnt m;
-        line[strcspn(line, "\n")] = '\0';
-        if (!parse_mount(line, &m))
-            continue;
-        total++;
-        if (is_pseudo(&m))
-            continue;
-        host++;
-        writable += opt_rw(m.opts);
-        whole += strcmp(m.root, "/") == 0;
-        pr_list_add(&l, "%s:%s at %s (%s, %s)", m.source, m.root, m.point, m.fstype,
-                    opt_rw(m.opts) ? "rw" : "ro");
+    /* Writable ones first: the detail is bounded (PR_DETAIL_MAX), and a
+     * writable host path is what must never be cut off the list. */
+    for (int pass = 0; pass < 2; pass++) {
+        rewind(f);
+        while (fgets(line, sizeof(line), f)) {
+            struct mnt m;
+            line[strcspn(line, "\n")] = '\0';
+            if (!parse_mount(line, &m) || opt_rw(m.opts) != (pass == 0))
+                continue;
+            total++;
+            if (is_pseudo(&m))
+                continue;
+            host++;
+            writable += opt_rw(m.opts);
+            whole += strcmp(m.root, "/") == 0;
+            pr_list_add(&l, "%s:%s at %s (%s, %s)", m.source, m.root, m.point, m.fstype,
+                        opt_rw(m.opts) ? "rw" : "ro");
+        }
     }
     fclose(f);
     if (!host)

@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-from conftest import write, AJ_BIN, IS_ROOT, CG_LIMITS, run_aj
+from conftest import write, AJ_BIN, IS_ROOT, CG_LIMITS, ETC_GENERATED, ETC_NEVER, etc_allowed_paths, run_aj
 
 PY = "/usr/bin/python3"
 UID_BASE, UID_COUNT = 1610612736, 65536
@@ -396,9 +396,8 @@ print(json.load(open('out.json'))['total'])
 # ---- root filesystem ------------------------------------------------------------
 
 SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
-ETC_BINDS = ["/etc/ld.so.cache", "/etc/ssl/certs", "/etc/alternatives", "/etc/localtime"]
-ETC = {"passwd", "group", "hosts", "hostname", "nsswitch.conf", "resolv.conf",
-       "ld.so.cache", "ssl", "alternatives", "localtime"}
+ETC_BINDS = [p for p in etc_allowed_paths() if not os.path.islink(p)]
+ETC = ETC_GENERATED | {p.split("/")[2] for p in etc_allowed_paths()}
 
 
 def test_root_is_read_only():
@@ -419,8 +418,7 @@ def test_top_level_and_etc_entries(hostdir):
     # "var": /var/run holds the decoys (docker.sock, service-account token).
     want = {p[1:] for p in SYSTEM if os.path.lexists(p)} | {"dev", "etc", "proc", "tmp", "data", "var"}
     assert set(top.split()) == want, top
-    assert set(etc.split()) <= ETC, etc
-    assert {"passwd", "group", "hosts"} <= set(etc.split())
+    assert set(etc.split()) == ETC, set(etc.split()) ^ ETC
     assert os.path.exists("/etc/shadow")  # control: the host has one
     assert "shadow" not in etc.split()
     assert "agent:x:1000:1000:" in passwd
@@ -428,6 +426,37 @@ def test_top_level_and_etc_entries(hostdir):
     assert set(host_users) - {"root", "nobody"}, "control: host has other users"
     inside_users = {l.split(":")[0] for l in passwd.splitlines()}
     assert inside_users == {"root", "agent", "nobody"}, passwd
+
+
+def test_host_etc_secrets_never_visible():
+    """The allow-list gives programs their configuration (matplotlib,
+    Java, OpenSSL, services, os-release); no secret or identity file of the
+    host is ever there."""
+    paths = ["/etc/" + n for n in ETC_NEVER]
+    code = "import os, sys\nprint(' '.join(p for p in sys.argv[1:] if os.path.lexists(p)))"
+    r = run_aj([], [PY, "-c", code] + paths)
+    assert r.returncode == 0 and r.stdout.strip() == "", r
+    # Control: the host has several of them, and the sandbox sees the
+    # allowed configuration.
+    assert sum(os.path.lexists(p) for p in paths) >= 5
+    r = run_aj([], ["sh", "-c", "grep -c . /etc/os-release /etc/ssl/openssl.cnf; getent services http"])
+    assert r.returncode == 0 and "http" in r.stdout, r
+
+
+def test_policy_adds_read_only_etc_entries(hostdir):
+    conf = os.path.join(hostdir, "app.conf")
+    with open(conf, "w") as f:
+        f.write("key=value\n")
+    os.chmod(conf, 0o644)
+    r = run_aj(["--bind-ro", conf + ":/etc/myapp/app.conf"], ["cat", "/etc/myapp/app.conf"])
+    assert r.returncode == 0 and r.stdout == "key=value\n", r
+    # Never writable, never over what agentjail generates, never /etc itself.
+    for args, words in ((["--bind-rw", hostdir + ":/etc/myapp"], "read-only"),
+                        (["--bind-ro", conf + ":/etc/passwd"], "generated"),
+                        (["--bind-ro", conf + ":/etc/hosts"], "generated"),
+                        (["--bind-ro", hostdir + ":/etc"], "reserved")):
+        r = run_aj(args, ["true"])
+        assert r.returncode == 2 and words in r.stderr, (args, r)
 
 
 def test_mountinfo_has_no_unnamed_host_path(hostdir):
@@ -528,3 +557,21 @@ def test_bind_at_tmp_is_the_sandbox_tmp(hostdir):
     # Control: with agentjail's own /tmp the credentials file decoy is there.
     r = run_aj(["--decoy-cloud"], ["ls", "/tmp/.aws"])
     assert r.returncode == 0 and r.stdout == "credentials\n", r
+
+
+def test_scratch_space_is_executable_by_default(hostdir):
+    """Compilers, venvs and scripts written to /tmp are ordinary agent work:
+    /tmp, /dev/shm and --tmpfs mounts are executable unless the policy asks
+    for noexec_tmp (then the mount and Landlock both refuse)."""
+    script = ("for d in /tmp /dev/shm /scratch; do printf '#!/bin/sh\\necho ran-$1\\n' > $d/x; chmod +x $d/x; "
+              "$d/x $d || echo refused-$d; done")
+    r = run_aj(["--tmpfs", "/scratch"], ["sh", "-c", script])
+    assert r.returncode == 0 and r.stdout.split() == ["ran-/tmp", "ran-/dev/shm", "ran-/scratch"], r
+    r = run_aj(["--tmpfs", "/scratch", "--noexec-tmp"], ["sh", "-c", script])
+    assert r.returncode == 0 and r.stdout.count("refused-") == 3 and "ran-" not in r.stdout, r
+    # The same from a policy file.
+    pol = os.path.join(hostdir, "p.json")
+    with open(pol, "w") as f:
+        f.write('{"version": 1, "filesystem": {"noexec_tmp": true}}')
+    r = run_aj(["--policy", pol], ["sh", "-c", script.replace(" /scratch", "")])
+    assert r.returncode == 0 and r.stdout.count("refused-") == 2, r
