@@ -13,7 +13,7 @@
 
 enum aj_network {
     AJ_NET_NONE = 0,    /* empty netns, lo down, Landlock refuses TCP */
-    AJ_NET_LOOPBACK,    /* empty netns with lo up: the sandbox talks to itself */
+    AJ_NET_LOOPBACK,    /* the default: empty netns with lo up, the sandbox talks to itself */
 };
 
 enum aj_on_escape {

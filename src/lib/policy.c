@@ -20,7 +20,7 @@ void aj_policy_init(struct aj_policy *pol)
     memset(pol, 0, sizeof(*pol));
     pol->timeout_ms = AJ_DEFAULT_TIMEOUT_MS;
     pol->tmp_size = AJ_DEFAULT_TMP_SIZE;
-    pol->network = AJ_NET_NONE;
+    pol->network = AJ_NET_LOOPBACK; /* private lo: nothing leaves, local servers work */
     pol->uid = AJ_DEFAULT_UID;
     pol->gid = AJ_DEFAULT_GID;
     pol->uid_base = AJ_DEFAULT_UID_BASE;

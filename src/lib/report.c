@@ -339,6 +339,8 @@ static void score(const struct facts *f, struct scoring *s)
     if (pol->network == AJ_NET_NONE && json_array_size(f->probe_bad[PCAT_NET]) == 0)
         add_adj(s, DIM_AS, -1, "no network: no interface, TCP refused by Landlock",
                 "policy:network.mode=none");
+    /* loopback (the default): no egress either, but the kernel's TCP stack
+     * is reachable; no credit for that surface. */
     if (f->probe && n > 0) {
         json_t *both = json_copy(f->probe_bad[PCAT_ESCAPE]);
         /* Out of memory: the escape ids alone, the delta is the same. */

@@ -1724,10 +1724,8 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
     if (c->skip & AJ_SKIP_LANDLOCK)
         /* Without namespaces Landlock is the filesystem boundary: never both gone. */
         return aj_err(err, 0, "degraded mode needs Landlock, and this kernel has none (%s)", why.msg);
-    if (pol->network != AJ_NET_NONE)
-        return aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses (%s); "
-                      "in degraded mode only --network none is possible",
-                      clone_errno == EPERM ? "namespace creation is not permitted" : strerror(clone_errno));
+    /* No network namespace: whatever the mode, the filter refuses network
+     * sockets (below), so a private loopback cannot be had; say so. */
     c->degraded = sb->st.degraded = true;
     c->netns_late = false;
     res->degraded = true;
@@ -1736,7 +1734,14 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
     r = aj_seccomp_compile(pol, true, true, &c->bpf, err);
     if (r < 0)
         return r;
-    snprintf(res->degraded_reason, sizeof(res->degraded_reason), "%s", why.msg);
+    {
+        static const char no_lo[] = "; no private loopback either: network sockets are refused";
+        size_t n = strnlen(why.msg, sizeof(res->degraded_reason) - 1);
+        memcpy(res->degraded_reason, why.msg, n);
+        res->degraded_reason[n] = '\0';
+        if (pol->network == AJ_NET_LOOPBACK && n + sizeof(no_lo) <= sizeof(res->degraded_reason))
+            memcpy(res->degraded_reason + n, no_lo, sizeof(no_lo));
+    }
     for (size_t i = 0; i < pol->n_binds; i++)
         if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0)
             return aj_err(err, 0,

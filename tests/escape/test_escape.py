@@ -250,7 +250,7 @@ TECHNIQUES = [
     T("tcp-host-loopback", lambda h, i: ["tcp-connect", "127.0.0.1", str(h.port)],
       {"EACCES", "EPERM", "ECONNREFUSED", "ENETUNREACH"}, host="any"),
     T("tcp-bind-network-none", ["tcp-self"], {"EACCES", "EPERM", "EADDRNOTAVAIL", "ENETUNREACH"},
-      host="any"),
+      host="any", aj=lambda h: ["--network", "none"]),
     T("host-interfaces", ["netdevs"], {None}),
     T("socket-raw", ["socket-raw"], {"EPERM", "EACCES", "EAFNOSUPPORT"}, host="root"),
     T("socket-packet", ["socket-packet"], {"EPERM", "EACCES", "EAFNOSUPPORT"}, host="root"),

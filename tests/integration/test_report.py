@@ -365,7 +365,7 @@ def test_report_json_shape():
     misses = " ".join(f["misses"] for f in rep["frameworks"])
     for gap in ("rotation", "payload", "egress proxy"):
         assert gap in misses, gap
-    assert rep["policy"]["network"]["mode"] == "none"
+    assert rep["policy"]["network"]["mode"] == "loopback"
     assert rep["subject"]["policy"] == "profile:default"
     assert re.fullmatch(r"[0-9a-f]{64}", rep["subject"]["policy_sha256"])
 

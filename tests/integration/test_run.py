@@ -129,15 +129,15 @@ def test_result_default_run_layers_mode_uid():
     assert re.fullmatch(r"[0-9a-f]{64}", res["policy_sha256"]), res
     # Limits nobody asked for are off: CPU bandwidth, CPU time, output.
     off = sorted(k for k, v in res["layers"].items() if not v)
-    asked_only = ["cpu_bandwidth_limit", "cpu_time_limit", "output_limit"]
+    # landlock_net: Landlock's TCP rules come with --network none; the
+    # default private loopback has the network namespace as its boundary.
+    asked_only = ["cpu_bandwidth_limit", "cpu_time_limit", "landlock_net", "output_limit"]
     # A cgroup with the default memory and pids limits where this caller
     # can have one (root; a delegated cgroup v2); elsewhere rlimits only,
     # and said so.
     if not CG_LIMITS:
         asked_only += ["cgroup", "memory_limit", "pids_limit"]
     # Layers this kernel does not have (docs/security-model.md, section 6).
-    if res["landlock_abi"] < 4:
-        asked_only.append("landlock_net")
     if res["landlock_abi"] < 6:
         asked_only.append("landlock_scope")
     if not os.path.exists("/proc/self/ns/time"):
@@ -179,7 +179,7 @@ def test_policy_sha256_depends_on_flags():
     a2 = run_aj(["--hostname", "aaa", "--env", "X=1"], ["true"]).result["policy_sha256"]
     b = run_aj(["--hostname", "bbb", "--env", "X=1"], ["true"]).result["policy_sha256"]
     c = run_aj(["--hostname", "aaa", "--env", "X=2"], ["true"]).result["policy_sha256"]
-    d = run_aj(["--hostname", "aaa", "--env", "X=1", "--network", "loopback"], ["true"]).result["policy_sha256"]
+    d = run_aj(["--hostname", "aaa", "--env", "X=1", "--network", "none"], ["true"]).result["policy_sha256"]
     assert a1 == a2
     assert len({a1, b, c, d}) == 4, (a1, b, c, d)
 
@@ -349,10 +349,10 @@ cl.sendall(b'ping'); print(json.dumps(cl.recv(100).decode())); t.join()
 
 
 def test_network_none():
-    out = py_json(IFACES)
+    out = py_json(IFACES, ["--network", "none"])
     assert [n for n, u in out["up"].items() if u] == [], out
     assert set(out["up"]) <= {"lo"}, out  # no host interface
-    r = py(ECHO)
+    r = py(ECHO, ["--network", "none"])
     assert r.returncode != 0, r  # not even a loopback server
     # Refused for the right reason: Landlock (ABI 4+) refuses TCP outright;
     # without it lo is down (test_network_loopback is the control, where
@@ -365,10 +365,13 @@ def test_network_none():
         assert "Cannot assign requested address" in r.stderr or "unreachable" in r.stderr, r.stderr
 
 
-def test_network_loopback():
-    out = py_json(IFACES, ["--network", "loopback"])
+@pytest.mark.parametrize("args", [[], ["--network", "loopback"]], ids=["default", "explicit"])
+def test_network_loopback(args):
+    """The default: a private lo that is up, so local servers (Jupyter
+    kernels, test servers, http.server) work; nothing else exists."""
+    out = py_json(IFACES, args)
     assert out["up"] == {"lo": True}, out  # only a private lo
-    r = py(ECHO, ["--network", "loopback"])
+    r = py(ECHO, args)
     assert r.returncode == 0 and json.loads(r.stdout) == "PING", r
 
 
