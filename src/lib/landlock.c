@@ -21,7 +21,22 @@
 int aj_landlock_abi(void)
 {
     long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, AJ_LANDLOCK_CREATE_RULESET_VERSION);
-    return abi < 0 ? 0 : (int)abi;
+
+    if (abi < 0)
+        return 0;
+    if (abi >= 6) {
+        /* The feature, not the number: scoping (signals, abstract sockets)
+         * is what degraded runs rely on, so confirm a scoped ruleset can be
+         * made. A kernel (or a filter in front of it) that refuses one is
+         * treated as ABI 5: the run then neither uses nor claims it. */
+        struct aj_landlock_ruleset_attr attr = {.handled_access_fs = AJ_LL_FS_READ_FILE,
+                                                .scoped = AJ_LL_SCOPE_ABSTRACT_UNIX_SOCKET | AJ_LL_SCOPE_SIGNAL};
+        long fd = syscall(__NR_landlock_create_ruleset, &attr, sizeof(attr), 0);
+        if (fd < 0)
+            return 5;
+        (void)close((int)fd);
+    }
+    return (int)abi;
 }
 
 static uint64_t fs_rights_for_abi(int abi)

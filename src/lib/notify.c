@@ -2,6 +2,7 @@
 #include "aj_notify.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/audit.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -81,6 +82,12 @@ static const struct {
     {"personality", "x", "T1611"},     {"settimeofday", "xx", "T1611"},
     {"clock_settime", "ix", "T1611"},  {"clock_adjtime", "ix", "T1611"},
     {"adjtimex", "x", "T1611"},        {"sethostname", "si", "T1611"},
+    /* Degraded mode: another process of the same uid (T1499 endpoint denial of service:
+     * prlimit RLIMIT_CPU kills it; affinity and priority starve it). */
+    {"prlimit64", "iixx", "T1499"},    {"setpriority", "iii", "T1499"},
+    {"sched_setaffinity", "iix", "T1499"}, {"sched_setparam", "ix", "T1499"},
+    {"sched_setscheduler", "iix", "T1499"}, {"sched_setattr", "ixx", "T1499"},
+    {"get_robust_list", "ixx", "T1055"},
 };
 
 static const struct {
@@ -177,6 +184,61 @@ static json_t *decode_arg(char kind, pid_t pid, uint64_t v)
     }
 }
 
+/* Degraded mode's calls that name a process (see seccomp.c's
+ * self_only_syscalls): pid 0 never comes here; a nonzero pid that is the
+ * caller's own thread or thread group (pthread_setaffinity_np passes the
+ * tid, os.sched_setaffinity(os.getpid()) the tgid) is let through. The
+ * decision rests on a register argument, not on sandbox memory, and the
+ * caller is held in the kernel, so its tid cannot be reused meanwhile. */
+static const char *const self_only[] = {
+    "prlimit64", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
+    "get_robust_list", "setpriority",
+};
+
+static pid_t tgid_of(pid_t tid)
+{
+    char path[64], buf[1024], *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    p = strstr(buf, "\nTgid:");
+    if (!p)
+        return -1;
+    return (pid_t)strtol(p + 6, NULL, 10);
+}
+
+static bool targets_itself(const char *name, pid_t caller, const __u64 *args)
+{
+    uint64_t target = args[0];
+    bool known = false;
+    pid_t tgid;
+
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(self_only); i++)
+        known |= strcmp(self_only[i], name) == 0;
+    if (!known || caller <= 0)
+        return false;
+    if (strcmp(name, "setpriority") == 0) {
+        if (args[0] != 0) /* PRIO_PROCESS only; PRIO_PGRP and PRIO_USER by id: no */
+            return false;
+        target = args[1];
+    }
+    if (target == 0 || target > 0x7fffffff)
+        return false;
+    if (target == (uint64_t)caller)
+        return true;
+    tgid = tgid_of(caller);
+    return tgid > 0 && target == (uint64_t)tgid;
+}
+
 int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev)
 {
     struct seccomp_notif *req = n->req;
@@ -208,6 +270,19 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
         name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86, req->data.nr);
     } else {
         name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X32, req->data.nr);
+    }
+
+    if (!foreign && name && targets_itself(name, (pid_t)req->pid, req->data.args) &&
+        seccomp_notify_id_valid(n->fd, req->id) == 0) {
+        /* Its own thread or process: carry on, no event. Valid after the
+         * /proc read, so the tgid read was the caller's. */
+        struct seccomp_notif_resp *resp = n->resp;
+        memset(resp, 0, sizeof(*resp));
+        resp->id = req->id;
+        resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        (void)seccomp_notify_respond(n->fd, resp);
+        free(name);
+        return 0;
     }
 
     *ret_sev = foreign ? AJ_SEV_CRITICAL : AJ_SEV_HIGH;

@@ -110,6 +110,29 @@ const char *const aj_seccomp_denied_syscalls[] = {
     "memfd_secret", NULL,
 };
 
+/* Calls that act on another process named by a pid argument. In a pid
+ * namespace that pid can only be one of the sandbox's own; in degraded mode
+ * (no pid namespace) it can be any process of the same uid, which the
+ * payload could then starve (sched_setaffinity, setpriority) or kill
+ * (prlimit64 RLIMIT_CPU=1). There they are allowed with pid 0 (the caller:
+ * what glibc's setrlimit, nice, sched_setaffinity(0) and Python's
+ * os.sched_setaffinity(0) pass) and every other pid goes to the
+ * supervisor, which lets the caller's own tid or tgid through and refuses
+ * the rest (aj_notify). The pid is argument 0, except for setpriority
+ * (which, who). */
+static const char *const self_only_syscalls[] = {
+    "prlimit64", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
+    "get_robust_list", "setpriority",
+};
+
+static bool is_self_only(const char *name)
+{
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(self_only_syscalls); i++)
+        if (strcmp(self_only_syscalls[i], name) == 0)
+            return true;
+    return false;
+}
+
 #define NS_CLONE_FLAGS                                                                             \
     (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |  \
      CLONE_NEWNET | CLONE_NEWTIME)
@@ -266,6 +289,40 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
             return r;
     }
 
+    /* Degraded: the calls that name another process, for the caller only
+     * (see self_only_syscalls). The kernel reads a pid_t (int) but the
+     * comparisons are on all 64 bits: a pid 0 with junk in the high bits
+     * goes to the supervisor, which refuses it, rather than through. */
+    if (degraded) {
+        for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(self_only_syscalls); i++) {
+            const char *name = self_only_syscalls[i];
+            if (strcmp(name, "setpriority") == 0) {
+                /* PRIO_PROCESS or PRIO_PGRP with who 0: the caller, or its
+                 * own process group (the payload is a session leader;
+                 * setpgid cannot leave the session). PRIO_USER 0 would be
+                 * every process of the uid. */
+                for (uint64_t which = 0; r == 0 && which <= 1; which++) {
+                    struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_EQ, which), SCMP_A1_64(SCMP_CMP_EQ, 0)};
+                    r = rule(ctx, allow, name, 2, a, err);
+                }
+                struct scmp_arg_cmp other_who[] = {SCMP_A1_64(SCMP_CMP_GT, 0)};
+                struct scmp_arg_cmp other_which[] = {SCMP_A0_64(SCMP_CMP_GT, 1)};
+                if (r == 0)
+                    r = rule(ctx, deny, name, 1, other_who, err);
+                if (r == 0)
+                    r = rule(ctx, deny, name, 1, other_which, err);
+            } else {
+                struct scmp_arg_cmp self[] = {SCMP_A0_64(SCMP_CMP_EQ, 0)};
+                struct scmp_arg_cmp other[] = {SCMP_A0_64(SCMP_CMP_GT, 0)};
+                r = rule(ctx, allow, name, 1, self, err);
+                if (r == 0)
+                    r = rule(ctx, deny, name, 1, other, err);
+            }
+        }
+        if (r < 0)
+            return r;
+    }
+
     /* memfd_create: only sealed non-executable (MFD_NOEXEC_SEAL, 6.3). Landlock
      * does not cover memfds, so an executable one would let the payload run
      * a binary it wrote (fileless execution past the noexec mounts). */
@@ -356,6 +413,8 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
         return aj_err(err, -r, "seccomp attributes");
     }
     for (size_t i = 0; i < AJ_ARRAY_SIZE(allowed_syscalls); i++) {
+        if (degraded && is_self_only(allowed_syscalls[i]))
+            continue; /* conditional rules below */
         r = rule(ctx, SCMP_ACT_ALLOW, allowed_syscalls[i], 0, NULL, err);
         if (r < 0)
             goto out;

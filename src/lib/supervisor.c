@@ -1672,6 +1672,15 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
         return aj_err(err, 0, "--network loopback needs a network namespace, which this host refuses (%s); "
                       "in degraded mode only --network none is possible",
                       clone_errno == EPERM ? "namespace creation is not permitted" : strerror(clone_errno));
+    if (c->rootless && c->landlock_abi < 6 && !pol->allow_unscoped_signals)
+        /* No pid namespace and the caller's own uid: only Landlock's signal
+         * scope (ABI 6, Linux 6.12) keeps kill() off the caller's other
+         * processes (its shell, its editor, the agent itself). */
+        return aj_err(err, 0,
+                      "degraded mode as an ordinary user needs Landlock ABI 6 (Linux 6.12) to keep the payload's "
+                      "signals off your other processes, and this kernel has ABI %d; to run anyway, set "
+                      "degraded.without_signal_scope in the policy (--allow-unscoped-signals)",
+                      c->landlock_abi);
     c->degraded = sb->st.degraded = true;
     c->netns_late = false;
     res->degraded = true;
