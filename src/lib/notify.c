@@ -82,6 +82,7 @@ static const struct {
     {"personality", "x", "T1611"},     {"settimeofday", "xx", "T1611"},
     {"clock_settime", "ix", "T1611"},  {"clock_adjtime", "ix", "T1611"},
     {"adjtimex", "x", "T1611"},        {"sethostname", "si", "T1611"},
+    {"statmount", "xxxx", "T1613"},    {"listmount", "xxxx", "T1613"},
     /* Degraded mode: another process of the same uid (T1499 endpoint denial of service:
      * prlimit RLIMIT_CPU kills it; affinity and priority starve it). */
     {"prlimit64", "iixx", "T1499"},    {"setpriority", "iii", "T1499"},
@@ -98,6 +99,37 @@ static const struct {
     {0x08000000, "CLONE_NEWIPC"}, {0x10000000, "CLONE_NEWUSER"},   {0x20000000, "CLONE_NEWPID"},
     {0x40000000, "CLONE_NEWNET"}, {0x00000080, "CLONE_NEWTIME"},
 };
+
+static const char *const af_names[] = {
+    [1] = "AF_UNIX",        [2] = "AF_INET",       [3] = "AF_AX25",      [4] = "AF_IPX",
+    [5] = "AF_APPLETALK",   [6] = "AF_NETROM",     [7] = "AF_BRIDGE",    [8] = "AF_ATMPVC",
+    [9] = "AF_X25",         [10] = "AF_INET6",     [11] = "AF_ROSE",     [12] = "AF_DECnet",
+    [13] = "AF_NETBEUI",    [14] = "AF_SECURITY",  [15] = "AF_KEY",      [16] = "AF_NETLINK",
+    [17] = "AF_PACKET",     [18] = "AF_ASH",       [19] = "AF_ECONET",   [20] = "AF_ATMSVC",
+    [21] = "AF_RDS",        [22] = "AF_SNA",       [23] = "AF_IRDA",     [24] = "AF_PPPOX",
+    [25] = "AF_WANPIPE",    [26] = "AF_LLC",       [27] = "AF_IB",       [28] = "AF_MPLS",
+    [29] = "AF_CAN",        [30] = "AF_TIPC",      [31] = "AF_BLUETOOTH", [32] = "AF_IUCV",
+    [33] = "AF_RXRPC",      [34] = "AF_ISDN",      [35] = "AF_PHONET",   [36] = "AF_IEEE802154",
+    [37] = "AF_CAIF",       [38] = "AF_ALG",       [39] = "AF_NFC",      [40] = "AF_VSOCK",
+    [41] = "AF_KCM",        [42] = "AF_QIPCRTR",   [43] = "AF_SMC",      [44] = "AF_XDP",
+    [45] = "AF_MCTP",
+};
+
+static const char *const netlink_names[] = {
+    [0] = "NETLINK_ROUTE",      [2] = "NETLINK_USERSOCK",   [3] = "NETLINK_FIREWALL",
+    [4] = "NETLINK_SOCK_DIAG",  [5] = "NETLINK_NFLOG",      [6] = "NETLINK_XFRM",
+    [7] = "NETLINK_SELINUX",    [8] = "NETLINK_ISCSI",      [9] = "NETLINK_AUDIT",
+    [10] = "NETLINK_FIB_LOOKUP", [11] = "NETLINK_CONNECTOR", [12] = "NETLINK_NETFILTER",
+    [13] = "NETLINK_IP6_FW",    [14] = "NETLINK_DNRTMSG",   [15] = "NETLINK_KOBJECT_UEVENT",
+    [16] = "NETLINK_GENERIC",   [18] = "NETLINK_SCSITRANSPORT", [19] = "NETLINK_ECRYPTFS",
+    [20] = "NETLINK_RDMA",      [21] = "NETLINK_CRYPTO",    [22] = "NETLINK_SMC",
+};
+
+/* Newer than libseccomp's table (see seccomp.c's denied_by_number). */
+static const struct {
+    int nr;
+    const char *name;
+} newer_syscalls[] = {{457, "statmount"}, {458, "listmount"}};
 
 /* Best effort, for the record: the string as it was when we looked. */
 static json_t *read_string(pid_t pid, uint64_t addr)
@@ -168,14 +200,8 @@ static json_t *decode_arg(char kind, pid_t pid, uint64_t v)
         return hex(v);
     case 'd':
         v = (uint32_t)v; /* an int to the kernel: the high bits are ignored */
-        if (v == 17)
-            return json_string("AF_PACKET");
-        if (v == 40)
-            return json_string("AF_VSOCK");
-        if (v == 2)
-            return json_string("AF_INET");
-        if (v == 10)
-            return json_string("AF_INET6");
+        if (v < AJ_ARRAY_SIZE(af_names) && af_names[v])
+            return json_string(af_names[v]);
         return json_integer((json_int_t)v);
     case 't':
         return (v & 0xf) == 3 ? json_string("SOCK_RAW") : hex(v);
@@ -261,6 +287,9 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
     foreign = req->data.arch != AUDIT_ARCH_X86_64 || (req->data.nr & __X32_SYSCALL_BIT);
     if (!foreign) {
         name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, req->data.nr);
+        for (size_t i = 0; !name && i < AJ_ARRAY_SIZE(newer_syscalls); i++)
+            if ((int)req->data.nr == newer_syscalls[i].nr)
+                name = strdup(newer_syscalls[i].name);
         for (size_t i = 0; name && i < AJ_ARRAY_SIZE(syscall_info); i++)
             if (strcmp(syscall_info[i].name, name) == 0) {
                 argspec = syscall_info[i].args;
@@ -299,6 +328,18 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
         for (size_t i = 0; args && argspec[i] && i < 6; i++)
             (void)json_array_append_new(args, argspec[i] == 's' ? json_string("(caller gone)")
                                                                 : decode_arg(argspec[i], 0, req->data.args[i]));
+    }
+    if (args && !foreign && name && strcmp(name, "socket") == 0) {
+        uint32_t fam = (uint32_t)req->data.args[0], proto = (uint32_t)req->data.args[2];
+        /* The rare families and netlink protocols are kernel exploit
+         * surface, not sniffing; say which one in the arguments. */
+        if (fam == 16 /* AF_NETLINK */) {
+            if (proto < AJ_ARRAY_SIZE(netlink_names) && netlink_names[proto])
+                (void)json_array_set_new(args, 2, json_string(netlink_names[proto]));
+            technique = "T1068";
+        } else if (fam != 2 && fam != 10 && fam != 17 && fam != 40) {
+            technique = "T1068";
+        }
     }
     if (ev) {
         (void)json_object_set_new(ev, "syscall", json_string(name ? name : "unknown"));

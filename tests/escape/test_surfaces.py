@@ -178,3 +178,94 @@ def test_rootless_degraded_without_landlock_signal_scope_fails_closed(hostdir):
     # The key is part of the policy: dumped, and weaker in a diff.
     d = subprocess.run([AJ_BIN, "policy", "show", pol], capture_output=True, text=True)
     assert d.returncode == 0 and json.loads(d.stdout)["degraded"]["without_signal_scope"] is True, d
+
+
+# ---- kernel attack surface: refused AND reported --------------------------------------
+
+RARE_FAMILIES = ["alg", "tipc", "rds", "xdp", "bluetooth", "key", "pppox", "llc", "can", "atmpvc",
+                 "x25", "ax25", "nfc", "vsock", "smc", "mctp", "qipcrtr", "kcm"]
+AF_NAMES = {"alg": "AF_ALG", "tipc": "AF_TIPC", "rds": "AF_RDS", "xdp": "AF_XDP",
+            "bluetooth": "AF_BLUETOOTH", "key": "AF_KEY", "pppox": "AF_PPPOX", "llc": "AF_LLC",
+            "can": "AF_CAN", "atmpvc": "AF_ATMPVC", "x25": "AF_X25", "ax25": "AF_AX25", "nfc": "AF_NFC",
+            "vsock": "AF_VSOCK", "smc": "AF_SMC", "mctp": "AF_MCTP", "qipcrtr": "AF_QIPCRTR", "kcm": "AF_KCM"}
+NETLINK = {4: "NETLINK_SOCK_DIAG", 6: "NETLINK_XFRM", 9: "NETLINK_AUDIT", 12: "NETLINK_NETFILTER",
+           16: "NETLINK_GENERIC", 21: "NETLINK_CRYPTO", 11: "NETLINK_CONNECTOR"}
+
+
+def probe_in(argv, args=(), prefix=()):
+    r, evs = run_as(prefix, try_args() + list(args), [TRY] + list(argv))
+    lines = r.stdout.strip().splitlines()
+    return r, evs, (json.loads(lines[-1]) if lines else None)
+
+
+def probe_on_host(argv):
+    p = subprocess.run([helper("aj-try")] + list(argv), capture_output=True, text=True, timeout=30)
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("fam", RARE_FAMILIES)
+def test_rare_socket_family_refused_and_reported(fam):
+    r, evs, v = probe_in(["socket-family", fam])
+    assert r.returncode == 1 and v["errno"] == "EPERM", (r, v)
+    esc = escapes(evs)
+    # AF_VSOCK reaches the hypervisor host: a way out (T1040 as before);
+    # the others are kernel exploit surface (T1068).
+    technique = "T1040" if fam == "vsock" else "T1068"
+    assert [(e["syscall"], e["args"][0], e["technique"]) for e in esc] == [("socket", AF_NAMES[fam], technique)], esc
+
+
+@pytest.mark.parametrize("proto", sorted(NETLINK))
+def test_netlink_protocol_refused_and_reported(proto):
+    r, evs, v = probe_in(["socket-netlink", str(proto)])
+    assert r.returncode == 1 and v["errno"] == "EPERM", (r, v)
+    esc = escapes(evs)
+    assert [(e["syscall"], e["args"][0], e["args"][2], e["technique"]) for e in esc] == \
+        [("socket", "AF_NETLINK", NETLINK[proto], "T1068")], esc
+
+
+@pytest.mark.parametrize("argv", [["socket-family", "xdp"], ["socket-netlink", "9"], ["socket-netlink", "4"]])
+def test_surface_control_on_host(argv):
+    """The probes can succeed: on the host (built-in families only: a probe
+    never makes the kernel load a module) the same sockets are created."""
+    v = probe_on_host(argv)
+    if v["errno"] == "EAFNOSUPPORT" or v["errno"] == "EPROTONOSUPPORT":
+        must_skip("this kernel lacks %s altogether" % argv)
+    assert v["permitted"] is True, v
+
+
+@pytest.mark.parametrize("call", ["listmount", "statmount"])
+def test_listmount_statmount_refused_and_reported(call):
+    host = probe_on_host([call])
+    if host["errno"] == "ENOSYS":
+        must_skip("%s is newer than this kernel (6.8)" % call)
+    # Control: on the host the call reaches the kernel (EINVAL for the
+    # empty request, not EPERM).
+    assert host["permitted"] is True and host["errno"] != "EPERM", host
+    r, evs, v = probe_in([call])
+    assert r.returncode == 1 and v["errno"] == "EPERM", (r, v)
+    assert [(e["syscall"], e["technique"]) for e in escapes(evs)] == [(call, "T1613")], evs
+
+
+def test_ordinary_sockets_work_and_are_silent():
+    """Positive control: unix, inet and netlink route sockets, no event."""
+    script = ("%s socket-proto unix stream 0 && %s socket-proto inet stream 0 && "
+              "%s socket-proto inet6 dgram 0 && %s socket-proto netlink raw 0" % (TRY, TRY, TRY, TRY))
+    r, evs = run_as((), try_args(), ["sh", "-c", script])
+    assert r.returncode == 0, r
+    assert [json.loads(l)["permitted"] for l in r.stdout.splitlines()] == [True] * 4, r.stdout
+    assert escapes(evs) == [], evs
+
+
+def test_degraded_reports_surfaces_and_stays_quiet_on_ordinary_sockets():
+    """Degraded mode refuses every socket; the ordinary ones quietly, the
+    attack surface with an event."""
+    script = "; ".join("%s %s" % (TRY, a) for a in (
+        "socket-proto unix stream 0", "socket-proto netlink raw 0", "socket-netlink 9",
+        "socket-family alg"))
+    # No mount namespace: the helper is bound at its own path.
+    r, evs = run_as([helper("aj-nouserns")], ["--allow-degraded", "--bind-ro", "%s:%s" % (helper("aj-try"), helper("aj-try"))],
+                    ["sh", "-c", script.replace(TRY, helper("aj-try"))])
+    verdicts = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [v["errno"] for v in verdicts] == ["EPERM"] * 4, r
+    assert [(e["args"][0], e["args"][2]) for e in escapes(evs)] == \
+        [("AF_NETLINK", "NETLINK_AUDIT"), ("AF_ALG", 0)], evs
