@@ -320,6 +320,29 @@ static void receive_run(struct run_ctx *c)
     c->argv = run_argv;
 }
 
+/* Init, right after unshare(CLONE_NEWTIME), before any process is in the
+ * new time namespace (the kernel refuses offsets after that): move
+ * CLOCK_MONOTONIC and CLOCK_BOOTTIME back to about zero, so /proc/uptime
+ * and both clocks count from the sandbox's start, not the host's boot
+ * (how long the host has been up dates its kernel patches). Whole seconds
+ * down: the resulting clocks stay >= 0, as the kernel demands. */
+static int set_own_uptime(int fd, struct aj_error *err)
+{
+    struct timespec mono, boot;
+    char buf[96];
+    int n;
+
+    if (clock_gettime(CLOCK_MONOTONIC, &mono) < 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
+        return aj_err(err, errno, "clock_gettime");
+    n = snprintf(buf, sizeof(buf), "%d %lld 0\n%d %lld 0\n", CLOCK_MONOTONIC, -(long long)mono.tv_sec,
+                 CLOCK_BOOTTIME, -(long long)boot.tv_sec);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return aj_err(err, EIO, "time namespace offsets");
+    if (write(fd, buf, (size_t)n) != n)
+        return aj_err(err, errno, "write /proc/self/timens_offsets");
+    return 0;
+}
+
 static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
@@ -525,6 +548,7 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     struct aj_sync_msg go;
     const char *hostname = pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME;
     int nest_fds[AJ_USERNS_NS_KINDS];
+    int timens_fd;
     pid_t payload;
     ssize_t n;
 
@@ -547,6 +571,16 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         aj_err(&err, errno, "cgroup namespace");
         child_fail(c, &err, 125);
     }
+    /* Opened while init still owns its /proc entries: the uid change below
+     * makes it non-dumpable, and /proc/self then belongs to the user
+     * namespace's root, not to init (root mode: another host uid). The
+     * kernel checks CAP_SYS_TIME against the opener's credentials. ENOENT:
+     * a kernel without time namespaces (before 5.6). */
+    timens_fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+    if (timens_fd < 0 && errno != ENOENT) {
+        aj_err(&err, errno, "open /proc/self/timens_offsets");
+        child_fail(c, &err, 125);
+    }
     if (aj_userns_child_become(pol->uid, pol->gid, c->rootless, &err) < 0)
         child_fail(c, &err, 125);
     /* The kernel clears the death signal when the euid changes (root mode
@@ -560,8 +594,13 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     }
     /* Time namespace (5.6+): only children created after unshare enter it,
      * which is exactly the payload. Optional: older kernels lack it. */
-    if (unshare(CLONE_NEWTIME) == 0)
+    if (timens_fd >= 0 && unshare(CLONE_NEWTIME) == 0) {
         c->layers |= AJ_LAYER_TIMENS;
+        if (set_own_uptime(timens_fd, &err) < 0)
+            child_fail(c, &err, 125);
+    }
+    if (timens_fd >= 0)
+        (void)close(timens_fd);
     if (aj_userns_child_nesting_open(nest_fds, &err) < 0)
         child_fail(c, &err, 125);
     if (aj_mount_child_setup(&c->plan, pol, &err) < 0)

@@ -269,3 +269,72 @@ def test_degraded_reports_surfaces_and_stays_quiet_on_ordinary_sockets():
     assert [v["errno"] for v in verdicts] == ["EPERM"] * 4, r
     assert [(e["args"][0], e["args"][2]) for e in escapes(evs)] == \
         [("AF_NETLINK", "NETLINK_AUDIT"), ("AF_ALG", 0)], evs
+
+
+# ---- reconnaissance: /proc shows the sandbox's own boot ------------------------------------
+
+UUID_RE = r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def test_proc_cmdline_and_boot_id_are_not_the_hosts():
+    import re
+    host_cmdline = _read("/proc/cmdline")
+    host_boot = _read("/proc/sys/kernel/random/boot_id").strip()
+    r = run_aj([], ["sh", "-c", "cat /proc/cmdline; cat /proc/sys/kernel/random/boot_id; "
+                                "echo x > /proc/sys/kernel/random/boot_id 2>/dev/null && echo writable; true"])
+    assert r.returncode == 0, r
+    cmdline, boot = r.stdout.splitlines()[:2]
+    assert "writable" not in r.stdout, r.stdout
+    # Control: the host's are readable and non-trivial (so "differs" means something).
+    assert host_cmdline.strip() and re.match(UUID_RE, host_boot), (host_cmdline, host_boot)
+    assert cmdline + "\n" != host_cmdline and cmdline.startswith("BOOT_IMAGE=/boot/vmlinuz-%s " % os.uname().release), cmdline
+    assert re.match(UUID_RE, boot) and boot != host_boot, boot
+    # A fresh one per run: nothing to recognise a host by across runs.
+    r2 = run_aj([], ["cat", "/proc/sys/kernel/random/boot_id"])
+    assert r2.stdout.strip() != boot and re.match(UUID_RE, r2.stdout.strip()), r2
+
+
+UPTIME = r"""
+import json, time
+up = float(open("/proc/uptime").read().split()[0])
+btime = [int(l.split()[1]) for l in open("/proc/stat") if l.startswith("btime ")][0]
+print(json.dumps({"uptime": up, "boottime": time.clock_gettime(time.CLOCK_BOOTTIME),
+                  "monotonic": time.clock_gettime(time.CLOCK_MONOTONIC), "btime": btime}))
+"""
+
+
+def test_uptime_and_boot_clocks_count_from_the_sandboxs_start():
+    host_up = float(_read("/proc/uptime").split()[0])
+    if host_up < 300:
+        must_skip("the host booted %.0f s ago: too recent to tell its uptime from the sandbox's" % host_up)
+    r = run_aj([], ["python3", "-c", UPTIME])
+    assert r.returncode == 0 and r.result["layers"]["time_namespace"] is True, r
+    inside = json.loads(r.stdout)
+    # Control, the same script on the host: its clocks are the host's boot.
+    p = subprocess.run(["python3", "-c", UPTIME], capture_output=True, text=True, timeout=30)
+    host = json.loads(p.stdout)
+    assert host["uptime"] >= 300 and host["boottime"] >= 300 and host["monotonic"] >= 250, host
+    for k in ("uptime", "boottime", "monotonic"):
+        # The sandbox started well under a minute ago; the host 5+ minutes.
+        assert 0 <= inside[k] < 60, (k, inside)
+    assert inside["btime"] > host["btime"] + 200, (inside, host)
+
+
+def test_proc_locks_does_not_show_the_hosts_locks(hostdir):
+    import fcntl
+    import struct
+    path = os.path.join(hostdir, "locked")
+    with open(path, "w") as f:
+        # An OFD write lock, as agentjail's uid-slot locks are.
+        fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+        ino = ":%d " % os.fstat(f.fileno()).st_ino
+        host = _read("/proc/locks")
+        r = run_aj([], ["cat", "/proc/locks"])
+    # Control: the host's /proc/locks shows the lock.
+    assert any("OFDLCK" in l and ino in l for l in host.splitlines()), host
+    assert r.returncode == 0 and ino not in r.stdout and "OFDLCK" not in r.stdout, r
