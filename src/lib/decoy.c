@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "aj_missing.h"
@@ -149,6 +150,36 @@ fail:
     return r;
 }
 
+/* Decoys made a moment ago are recognisable by their times. A Docker
+ * socket is as old as dockerd, which starts at boot: the host's boot time.
+ * A projected service-account token is rewritten by the kubelet every
+ * hour or so: some minutes ago. Sandbox side, before the tmpfs goes
+ * read-only; init is not in the sandbox's time namespace, so its
+ * CLOCK_BOOTTIME is the host's. Best effort: a decoy with the wrong time
+ * still works. (ctime and the birth time cannot be set: they stay the
+ * run's start, see docs/security-model.md.) */
+static void age_decoys(const struct aj_decoy_files *files)
+{
+    struct timespec now, up, ts[2];
+    uint32_t jitter = 0;
+
+    if (clock_gettime(CLOCK_REALTIME, &now) < 0 || clock_gettime(CLOCK_BOOTTIME, &up) < 0)
+        return;
+    if (getentropy(&jitter, sizeof(jitter)) < 0)
+        jitter = 0; /* no jitter: the times are still plausible */
+    /* dockerd: a few seconds after the kernel started. */
+    ts[0].tv_sec = ts[1].tv_sec = now.tv_sec - up.tv_sec + 4 + (time_t)(jitter % 7);
+    ts[0].tv_nsec = ts[1].tv_nsec = (long)(jitter % 1000000000U);
+    if (access("/var/run", F_OK) == 0)
+        (void)utimensat(AT_FDCWD, AJ_DECOY_SOCKET, ts, AT_SYMLINK_NOFOLLOW);
+    /* The token and its directory: 5 to 55 minutes ago. */
+    ts[0].tv_sec = ts[1].tv_sec = now.tv_sec - 300 - (time_t)((jitter >> 8) % 3000);
+    for (size_t i = 0; i < files->n; i++)
+        (void)utimensat(AT_FDCWD, files->paths[i], ts, AT_SYMLINK_NOFOLLOW);
+    if (files->n > 0 && access(SA_DIR, F_OK) == 0)
+        (void)utimensat(AT_FDCWD, SA_DIR, ts, AT_SYMLINK_NOFOLLOW);
+}
+
 int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int file_fds[AJ_DECOY_MAX_FILES],
                        struct aj_error *err)
 {
@@ -167,8 +198,9 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int fi
         if (sock < 0)
             return aj_err(err, errno, "decoy socket");
         strcpy(sa.sun_path, AJ_DECOY_SOCKET);
-        /* 0755 for the payload, which runs as the socket's owner. */
-        old = umask(022);
+        /* srw-rw----, as dockerd makes it; the payload is the owner (a
+         * rootless Docker's socket is its user's). */
+        old = umask(0117);
         if (bind(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
             umask(old);
             return aj_err(err, errno, "bind %s", AJ_DECOY_SOCKET);
@@ -177,6 +209,7 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int fi
         if (listen(sock, 16) < 0)
             return aj_err(err, errno, "listen %s", AJ_DECOY_SOCKET);
     }
+    age_decoys(files);
     for (size_t i = 0; i < files->n; i++) {
         file_fds[i] = open(files->paths[i], O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
         if (file_fds[i] < 0) {

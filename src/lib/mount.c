@@ -368,6 +368,11 @@ static int new_fs(const char *type, const char *size, const char *mode, uint64_t
 
     if (fsfd < 0)
         return errno == ENOSYS ? kernel_lacks(err, "fsopen", "5.2", type) : aj_err(err, errno, "fsopen %s", type);
+    /* Named as Docker's and the distributions' own mounts are ("tmpfs
+     * tmpfs", "proc proc" in mountinfo), not "none": one less sign, to a
+     * payload reading mountinfo, of which runtime built its root. */
+    if (aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "source", type, 0) < 0)
+        return aj_err(err, errno, "%s source", type);
     if (size && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "size", size, 0) < 0)
         return aj_err(err, errno, "%s size=%s", type, size);
     if (mode && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "mode", mode, 0) < 0)
@@ -739,7 +744,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
 
     /* The new root: a small tmpfs over /tmp of this (private) namespace.
      * Every host source is already cloned, so hiding /tmp hides nothing. */
-    if (mount("agentjail", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=2m") < 0) {
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=2m") < 0) {
         r = aj_err(err, errno, "mount root tmpfs");
         goto out;
     }

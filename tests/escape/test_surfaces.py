@@ -338,3 +338,47 @@ def test_proc_locks_does_not_show_the_hosts_locks(hostdir):
     # Control: the host's /proc/locks shows the lock.
     assert any("OFDLCK" in l and ino in l for l in host.splitlines()), host
     assert r.returncode == 0 and ino not in r.stdout and "OFDLCK" not in r.stdout, r
+
+
+# ---- decoys: not recognisable by their metadata ------------------------------------------------
+
+DECOY_META = r"""
+import json, os, socket, stat, time
+SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+out = {"now": time.time()}
+for k, p in (("sock", "/var/run/docker.sock"), ("token", SA + "/token"), ("sadir", SA)):
+    st = os.lstat(p)
+    out[k] = {"mode": st.st_mode, "mtime": st.st_mtime, "atime": st.st_atime}
+out["sources"] = {l.split()[4]: l.split(" - ")[1].split()[1] for l in open("/proc/self/mountinfo")}
+s = socket.socket(socket.AF_UNIX)
+s.connect("/var/run/docker.sock")
+s.sendall(b"GET /version HTTP/1.1\r\nHost: docker\r\n\r\n")
+out["reply"] = s.recv(100).decode(errors="replace").split("\r\n")[0]
+print(json.dumps(out))
+"""
+
+
+def test_decoys_look_aged_and_mounted_like_the_real_thing():
+    host_up = float(_read("/proc/uptime").split()[0])
+    if host_up < 300:
+        must_skip("the host booted %.0f s ago: a decoy made now would look as old as one made at boot" % host_up)
+    host_btime = [int(l.split()[1]) for l in open("/proc/stat") if l.startswith("btime ")][0]
+    r, evs = run_as((), [], ["python3", "-c", DECOY_META])
+    assert r.returncode == 0, r
+    m = json.loads(r.stdout)
+    now = m["now"]
+    # docker.sock: a socket as dockerd makes it (srw-rw----), as old as the
+    # host's boot, not the run.
+    assert m["sock"]["mode"] == 0o140660, oct(m["sock"]["mode"])
+    assert host_btime <= m["sock"]["mtime"] <= host_btime + 30, (host_btime, m["sock"])
+    assert now - m["sock"]["mtime"] > 200, m
+    # The service-account token: rewritten by a kubelet minutes ago.
+    for k in ("token", "sadir"):
+        assert 240 <= now - m[k]["mtime"] <= 3660, (k, now, m[k])
+    # Mounted as Docker's and Kubernetes' tmpfs mounts are named, not "none"
+    # or the runtime's name.
+    assert m["sources"]["/var/run"] == "tmpfs" and m["sources"]["/"] == "tmpfs", m["sources"]
+    # Still a decoy: the connect is a canary, and the client gets a 403.
+    assert m["reply"] == "HTTP/1.1 403 Forbidden", m
+    canaries = [e for e in evs if e["type"] == "canary"]
+    assert [(e["decoy"], e["access"]) for e in canaries] == [("docker_socket", "connect")], evs
