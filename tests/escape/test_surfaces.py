@@ -178,6 +178,8 @@ def test_rootless_degraded_without_landlock_signal_scope_fails_closed(hostdir):
     # The key is part of the policy: dumped, and weaker in a diff.
     d = subprocess.run([AJ_BIN, "policy", "show", pol], capture_output=True, text=True)
     assert d.returncode == 0 and json.loads(d.stdout)["degraded"]["without_signal_scope"] is True, d
+    d = subprocess.run([AJ_BIN, "policy", "diff", pol, "profile:default"], capture_output=True, text=True)
+    assert d.returncode == 1 and "degraded.without_signal_scope: A true, B false (A is weaker" in d.stdout, d
 
 
 # ---- kernel attack surface: refused AND reported --------------------------------------
