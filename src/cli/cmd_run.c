@@ -124,7 +124,7 @@ static void run_usage(FILE *f)
           "  --alert-cmd CMD           run CMD (sh -c, on the host) once, at the first\n"
           "                            high-severity event, with the event JSON on stdin\n"
           "  --alert-timeout DURATION  kill the alert command after this (default 10s)\n"
-          "  --no-decoys               no docker.sock / Kubernetes token decoys\n"
+          "  --no-decoys               no docker.sock / Kubernetes token / device decoys\n"
           "  --decoy-cloud             also plant cloud credential decoys (env, ~/.aws)\n"
           "\n"
           "  --result FILE             write the result JSON to FILE\n"

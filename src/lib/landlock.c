@@ -92,6 +92,12 @@ static const char *const degraded_read_paths[] = {
 int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
                             uint32_t *ret_layers, struct aj_error *err)
 {
+    return aj_landlock_child_apply_ex(pol, abi, degraded, NULL, 0, ret_layers, err);
+}
+
+int aj_landlock_child_apply_ex(const struct aj_policy *pol, int abi, bool degraded, const char *const *rw_files,
+                               size_t n_rw, uint32_t *ret_layers, struct aj_error *err)
+{
     struct aj_landlock_ruleset_attr attr = {0};
     size_t attr_size;
     uint64_t handled, rw;
@@ -160,6 +166,11 @@ int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
             if (r < 0)
                 return r;
         }
+    }
+    for (size_t i = 0; i < n_rw; i++) {
+        r = add_path_rule(ruleset, rw_files[i], LL_READ | AJ_LL_FS_WRITE_FILE, handled, true, err);
+        if (r < 0)
+            return r;
     }
     for (size_t i = 0; i < pol->n_binds; i++) {
         const struct aj_bind *b = &pol->binds[i];

@@ -401,7 +401,14 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_NNP;
     if (!(c->skip & AJ_SKIP_LANDLOCK)) {
-        if (aj_landlock_child_apply(pol, c->landlock_abi, c->degraded, &ll_layers, &err) < 0)
+        /* The device decoys init made in /dev: writable, so that an
+         * O_RDWR open (as /dev/kvm's users do) gets as far as the lease. */
+        const char *rw[AJ_DECOY_MAX_FILES];
+        size_t n_rw = 0;
+        for (size_t i = 0; !c->degraded && i < c->decoys.n; i++)
+            if (c->decoys.made_at_arm[i])
+                rw[n_rw++] = c->decoys.paths[i];
+        if (aj_landlock_child_apply_ex(pol, c->landlock_abi, c->degraded, rw, n_rw, &ll_layers, &err) < 0)
             child_fail(c, &err, 125);
         c->layers |= ll_layers;
     }

@@ -386,3 +386,54 @@ def test_decoys_look_aged_and_mounted_like_the_real_thing():
     assert m["reply"] == "HTTP/1.1 403 Forbidden", m
     canaries = [e for e in evs if e["type"] == "canary"]
     assert [(e["decoy"], e["access"]) for e in canaries] == [("docker_socket", "connect")], evs
+
+
+# ---- device nodes: an open is recorded, and reaches no device -----------------------------------
+
+DEVICES = {"/dev/kvm": "T1068", "/dev/fuse": "T1068", "/dev/net/tun": "T1068", "/dev/uinput": "T1068",
+           "/dev/userfaultfd": "T1068", "/dev/vhost-net": "T1068", "/dev/vhost-vsock": "T1068",
+           "/dev/mem": "T1611", "/dev/kmem": "T1611", "/dev/port": "T1611", "/dev/cpu/0/msr": "T1611"}
+
+OPEN_DEVICES = r"""
+import fcntl, json, os, stat, sys
+out = {}
+for p in sys.argv[1:]:
+    try:
+        fd = os.open(p, os.O_RDWR)
+    except OSError as e:
+        out[p] = os.strerror(e.errno)
+        continue
+    st = os.fstat(fd)
+    try:
+        fcntl.ioctl(fd, 0xAE00)  # KVM_GET_API_VERSION; any device ioctl
+        io = "ok"
+    except OSError as e:
+        io = os.strerror(e.errno)
+    out[p] = {"chr": stat.S_ISCHR(st.st_mode), "size": st.st_size, "ioctl": io, "read": len(os.read(fd, 16))}
+    os.close(fd)
+print(json.dumps(out))
+"""
+
+
+def test_device_opens_are_canaries_and_reach_no_device():
+    paths = sorted(DEVICES)
+    r, evs = run_as((), [], ["python3", "-c", OPEN_DEVICES] + paths + ["/dev/null", "/dev/zero"])
+    assert r.returncode == 0, r
+    out = json.loads(r.stdout)
+    for p in paths:
+        # Opened, but no device behind it: an empty file that knows no ioctl.
+        assert out[p] == {"chr": False, "size": 0, "ioctl": os.strerror(25), "read": 0}, (p, out[p])
+    canaries = [e for e in evs if e["type"] == "canary"]
+    assert sorted((e["decoy"], e["path"], e["access"], e["technique"]) for e in canaries) == \
+        sorted(("device", p, "open", t) for p, t in DEVICES.items()), canaries
+    # Positive control in the same run: the real nodes open silently.
+    assert out["/dev/null"]["chr"] is True and out["/dev/zero"]["read"] == 16, out
+    assert not [e for e in canaries if e["path"] in ("/dev/null", "/dev/zero")], canaries
+
+
+def test_without_decoys_device_names_are_absent():
+    """Control: the decoys are what records the open (and what answers it)."""
+    r, evs = run_as((), ["--no-decoys"], ["python3", "-c", OPEN_DEVICES, "/dev/kvm", "/dev/net/tun"])
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout) == {"/dev/kvm": os.strerror(2), "/dev/net/tun": os.strerror(2)}, r.stdout
+    assert [e for e in evs if e["type"] == "canary"] == [], evs

@@ -839,7 +839,7 @@ static void p_devices(int argc, char **argv)
         "/dev/kvm",         "/dev/vsock",      "/dev/fuse",       "/dev/userfaultfd",
         "/dev/loop-control", "/dev/btrfs-control", "/dev/mapper/control", "/dev/console",
         "/dev/tty0",        "/dev/tty1",       "/dev/vga_arbiter", "/dev/hwrng",
-        "/dev/cpu",         "/dev/watchdog",   "/dev/dri",        "/dev/vhost-net",
+        "/dev/cpu/0/msr",   "/dev/watchdog",   "/dev/dri/card0",        "/dev/vhost-net",
         "/dev/net/tun",     "/dev/uinput",     "/dev/snapshot",   "/dev/ttyS0",
     };
     char found[2048] = "";
@@ -850,8 +850,10 @@ static void p_devices(int argc, char **argv)
     (void)argv;
     if (argc)
         usage("devices");
+    /* Device nodes only: agentjail's decoys at some of these names are
+     * empty regular files (an open is a canary, and reaches no device). */
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
-        if (lstat(named[i], &st) == 0) {
+        if (lstat(named[i], &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
             append(found, sizeof found, named[i]);
             append(found, sizeof found, " ");
         }
