@@ -1663,11 +1663,12 @@ static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
     sb->audit = (struct aj_audit){.fd = -1};
     sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
                                       .sock = -1, .sigfd = -1, .decoy_sock = -1,
-                                      .decoy_files = {-1, -1, -1, -1},
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
     sb->st.out[0] = sb->st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1};
     sb->st.notify.fd = -1;
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
     sb->socks[0] = sb->socks[1] = -1;
     sb->null_fd = -1;
     aj_cgroup_init(&sb->cg);
