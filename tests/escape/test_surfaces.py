@@ -65,6 +65,16 @@ attempt("prlimit", lambda: resource.prlimit(v, resource.RLIMIT_CPU, (1, 1)))
 attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, v, 7))
 attempt("affinity", lambda: os.sched_setaffinity(v, {0}))
 attempt("sched_setscheduler", lambda: os.sched_setscheduler(v, os.SCHED_BATCH, os.sched_param(0)))
+# Signals: Landlock's signal scope (kill, pidfd_send_signal), no event.
+import signal
+attempt("kill0", lambda: os.kill(v, 0))
+def _pidfd():
+    fd = os.pidfd_open(v)
+    try:
+        signal.pidfd_send_signal(fd, 0)
+    finally:
+        os.close(fd)
+attempt("pidfd_signal", _pidfd)
 # Controls: the same calls on itself (pid 0, its pid, its tid).
 attempt("self_prlimit", lambda: resource.prlimit(0, resource.RLIMIT_CPU, (500, 500)))
 attempt("self_setrlimit", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
@@ -122,7 +132,7 @@ def test_degraded_payload_cannot_reach_another_process_of_its_uid():
         assert r.returncode == 0 and r.result["degraded"] is True, r
         out = json.loads(r.stdout)
         evs = escapes(evs)
-        for k in OTHER:
+        for k in OTHER + ("kill0", "pidfd_signal"):
             assert out[k] == os.strerror(1), (k, out)
         # The kernel outcome: the victim is exactly as it was.
         assert _victim_state(victim.pid) == before, before
@@ -142,7 +152,7 @@ def test_degraded_payload_cannot_reach_another_process_of_its_uid():
         p = subprocess.run(list(prefix) + ["python3", "-c", REACH, str(victim.pid)],
                            capture_output=True, text=True, timeout=60)
         host = json.loads(p.stdout)
-        assert host["prlimit"] == "ok" and host["affinity"] == "ok", host
+        assert host["prlimit"] == "ok" and host["affinity"] == "ok" and host["kill0"] == "ok", host
         after = _victim_state(victim.pid)
         assert after["cpu"] == ["1", "1"] and after["affinity"] == [0], after
     finally:
