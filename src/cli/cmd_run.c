@@ -29,6 +29,7 @@ enum {
     OPT_NOEXEC_TMP,
     OPT_ALLOW_DEGRADED,
     OPT_ALLOW_NO_LANDLOCK,
+    OPT_ALLOW_UNSCOPED_SIGNALS,
     OPT_MEMORY,
     OPT_PIDS,
     OPT_CPUS,
@@ -65,6 +66,7 @@ static const struct option run_options[] = {
     {"noexec-tmp", no_argument, NULL, OPT_NOEXEC_TMP},
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
     {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
+    {"allow-unscoped-signals", no_argument, NULL, OPT_ALLOW_UNSCOPED_SIGNALS},
     {"memory", required_argument, NULL, OPT_MEMORY},
     {"pids", required_argument, NULL, OPT_PIDS},
     {"cpus", required_argument, NULL, OPT_CPUS},
@@ -126,7 +128,7 @@ static void run_usage(FILE *f)
           "  --alert-cmd CMD           run CMD (sh -c, on the host) once, at the first\n"
           "                            high-severity event, with the event JSON on stdin\n"
           "  --alert-timeout DURATION  kill the alert command after this (default 10s)\n"
-          "  --no-decoys               no docker.sock / Kubernetes token decoys\n"
+          "  --no-decoys               no docker.sock / Kubernetes token / device decoys\n"
           "  --decoy-cloud             also plant cloud credential decoys (env, ~/.aws)\n"
           "\n"
           "  --result FILE             write the result JSON to FILE\n"
@@ -134,6 +136,9 @@ static void run_usage(FILE *f)
           "                            rlimits and no_new_privs only (loudly reported)\n"
           "  --allow-no-landlock       on a kernel without Landlock (before 5.13), run without\n"
           "                            it (the result shows landlock_fs missing)\n"
+          "  --allow-unscoped-signals  degraded and rootless on a kernel whose Landlock cannot\n"
+          "                            scope signals (before 6.12): run anyway, the payload\n"
+          "                            able to signal the caller's other processes\n"
           "\n"
           "Exit status: the payload's; 128+N if it was killed by signal N (a timeout or a\n"
           "limit: 137);\n"
@@ -252,6 +257,9 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_NOEXEC_TMP:
             pol.noexec_tmp = true;
+            break;
+        case OPT_ALLOW_UNSCOPED_SIGNALS:
+            pol.allow_unscoped_signals = true;
             break;
         case OPT_MEMORY:
             r = aj_policy_set_memory(&pol, optarg, &err);

@@ -16,13 +16,19 @@
 #include "aj_mount.h"
 #include "aj_policy.h"
 
-#define AJ_DECOY_MAX_FILES 4
+#define AJ_DECOY_MAX_FILES 16
 #define AJ_DECOY_SOCKET "/var/run/docker.sock"
 
 struct aj_decoy_files {
     size_t n;
     const char *paths[AJ_DECOY_MAX_FILES]; /* sandbox paths, static strings */
     const char *kinds[AJ_DECOY_MAX_FILES];
+    const char *techniques[AJ_DECOY_MAX_FILES];
+    /* Made by aj_decoy_child_arm (device names in the sandbox's /dev, which
+     * is built after the mount plan's files), not by the mount plan. The
+     * payload needs read and write on them (Landlock) for its open to get
+     * as far as the lease. */
+    bool made_at_arm[AJ_DECOY_MAX_FILES];
 };
 
 /* Supervisor side, before clone: add the decoy files to the mount plan, and

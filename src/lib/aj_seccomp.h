@@ -33,3 +33,8 @@ int aj_seccomp_child_load(const struct aj_bpf *bpf, struct aj_error *err);
 /* Names of syscalls the filter refuses with EPERM on purpose (escape
  * indicative); NULL-terminated. Exposed for docs and tests. */
 AJ_EXPORT extern const char *const aj_seccomp_denied_syscalls[];
+/* Netlink protocols refused with an event. */
+AJ_EXPORT extern const int aj_seccomp_denied_netlink[];
+AJ_EXPORT extern const size_t aj_seccomp_denied_netlink_count;
+/* The highest address family the filter knows (AF_MCTP, 5.15). */
+#define AJ_AF_LAST 45

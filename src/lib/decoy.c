@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "aj_missing.h"
@@ -52,6 +53,34 @@ static bool tmp_is_bound(const struct aj_policy *pol)
             return true;
     return false;
 }
+
+/* Device nodes that are kernel attack surface (KVM, FUSE, TUN, uinput,
+ * userfaultfd, vhost) or host memory and hardware (mem, kmem, port, MSRs).
+ * The sandbox's /dev has none of them: an open would just fail with
+ * ENOENT, unseen. Here each name is an empty regular file under a lease,
+ * like the token: the open is recorded, then gets an empty file with no
+ * device behind it. */
+static const struct {
+    const char *path, *technique;
+} device_decoys[] = {
+    {"/dev/kvm", "T1068"},       {"/dev/fuse", "T1068"},      {"/dev/net/tun", "T1068"},
+    {"/dev/uinput", "T1068"},    {"/dev/userfaultfd", "T1068"}, {"/dev/vhost-net", "T1068"},
+    {"/dev/vhost-vsock", "T1068"}, {"/dev/mem", "T1611"},     {"/dev/kmem", "T1611"},
+    {"/dev/port", "T1611"},      {"/dev/cpu/0/msr", "T1611"},
+};
+
+static void add_file(struct aj_decoy_files *files, const char *path, const char *kind, const char *technique,
+                     bool made_at_arm)
+{
+    if (files->n >= AJ_DECOY_MAX_FILES)
+        return; /* cannot happen: the table sizes are fixed (static check below) */
+    files->paths[files->n] = path;
+    files->kinds[files->n] = kind;
+    files->techniques[files->n] = technique;
+    files->made_at_arm[files->n++] = made_at_arm;
+}
+
+_Static_assert(3 + 11 + 1 <= AJ_DECOY_MAX_FILES, "decoy table fits");
 
 int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj_mount_plan *plan,
                   struct aj_decoy_files *files, char *env_out[2], json_t **ret_info, struct aj_error *err)
@@ -100,15 +129,21 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
             (r = aj_mount_plan_add_file(plan, SA_DIR "/ca.crt", pem, err)) < 0 ||
             (r = aj_mount_plan_add_file(plan, SA_DIR "/namespace", "default", err)) < 0)
             goto fail;
-        files->paths[files->n] = SA_DIR "/token";
-        files->kinds[files->n++] = "kubernetes_token";
-        files->paths[files->n] = SA_DIR "/ca.crt";
-        files->kinds[files->n++] = "kubernetes_ca";
-        files->paths[files->n] = SA_DIR "/namespace";
-        files->kinds[files->n++] = "kubernetes_namespace";
+        add_file(files, SA_DIR "/token", "kubernetes_token", "T1552", false);
+        add_file(files, SA_DIR "/ca.crt", "kubernetes_ca", "T1552", false);
+        add_file(files, SA_DIR "/namespace", "kubernetes_namespace", "T1552", false);
+        for (size_t i = 0; i < AJ_ARRAY_SIZE(device_decoys); i++)
+            add_file(files, device_decoys[i].path, "device", device_decoys[i].technique, true);
         (void)json_array_append_new(info, json_pack("{s:s, s:s}", "kind", "docker_socket", "path", AJ_DECOY_SOCKET));
         (void)json_array_append_new(info, json_pack("{s:s, s:s, s:s}", "kind", "kubernetes_token", "path",
                                                     SA_DIR "/token", "subject_suffix", sandbox_id));
+        {
+            json_t *paths = json_array();
+            for (size_t i = 0; paths && i < AJ_ARRAY_SIZE(device_decoys); i++)
+                (void)json_array_append_new(paths, json_string(device_decoys[i].path));
+            if (paths)
+                (void)json_array_append_new(info, json_pack("{s:s, s:o}", "kind", "devices", "paths", paths));
+        }
     }
     if (pol->cloud_decoys) {
         char key_id[32], secret[64], creds[256];
@@ -127,8 +162,7 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
         if (!tmp_is_bound(pol)) {
             if ((r = aj_mount_plan_add_file(plan, "/tmp/.aws/credentials", creds, err)) < 0)
                 goto fail;
-            files->paths[files->n] = "/tmp/.aws/credentials";
-            files->kinds[files->n++] = "aws_credentials_file";
+            add_file(files, "/tmp/.aws/credentials", "aws_credentials_file", "T1552", false);
         }
         if (asprintf(&env_out[0], "AWS_ACCESS_KEY_ID=%s", key_id) < 0 ||
             asprintf(&env_out[1], "AWS_SECRET_ACCESS_KEY=%s", secret) < 0) {
@@ -149,6 +183,72 @@ fail:
     return r;
 }
 
+/* Decoys made a moment ago are recognisable by their times. A Docker
+ * socket is as old as dockerd, which starts at boot: the host's boot time.
+ * A projected service-account token is rewritten by the kubelet every
+ * hour or so: some minutes ago. Sandbox side, before the tmpfs goes
+ * read-only; init is not in the sandbox's time namespace, so its
+ * CLOCK_BOOTTIME is the host's. Best effort: a decoy with the wrong time
+ * still works. (ctime and the birth time cannot be set: they stay the
+ * run's start, see docs/security-model.md.) */
+static void age_decoys(const struct aj_decoy_files *files)
+{
+    struct timespec now, up, ts[2];
+    uint32_t jitter = 0;
+
+    if (clock_gettime(CLOCK_REALTIME, &now) < 0 || clock_gettime(CLOCK_BOOTTIME, &up) < 0)
+        return;
+    if (getentropy(&jitter, sizeof(jitter)) < 0)
+        jitter = 0; /* no jitter: the times are still plausible */
+    /* dockerd: a few seconds after the kernel started. */
+    ts[0].tv_sec = ts[1].tv_sec = now.tv_sec - up.tv_sec + 4 + (time_t)(jitter % 7);
+    ts[0].tv_nsec = ts[1].tv_nsec = (long)(jitter % 1000000000U);
+    if (access("/var/run", F_OK) == 0)
+        (void)utimensat(AT_FDCWD, AJ_DECOY_SOCKET, ts, AT_SYMLINK_NOFOLLOW);
+    /* Device nodes: as old as the real ones beside them (/dev/null, bound
+     * from the host's devtmpfs), else the boot. */
+    {
+        struct stat null;
+        if (stat("/dev/null", &null) == 0 && S_ISCHR(null.st_mode)) {
+            ts[0] = null.st_atim;
+            ts[1] = null.st_mtim;
+        }
+    }
+    for (size_t i = 0; i < files->n; i++)
+        if (files->made_at_arm[i])
+            (void)utimensat(AT_FDCWD, files->paths[i], ts, AT_SYMLINK_NOFOLLOW);
+    /* The token and its directory: 5 to 55 minutes ago. */
+    ts[0].tv_sec = ts[1].tv_sec = now.tv_sec - 300 - (time_t)((jitter >> 8) % 3000);
+    for (size_t i = 0; i < files->n; i++)
+        if (!files->made_at_arm[i])
+            (void)utimensat(AT_FDCWD, files->paths[i], ts, AT_SYMLINK_NOFOLLOW);
+    if (files->n > 0 && access(SA_DIR, F_OK) == 0)
+        (void)utimensat(AT_FDCWD, SA_DIR, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+/* An empty file at path (a /dev name), its missing parents made 0755. */
+static int make_device_decoy(const char *path, struct aj_error *err)
+{
+    char dir[64];
+    _cleanup_close_ int fd = -1;
+
+    for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+        size_t len = (size_t)(p - path);
+        if (len >= sizeof(dir))
+            return aj_err(err, ENAMETOOLONG, "decoy %s", path);
+        memcpy(dir, path, len);
+        dir[len] = '\0';
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            return aj_err(err, errno, "decoy dir %s", dir);
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0660);
+    if (fd < 0)
+        return aj_err(err, errno, "decoy %s", path);
+    if (fchmod(fd, 0660) < 0) /* whatever the umask */
+        return aj_err(err, errno, "decoy %s", path);
+    return 0;
+}
+
 int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int file_fds[AJ_DECOY_MAX_FILES],
                        struct aj_error *err)
 {
@@ -167,8 +267,9 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int fi
         if (sock < 0)
             return aj_err(err, errno, "decoy socket");
         strcpy(sa.sun_path, AJ_DECOY_SOCKET);
-        /* 0755 for the payload, which runs as the socket's owner. */
-        old = umask(022);
+        /* srw-rw----, as dockerd makes it; the payload is the owner (a
+         * rootless Docker's socket is its user's). */
+        old = umask(0117);
         if (bind(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
             umask(old);
             return aj_err(err, errno, "bind %s", AJ_DECOY_SOCKET);
@@ -177,6 +278,12 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int fi
         if (listen(sock, 16) < 0)
             return aj_err(err, errno, "listen %s", AJ_DECOY_SOCKET);
     }
+    for (size_t i = 0; i < files->n; i++) {
+        int r = files->made_at_arm[i] ? make_device_decoy(files->paths[i], err) : 0;
+        if (r < 0)
+            return r;
+    }
+    age_decoys(files);
     for (size_t i = 0; i < files->n; i++) {
         file_fds[i] = open(files->paths[i], O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
         if (file_fds[i] < 0) {
@@ -222,7 +329,7 @@ json_t *aj_decoy_lease_event(const struct aj_decoy_files *files, size_t i, struc
         (void)json_object_set_new(ev, "decoy", json_string(files->kinds[i]));
         (void)json_object_set_new(ev, "path", json_string(files->paths[i]));
         (void)json_object_set_new(ev, "access", json_string("open"));
-        aj_audit_technique(ev, "T1552");
+        aj_audit_technique(ev, files->techniques[i] ? files->techniques[i] : "T1552");
     }
     return ev;
 }

@@ -21,7 +21,22 @@
 int aj_landlock_abi(void)
 {
     long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, AJ_LANDLOCK_CREATE_RULESET_VERSION);
-    return abi < 0 ? 0 : (int)abi;
+
+    if (abi < 0)
+        return 0;
+    if (abi >= 6) {
+        /* The feature, not the number: scoping (signals, abstract sockets)
+         * is what degraded runs rely on, so confirm a scoped ruleset can be
+         * made. A kernel (or a filter in front of it) that refuses one is
+         * treated as ABI 5: the run then neither uses nor claims it. */
+        struct aj_landlock_ruleset_attr attr = {.handled_access_fs = AJ_LL_FS_READ_FILE,
+                                                .scoped = AJ_LL_SCOPE_ABSTRACT_UNIX_SOCKET | AJ_LL_SCOPE_SIGNAL};
+        long fd = syscall(__NR_landlock_create_ruleset, &attr, sizeof(attr), 0);
+        if (fd < 0)
+            return 5;
+        (void)close((int)fd);
+    }
+    return (int)abi;
 }
 
 static uint64_t fs_rights_for_abi(int abi)
@@ -76,6 +91,12 @@ static const char *const degraded_read_paths[] = {
 
 int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
                             uint32_t *ret_layers, struct aj_error *err)
+{
+    return aj_landlock_child_apply_ex(pol, abi, degraded, NULL, 0, ret_layers, err);
+}
+
+int aj_landlock_child_apply_ex(const struct aj_policy *pol, int abi, bool degraded, const char *const *rw_files,
+                               size_t n_rw, uint32_t *ret_layers, struct aj_error *err)
 {
     struct aj_landlock_ruleset_attr attr = {0};
     size_t attr_size;
@@ -148,6 +169,11 @@ int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
             if (r < 0)
                 return r;
         }
+    }
+    for (size_t i = 0; i < n_rw; i++) {
+        r = add_path_rule(ruleset, rw_files[i], LL_READ | AJ_LL_FS_WRITE_FILE, handled, true, err);
+        if (r < 0)
+            return r;
     }
     for (size_t i = 0; i < pol->n_binds; i++) {
         const struct aj_bind *b = &pol->binds[i];

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/utsname.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/syscall.h>
@@ -423,6 +425,11 @@ static int new_fs(const char *type, const char *size, const char *mode, uint64_t
 
     if (fsfd < 0)
         return errno == ENOSYS ? kernel_lacks(err, "fsopen", "5.2", type) : aj_err(err, errno, "fsopen %s", type);
+    /* Named as Docker's and the distributions' own mounts are ("tmpfs
+     * tmpfs", "proc proc" in mountinfo), not "none": one less sign, to a
+     * payload reading mountinfo, of which runtime built its root. */
+    if (aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "source", type, 0) < 0)
+        return aj_err(err, errno, "%s source", type);
     if (size && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "size", size, 0) < 0)
         return aj_err(err, errno, "%s size=%s", type, size);
     if (mode && aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "mode", mode, 0) < 0)
@@ -458,6 +465,18 @@ static const char *const proc_masked[] = {
     "proc/sched_debug",  "proc/latency_stats", "proc/timer_stats", "proc/acpi",
     "proc/asound",       "proc/scsi",       "proc/sysvipc",     "proc/config.gz",
     "proc/kpagecount",   "proc/kpageflags", "proc/kpagecgroup", "proc/vmallocinfo",
+    /* Every lock on the host, OFD ones with their inode: agentjail's own
+     * per-run uid slot locks, so every live run (and its slot) shows. */
+    "proc/locks",
+};
+/* Host identity an exploit uses to pick its target or to recognise the
+ * host again: replaced by plausible per-run values (a file of the mask
+ * source), not an empty file that itself says "masked". */
+static const struct {
+    const char *path, *source;
+} proc_faked[] = {
+    {"proc/cmdline", "cmdline"},                  /* boot options: mitigations, init, hypervisor */
+    {"proc/sys/kernel/random/boot_id", "boot_id"}, /* one id per host boot, shared by every run */
 };
 static const char *const proc_readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/bus",
                                             "proc/fs", "proc/irq"};
@@ -477,6 +496,64 @@ static int detach_mask_source(int rootfd, struct aj_error *err)
     return 0;
 }
 
+/* A random version 4 UUID, as the kernel formats boot_id. */
+static int random_uuid(char out[37])
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t b[16];
+    size_t o = 0;
+
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return -1;
+    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+    for (size_t i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[b[i] >> 4];
+        out[o++] = hex[b[i] & 15];
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+static int write_file_at(int dirfd, const char *name, const char *text, struct aj_error *err)
+{
+    _cleanup_close_ int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
+
+    if (fd < 0)
+        return aj_err(err, errno, "mask file %s", name);
+    if (aj_write_all(fd, text, strlen(text)) < 0)
+        return aj_err(err, errno, "write mask file %s", name);
+    return 0;
+}
+
+/* The sandbox's own boot: a fresh boot id, and a command line as a stock
+ * distribution kernel of this release would have (nothing of the host's:
+ * its mitigations=, init=, hypervisor and console options). Runs in init,
+ * after clone: no malloc, stack buffers only. */
+static int write_fake_proc_files(int dirfd, struct aj_error *err)
+{
+    struct utsname u;
+    char uuid[37], root_uuid[37], line[384];
+    int r;
+
+    if (uname(&u) < 0)
+        return aj_err(err, errno, "uname");
+    if (random_uuid(uuid) < 0 || random_uuid(root_uuid) < 0)
+        return aj_err(err, errno ? errno : EIO, "getrandom");
+    r = snprintf(line, sizeof(line), "BOOT_IMAGE=/boot/vmlinuz-%s root=UUID=%s ro quiet\n", u.release, root_uuid);
+    if (r < 0 || (size_t)r >= sizeof(line))
+        return aj_err(err, ENAMETOOLONG, "fake /proc/cmdline");
+    r = write_file_at(dirfd, "cmdline", line, err);
+    if (r < 0)
+        return r;
+    r = snprintf(line, sizeof(line), "%s\n", uuid);
+    if (r < 0 || (size_t)r >= sizeof(line))
+        return aj_err(err, EIO, "fake boot_id");
+    return write_file_at(dirfd, "boot_id", line, err);
+}
+
 static int setup_proc(int rootfd, struct aj_error *err)
 {
     _cleanup_close_ int procfd = -1, emptyfs = -1;
@@ -490,9 +567,9 @@ static int setup_proc(int rootfd, struct aj_error *err)
     if (r < 0)
         return r;
 
-    /* An empty read-only tmpfs holding one empty file and one empty dir:
-     * the source of every mask. */
-    emptyfs = new_fs("tmpfs", "4096", "0555", AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV | AJ_MOUNT_ATTR_NOEXEC,
+    /* A read-only tmpfs holding one empty file and one empty dir, the
+     * source of every mask, and the fake files of proc_faked. */
+    emptyfs = new_fs("tmpfs", "16384", "0555", AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV | AJ_MOUNT_ATTR_NOEXEC,
                      err);
     if (emptyfs < 0)
         return aj_err_prefix(err, emptyfs, "mask source");
@@ -504,6 +581,9 @@ static int setup_proc(int rootfd, struct aj_error *err)
             return aj_err(err, errno, "mask file");
         (void)close(fd);
     }
+    r = write_fake_proc_files(emptyfs, err);
+    if (r < 0)
+        return r;
     /* Before 6.15, open_tree(OPEN_TREE_CLONE) refuses (EINVAL) to clone
      * from a mount that is not attached to the caller's namespace, and
      * fsmount() gives a detached one. So the source is attached first, at
@@ -513,28 +593,33 @@ static int setup_proc(int rootfd, struct aj_error *err)
     r = attach(emptyfs, rootfd, MASK_SOURCE_DIR, false, err);
     if (r < 0)
         return aj_err_prefix(err, r, "mask source");
-    for (size_t i = 0; i < AJ_ARRAY_SIZE(proc_masked); i++) {
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(proc_masked) + AJ_ARRAY_SIZE(proc_faked); i++) {
+        bool faked = i >= AJ_ARRAY_SIZE(proc_masked);
+        const char *path = faked ? proc_faked[i - AJ_ARRAY_SIZE(proc_masked)].path : proc_masked[i];
         struct aj_open_how how = {.flags = O_PATH | O_CLOEXEC,
                                   .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-        _cleanup_close_ int target = aj_sys_openat2(rootfd, proc_masked[i], &how);
+        _cleanup_close_ int target = aj_sys_openat2(rootfd, path, &how);
         _cleanup_close_ int src = -1;
         struct stat st;
 
         if (target < 0) {
             if (errno == ENOENT)
                 continue; /* this kernel has no such entry */
-            return aj_err(err, errno, "open %s", proc_masked[i]);
+            return aj_err(err, errno, "open %s", path);
         }
         if (fstat(target, &st) < 0)
-            return aj_err(err, errno, "stat %s", proc_masked[i]);
-        src = aj_sys_open_tree(emptyfs, S_ISDIR(st.st_mode) ? "d" : "f", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+            return aj_err(err, errno, "stat %s", path);
+        src = aj_sys_open_tree(emptyfs,
+                               faked ? proc_faked[i - AJ_ARRAY_SIZE(proc_masked)].source
+                                     : S_ISDIR(st.st_mode) ? "d" : "f",
+                               OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         if (src < 0)
-            return aj_err(err, errno, "clone mask for %s", proc_masked[i]);
-        r = set_tree_attrs(src, AJ_MOUNT_ATTR_RDONLY, err, proc_masked[i]);
+            return aj_err(err, errno, "clone mask for %s", path);
+        r = set_tree_attrs(src, AJ_MOUNT_ATTR_RDONLY, err, path);
         if (r < 0)
             return r;
         if (aj_sys_move_mount(src, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
-            return aj_err(err, errno, "mask %s", proc_masked[i]);
+            return aj_err(err, errno, "mask %s", path);
     }
     r = detach_mask_source(rootfd, err);
     if (r < 0)
@@ -716,7 +801,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
 
     /* The new root: a small tmpfs over /tmp of this (private) namespace.
      * Every host source is already cloned, so hiding /tmp hides nothing. */
-    if (mount("agentjail", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=2m") < 0) {
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=2m") < 0) {
         r = aj_err(err, errno, "mount root tmpfs");
         goto out;
     }

@@ -2,6 +2,7 @@
 #include "aj_notify.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/audit.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -81,6 +82,13 @@ static const struct {
     {"personality", "x", "T1611"},     {"settimeofday", "xx", "T1611"},
     {"clock_settime", "ix", "T1611"},  {"clock_adjtime", "ix", "T1611"},
     {"adjtimex", "x", "T1611"},        {"sethostname", "si", "T1611"},
+    {"statmount", "xxxx", "T1613"},    {"listmount", "xxxx", "T1613"},
+    /* Degraded mode: another process of the same uid (T1499 endpoint denial of service:
+     * prlimit RLIMIT_CPU kills it; affinity and priority starve it). */
+    {"prlimit64", "iixx", "T1499"},    {"setpriority", "iii", "T1499"},
+    {"sched_setaffinity", "iix", "T1499"}, {"sched_setparam", "ix", "T1499"},
+    {"sched_setscheduler", "iix", "T1499"}, {"sched_setattr", "ixx", "T1499"},
+    {"get_robust_list", "ixx", "T1055"},
 };
 
 static const struct {
@@ -91,6 +99,37 @@ static const struct {
     {0x08000000, "CLONE_NEWIPC"}, {0x10000000, "CLONE_NEWUSER"},   {0x20000000, "CLONE_NEWPID"},
     {0x40000000, "CLONE_NEWNET"}, {0x00000080, "CLONE_NEWTIME"},
 };
+
+static const char *const af_names[] = {
+    [1] = "AF_UNIX",        [2] = "AF_INET",       [3] = "AF_AX25",      [4] = "AF_IPX",
+    [5] = "AF_APPLETALK",   [6] = "AF_NETROM",     [7] = "AF_BRIDGE",    [8] = "AF_ATMPVC",
+    [9] = "AF_X25",         [10] = "AF_INET6",     [11] = "AF_ROSE",     [12] = "AF_DECnet",
+    [13] = "AF_NETBEUI",    [14] = "AF_SECURITY",  [15] = "AF_KEY",      [16] = "AF_NETLINK",
+    [17] = "AF_PACKET",     [18] = "AF_ASH",       [19] = "AF_ECONET",   [20] = "AF_ATMSVC",
+    [21] = "AF_RDS",        [22] = "AF_SNA",       [23] = "AF_IRDA",     [24] = "AF_PPPOX",
+    [25] = "AF_WANPIPE",    [26] = "AF_LLC",       [27] = "AF_IB",       [28] = "AF_MPLS",
+    [29] = "AF_CAN",        [30] = "AF_TIPC",      [31] = "AF_BLUETOOTH", [32] = "AF_IUCV",
+    [33] = "AF_RXRPC",      [34] = "AF_ISDN",      [35] = "AF_PHONET",   [36] = "AF_IEEE802154",
+    [37] = "AF_CAIF",       [38] = "AF_ALG",       [39] = "AF_NFC",      [40] = "AF_VSOCK",
+    [41] = "AF_KCM",        [42] = "AF_QIPCRTR",   [43] = "AF_SMC",      [44] = "AF_XDP",
+    [45] = "AF_MCTP",
+};
+
+static const char *const netlink_names[] = {
+    [0] = "NETLINK_ROUTE",      [2] = "NETLINK_USERSOCK",   [3] = "NETLINK_FIREWALL",
+    [4] = "NETLINK_SOCK_DIAG",  [5] = "NETLINK_NFLOG",      [6] = "NETLINK_XFRM",
+    [7] = "NETLINK_SELINUX",    [8] = "NETLINK_ISCSI",      [9] = "NETLINK_AUDIT",
+    [10] = "NETLINK_FIB_LOOKUP", [11] = "NETLINK_CONNECTOR", [12] = "NETLINK_NETFILTER",
+    [13] = "NETLINK_IP6_FW",    [14] = "NETLINK_DNRTMSG",   [15] = "NETLINK_KOBJECT_UEVENT",
+    [16] = "NETLINK_GENERIC",   [18] = "NETLINK_SCSITRANSPORT", [19] = "NETLINK_ECRYPTFS",
+    [20] = "NETLINK_RDMA",      [21] = "NETLINK_CRYPTO",    [22] = "NETLINK_SMC",
+};
+
+/* Newer than libseccomp's table (see seccomp.c's denied_by_number). */
+static const struct {
+    int nr;
+    const char *name;
+} newer_syscalls[] = {{457, "statmount"}, {458, "listmount"}};
 
 /* Best effort, for the record: the string as it was when we looked. */
 static json_t *read_string(pid_t pid, uint64_t addr)
@@ -161,20 +200,69 @@ static json_t *decode_arg(char kind, pid_t pid, uint64_t v)
         return hex(v);
     case 'd':
         v = (uint32_t)v; /* an int to the kernel: the high bits are ignored */
-        if (v == 17)
-            return json_string("AF_PACKET");
-        if (v == 40)
-            return json_string("AF_VSOCK");
-        if (v == 2)
-            return json_string("AF_INET");
-        if (v == 10)
-            return json_string("AF_INET6");
+        if (v < AJ_ARRAY_SIZE(af_names) && af_names[v])
+            return json_string(af_names[v]);
         return json_integer((json_int_t)v);
     case 't':
         return (v & 0xf) == 3 ? json_string("SOCK_RAW") : hex(v);
     default:
         return hex(v);
     }
+}
+
+/* Degraded mode's calls that name a process (see seccomp.c's
+ * self_only_syscalls): pid 0 never comes here; a nonzero pid that is the
+ * caller's own thread or thread group (pthread_setaffinity_np passes the
+ * tid, os.sched_setaffinity(os.getpid()) the tgid) is let through. The
+ * decision rests on a register argument, not on sandbox memory, and the
+ * caller is held in the kernel, so its tid cannot be reused meanwhile. */
+static const char *const self_only[] = {
+    "prlimit64", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
+    "get_robust_list", "setpriority",
+};
+
+static pid_t tgid_of(pid_t tid)
+{
+    char path[64], buf[1024], *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    p = strstr(buf, "\nTgid:");
+    if (!p)
+        return -1;
+    return (pid_t)strtol(p + 6, NULL, 10);
+}
+
+static bool targets_itself(const char *name, pid_t caller, const __u64 *args)
+{
+    uint64_t target = args[0];
+    bool known = false;
+    pid_t tgid;
+
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(self_only); i++)
+        known |= strcmp(self_only[i], name) == 0;
+    if (!known || caller <= 0)
+        return false;
+    if (strcmp(name, "setpriority") == 0) {
+        if (args[0] != 0) /* PRIO_PROCESS only; PRIO_PGRP and PRIO_USER by id: no */
+            return false;
+        target = args[1];
+    }
+    if (target == 0 || target > 0x7fffffff)
+        return false;
+    if (target == (uint64_t)caller)
+        return true;
+    tgid = tgid_of(caller);
+    return tgid > 0 && target == (uint64_t)tgid;
 }
 
 int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev)
@@ -199,6 +287,9 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
     foreign = req->data.arch != AUDIT_ARCH_X86_64 || (req->data.nr & __X32_SYSCALL_BIT);
     if (!foreign) {
         name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, req->data.nr);
+        for (size_t i = 0; !name && i < AJ_ARRAY_SIZE(newer_syscalls); i++)
+            if ((int)req->data.nr == newer_syscalls[i].nr)
+                name = strdup(newer_syscalls[i].name);
         for (size_t i = 0; name && i < AJ_ARRAY_SIZE(syscall_info); i++)
             if (strcmp(syscall_info[i].name, name) == 0) {
                 argspec = syscall_info[i].args;
@@ -208,6 +299,19 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
         name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86, req->data.nr);
     } else {
         name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X32, req->data.nr);
+    }
+
+    if (!foreign && name && targets_itself(name, (pid_t)req->pid, req->data.args) &&
+        seccomp_notify_id_valid(n->fd, req->id) == 0) {
+        /* Its own thread or process: carry on, no event. Valid after the
+         * /proc read, so the tgid read was the caller's. */
+        struct seccomp_notif_resp *resp = n->resp;
+        memset(resp, 0, sizeof(*resp));
+        resp->id = req->id;
+        resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        (void)seccomp_notify_respond(n->fd, resp);
+        free(name);
+        return 0;
     }
 
     *ret_sev = foreign ? AJ_SEV_CRITICAL : AJ_SEV_HIGH;
@@ -224,6 +328,18 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
         for (size_t i = 0; args && argspec[i] && i < 6; i++)
             (void)json_array_append_new(args, argspec[i] == 's' ? json_string("(caller gone)")
                                                                 : decode_arg(argspec[i], 0, req->data.args[i]));
+    }
+    if (args && !foreign && name && strcmp(name, "socket") == 0) {
+        uint32_t fam = (uint32_t)req->data.args[0], proto = (uint32_t)req->data.args[2];
+        /* The rare families and netlink protocols are kernel exploit
+         * surface, not sniffing; say which one in the arguments. */
+        if (fam == 16 /* AF_NETLINK */) {
+            if (proto < AJ_ARRAY_SIZE(netlink_names) && netlink_names[proto])
+                (void)json_array_set_new(args, 2, json_string(netlink_names[proto]));
+            technique = "T1068";
+        } else if (fam != 2 && fam != 10 && fam != 17 && fam != 40) {
+            technique = "T1068";
+        }
     }
     if (ev) {
         (void)json_object_set_new(ev, "syscall", json_string(name ? name : "unknown"));

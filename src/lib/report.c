@@ -387,6 +387,9 @@ static void score(const struct facts *f, struct scoring *s)
     if (pol->allow_no_landlock)
         add_adj(s, DIM_G, +1, "a run may go on without Landlock on kernels that lack it",
                 "policy:degraded.without_landlock");
+    if (pol->allow_unscoped_signals)
+        add_adj(s, DIM_G, +1, "a degraded run may signal the caller's other processes (Landlock before ABI 6)",
+                "policy:degraded.without_signal_scope");
 
     /* E: what would a failure cost? */
     if (f->probe && json_array_size(f->probe_bad[PCAT_CRED]) == 0)

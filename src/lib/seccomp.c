@@ -91,6 +91,18 @@ static const struct {
     {"futex_requeue", 456},
 };
 
+/* Newer than libseccomp 2.5.4's table: refused (and reported) by number.
+ * statmount/listmount (6.8) enumerate mounts by id (other mount
+ * namespaces' too, from 6.11, where privileged; the host's whole tree in
+ * degraded mode): reconnaissance the payload has no use for. */
+static const struct {
+    const char *name;
+    int nr;
+} denied_by_number[] = {
+    {"statmount", 457},
+    {"listmount", 458},
+};
+
 /* Refused with EPERM on purpose: each is a known escape or recon step in a
  * container (namespace re-entry, mount games, kernel attack surface,
  * cross-process access, host state). EPERM, not ENOSYS, so that libc does
@@ -109,6 +121,38 @@ const char *const aj_seccomp_denied_syscalls[] = {
     "create_module", "get_kernel_syms", "query_module", "afs_syscall", "tuxcall", "security",
     "memfd_secret", NULL,
 };
+
+/* Calls that act on another process named by a pid argument. In a pid
+ * namespace that pid can only be one of the sandbox's own; in degraded mode
+ * (no pid namespace) it can be any process of the same uid, which the
+ * payload could then starve (sched_setaffinity, setpriority) or kill
+ * (prlimit64 RLIMIT_CPU=1). There they are allowed with pid 0 (the caller:
+ * what glibc's setrlimit, nice, sched_setaffinity(0) and Python's
+ * os.sched_setaffinity(0) pass) and every other pid goes to the
+ * supervisor, which lets the caller's own tid or tgid through and refuses
+ * the rest (aj_notify). The pid is argument 0, except for setpriority
+ * (which, who). */
+static const char *const self_only_syscalls[] = {
+    "prlimit64", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
+    "get_robust_list", "setpriority",
+};
+
+static bool is_self_only(const char *name)
+{
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(self_only_syscalls); i++)
+        if (strcmp(self_only_syscalls[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* Netlink protocols refused with an event (kernel attack surface). */
+const int aj_seccomp_denied_netlink[] = {
+    2 /* USERSOCK */,  3 /* FIREWALL */,  NETLINK_SOCK_DIAG, 5 /* NFLOG */,     NETLINK_XFRM,
+    7 /* SELINUX */,   8 /* ISCSI */,     NETLINK_AUDIT,     10 /* FIB_LOOKUP */, 11 /* CONNECTOR */,
+    NETLINK_NETFILTER, 13 /* IP6_FW */,   14 /* DNRTMSG */,  NETLINK_GENERIC,   18 /* SCSITRANSPORT */,
+    19 /* ECRYPTFS */, 20 /* RDMA */,     21 /* CRYPTO */,   22 /* SMC */,
+};
+const size_t aj_seccomp_denied_netlink_count = AJ_ARRAY_SIZE(aj_seccomp_denied_netlink);
 
 #define NS_CLONE_FLAGS                                                                             \
     (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |  \
@@ -209,11 +253,26 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
         struct scmp_arg_cmp nl[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
                                     SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, NETLINK_ROUTE)};
 
-        /* Refused loudly (EPERM) rather than by the ENOSYS default. */
-        static const int denied_families[] = {AF_PACKET, AF_VSOCK};
-        for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(denied_families); f++) {
-            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)denied_families[f])};
-            r = rule(ctx, deny, "socket", 1, a, err);
+        /* Refused loudly (EPERM and an event) rather than by the ENOSYS
+         * default: AF_PACKET and AF_VSOCK, and every other family the
+         * kernel knows but unix, inet, inet6 and netlink. Those are protocol
+         * modules a payload has no use for and kernel exploits start from
+         * (AF_ALG, AF_TIPC, AF_RDS, AF_XDP, AF_BLUETOOTH, AF_KEY, AF_PPPOX,
+         * AF_LLC, AF_CAN, AF_SMC, ...; see docs/events.md). */
+        for (uint32_t fam = 3; r == 0 && fam <= AJ_AF_LAST; fam++) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, fam)};
+            if (fam != AF_INET6 && fam != AF_NETLINK)
+                r = rule(ctx, deny, "socket", 1, a, err);
+        }
+        /* Netlink: route only (allowed below). The families that reach
+         * kernel subsystems with a history of exploits (netfilter, xfrm,
+         * audit, sock_diag, crypto, generic netlink, ...): refused and
+         * reported. The rest (uevents, unknown numbers): the default. */
+        for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(aj_seccomp_denied_netlink); i++) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                                       SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL,
+                                                  (uint32_t)aj_seccomp_denied_netlink[i])};
+            r = rule(ctx, deny, "socket", 2, a, err);
         }
         for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++) {
             struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
@@ -227,10 +286,15 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
              * programs try these); the escape-indicative families and raw
              * sockets above still reach the supervisor. Conditional rules
              * only: an unconditional one would override those. */
-            static const int quiet_families[] = {AF_UNIX, AF_NETLINK};
-            for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(quiet_families); f++) {
-                struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)quiet_families[f])};
-                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, a, err);
+            static const int quiet_netlink[] = {NETLINK_ROUTE, NETLINK_KOBJECT_UEVENT};
+            struct scmp_arg_cmp qu[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNIX)};
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, qu, err);
+            /* Netlink by protocol: a rule on the family alone would take
+             * precedence over the reported protocols above. */
+            for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(quiet_netlink); i++) {
+                struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                                           SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)quiet_netlink[i])};
+                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, a, err);
             }
             for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
                 for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
@@ -261,6 +325,40 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
                                                    SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, proto)};
                         r = rule(ctx, allow, "socket", 3, a, err);
                     }
+        }
+        if (r < 0)
+            return r;
+    }
+
+    /* Degraded: the calls that name another process, for the caller only
+     * (see self_only_syscalls). The kernel reads a pid_t (int) but the
+     * comparisons are on all 64 bits: a pid 0 with junk in the high bits
+     * goes to the supervisor, which refuses it, rather than through. */
+    if (degraded) {
+        for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(self_only_syscalls); i++) {
+            const char *name = self_only_syscalls[i];
+            if (strcmp(name, "setpriority") == 0) {
+                /* PRIO_PROCESS or PRIO_PGRP with who 0: the caller, or its
+                 * own process group (the payload is a session leader;
+                 * setpgid cannot leave the session). PRIO_USER 0 would be
+                 * every process of the uid. */
+                for (uint64_t which = 0; r == 0 && which <= 1; which++) {
+                    struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_EQ, which), SCMP_A1_64(SCMP_CMP_EQ, 0)};
+                    r = rule(ctx, allow, name, 2, a, err);
+                }
+                struct scmp_arg_cmp other_who[] = {SCMP_A1_64(SCMP_CMP_GT, 0)};
+                struct scmp_arg_cmp other_which[] = {SCMP_A0_64(SCMP_CMP_GT, 1)};
+                if (r == 0)
+                    r = rule(ctx, deny, name, 1, other_who, err);
+                if (r == 0)
+                    r = rule(ctx, deny, name, 1, other_which, err);
+            } else {
+                struct scmp_arg_cmp self[] = {SCMP_A0_64(SCMP_CMP_EQ, 0)};
+                struct scmp_arg_cmp other[] = {SCMP_A0_64(SCMP_CMP_GT, 0)};
+                r = rule(ctx, allow, name, 1, self, err);
+                if (r == 0)
+                    r = rule(ctx, deny, name, 1, other, err);
+            }
         }
         if (r < 0)
             return r;
@@ -356,6 +454,8 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
         return aj_err(err, -r, "seccomp attributes");
     }
     for (size_t i = 0; i < AJ_ARRAY_SIZE(allowed_syscalls); i++) {
+        if (degraded && is_self_only(allowed_syscalls[i]))
+            continue; /* conditional rules below */
         r = rule(ctx, SCMP_ACT_ALLOW, allowed_syscalls[i], 0, NULL, err);
         if (r < 0)
             goto out;
@@ -374,6 +474,16 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
         r = rule(ctx, deny, aj_seccomp_denied_syscalls[i], 0, NULL, err);
         if (r < 0)
             goto out;
+    }
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(denied_by_number); i++) {
+        if (seccomp_syscall_resolve_name(denied_by_number[i].name) != __NR_SCMP_ERROR)
+            r = rule(ctx, deny, denied_by_number[i].name, 0, NULL, err);
+        else
+            r = seccomp_rule_add(ctx, deny, denied_by_number[i].nr, 0);
+        if (r < 0) {
+            r = aj_err(err, -r, "seccomp rule for %s", denied_by_number[i].name);
+            goto out;
+        }
     }
     r = add_conditional_rules(ctx, deny, degraded, err);
     if (r < 0)

@@ -341,6 +341,29 @@ static void receive_run(struct run_ctx *c)
     c->argv = run_argv;
 }
 
+/* Init, right after unshare(CLONE_NEWTIME), before any process is in the
+ * new time namespace (the kernel refuses offsets after that): move
+ * CLOCK_MONOTONIC and CLOCK_BOOTTIME back to about zero, so /proc/uptime
+ * and both clocks count from the sandbox's start, not the host's boot
+ * (how long the host has been up dates its kernel patches). Whole seconds
+ * down: the resulting clocks stay >= 0, as the kernel demands. */
+static int set_own_uptime(int fd, struct aj_error *err)
+{
+    struct timespec mono, boot;
+    char buf[96];
+    int n;
+
+    if (clock_gettime(CLOCK_MONOTONIC, &mono) < 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
+        return aj_err(err, errno, "clock_gettime");
+    n = snprintf(buf, sizeof(buf), "%d %lld 0\n%d %lld 0\n", CLOCK_MONOTONIC, -(long long)mono.tv_sec,
+                 CLOCK_BOOTTIME, -(long long)boot.tv_sec);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return aj_err(err, EIO, "time namespace offsets");
+    if (write(fd, buf, (size_t)n) != n)
+        return aj_err(err, errno, "write /proc/self/timens_offsets");
+    return 0;
+}
+
 static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
@@ -399,7 +422,14 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_NNP;
     if (!(c->skip & AJ_SKIP_LANDLOCK)) {
-        if (aj_landlock_child_apply(pol, c->landlock_abi, c->degraded, &ll_layers, &err) < 0)
+        /* The device decoys init made in /dev: writable, so that an
+         * O_RDWR open (as /dev/kvm's users do) gets as far as the lease. */
+        const char *rw[AJ_DECOY_MAX_FILES];
+        size_t n_rw = 0;
+        for (size_t i = 0; !c->degraded && i < c->decoys.n; i++)
+            if (c->decoys.made_at_arm[i])
+                rw[n_rw++] = c->decoys.paths[i];
+        if (aj_landlock_child_apply_ex(pol, c->landlock_abi, c->degraded, rw, n_rw, &ll_layers, &err) < 0)
             child_fail(c, &err, 125);
         c->layers |= ll_layers;
     }
@@ -568,6 +598,7 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     struct aj_sync_msg go;
     const char *hostname = pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME;
     int nest_fds[AJ_USERNS_NS_KINDS];
+    int timens_fd;
     pid_t payload;
     ssize_t n;
 
@@ -590,6 +621,16 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         aj_err(&err, errno, "cgroup namespace");
         child_fail(c, &err, 125);
     }
+    /* Opened while init still owns its /proc entries: the uid change below
+     * makes it non-dumpable, and /proc/self then belongs to the user
+     * namespace's root, not to init (root mode: another host uid). The
+     * kernel checks CAP_SYS_TIME against the opener's credentials. ENOENT:
+     * a kernel without time namespaces (before 5.6). */
+    timens_fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+    if (timens_fd < 0 && errno != ENOENT) {
+        aj_err(&err, errno, "open /proc/self/timens_offsets");
+        child_fail(c, &err, 125);
+    }
     if (aj_userns_child_become(pol->uid, pol->gid, c->rootless, &err) < 0)
         child_fail(c, &err, 125);
     /* The kernel clears the death signal when the euid changes (root mode
@@ -603,8 +644,13 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     }
     /* Time namespace (5.6+): only children created after unshare enter it,
      * which is exactly the payload. Optional: older kernels lack it. */
-    if (unshare(CLONE_NEWTIME) == 0)
+    if (timens_fd >= 0 && unshare(CLONE_NEWTIME) == 0) {
         c->layers |= AJ_LAYER_TIMENS;
+        if (set_own_uptime(timens_fd, &err) < 0)
+            child_fail(c, &err, 125);
+    }
+    if (timens_fd >= 0)
+        (void)close(timens_fd);
     if (aj_userns_child_nesting_open(nest_fds, &err) < 0)
         child_fail(c, &err, 125);
     if (aj_mount_child_setup(&c->plan, pol, &err) < 0)
@@ -1673,11 +1719,12 @@ static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
     sb->audit = (struct aj_audit){.fd = -1};
     sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
                                       .sock = -1, .sigfd = -1, .decoy_sock = -1,
-                                      .decoy_files = {-1, -1, -1, -1},
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
     sb->st.out[0] = sb->st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1};
     sb->st.notify.fd = -1;
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
     sb->socks[0] = sb->socks[1] = -1;
     sb->null_fd = -1;
     aj_cgroup_init(&sb->cg);
@@ -1726,6 +1773,15 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
         return aj_err(err, 0, "degraded mode needs Landlock, and this kernel has none (%s)", why.msg);
     /* No network namespace: whatever the mode, the filter refuses network
      * sockets (below), so a private loopback cannot be had; say so. */
+    if (c->rootless && c->landlock_abi < 6 && !pol->allow_unscoped_signals)
+        /* No pid namespace and the caller's own uid: only Landlock's signal
+         * scope (ABI 6, Linux 6.12) keeps kill() off the caller's other
+         * processes (its shell, its editor, the agent itself). */
+        return aj_err(err, 0,
+                      "degraded mode as an ordinary user needs Landlock ABI 6 (Linux 6.12) to keep the payload's "
+                      "signals off your other processes, and this kernel has ABI %d; to run anyway, set "
+                      "degraded.without_signal_scope in the policy (--allow-unscoped-signals)",
+                      c->landlock_abi);
     c->degraded = sb->st.degraded = true;
     c->netns_late = false;
     res->degraded = true;

@@ -7,10 +7,14 @@
  * --enosys NAME[,NAME...] instead makes the named system calls fail with
  * ENOSYS, as on a kernel that predates them (landlock_create_ruleset on
  * 5.12, mount_setattr on 5.11), and refuses no namespace.
+ * --no-landlock-scope refuses namespaces as the default does, and refuses
+ * a Landlock ruleset with scoping (attr size 24 and up) with E2BIG, as a
+ * kernel before Landlock ABI 6 (6.12) does.
  * Used by the tests to exercise agentjail's diagnosis and --allow-degraded
  * path without changing the host's configuration. */
 #include <errno.h>
 #include <linux/sched.h>
+#include <stdbool.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,13 +32,18 @@ int main(int argc, char **argv)
 {
     scmp_filter_ctx ctx;
     int r, first = 1;
+    bool no_scope = false;
 
     if (argc > 1 && strcmp(argv[1], "--net-only") == 0)
         first = 2;
+    if (argc > 1 && strcmp(argv[1], "--no-landlock-scope") == 0) {
+        no_scope = true;
+        first = 2;
+    }
     if (argc > 2 && strcmp(argv[1], "--enosys") == 0)
         first = 3;
     if (argc < first + 1) {
-        fprintf(stderr, "usage: aj-nouserns [--net-only | --enosys NAME[,NAME...]] CMD [ARGS...]\n");
+        fprintf(stderr, "usage: aj-nouserns [--net-only | --no-landlock-scope | --enosys NAME[,NAME...]] CMD [ARGS...]\n");
         return 2;
     }
     ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -55,7 +64,10 @@ int main(int argc, char **argv)
         goto load;
     }
     r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-    if (r == 0 && first == 2) {
+    if (r == 0 && no_scope)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(E2BIG), SCMP_SYS(landlock_create_ruleset), 1,
+                             SCMP_A1_64(SCMP_CMP_GE, 24));
+    if (r == 0 && first == 2 && !no_scope) {
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                              SCMP_A0_64(SCMP_CMP_MASKED_EQ, CLONE_NEWNET, CLONE_NEWNET));
         if (r == 0)

@@ -839,7 +839,7 @@ static void p_devices(int argc, char **argv)
         "/dev/kvm",         "/dev/vsock",      "/dev/fuse",       "/dev/userfaultfd",
         "/dev/loop-control", "/dev/btrfs-control", "/dev/mapper/control", "/dev/console",
         "/dev/tty0",        "/dev/tty1",       "/dev/vga_arbiter", "/dev/hwrng",
-        "/dev/cpu",         "/dev/watchdog",   "/dev/dri",        "/dev/vhost-net",
+        "/dev/cpu/0/msr",   "/dev/watchdog",   "/dev/dri/card0",        "/dev/vhost-net",
         "/dev/net/tun",     "/dev/uinput",     "/dev/snapshot",   "/dev/ttyS0",
     };
     char found[2048] = "";
@@ -850,8 +850,10 @@ static void p_devices(int argc, char **argv)
     (void)argv;
     if (argc)
         usage("devices");
+    /* Device nodes only: agentjail's decoys at some of these names are
+     * empty regular files (an open is a canary, and reaches no device). */
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
-        if (lstat(named[i], &st) == 0) {
+        if (lstat(named[i], &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
             append(found, sizeof found, named[i]);
             append(found, sizeof found, " ");
         }
@@ -2260,6 +2262,65 @@ static void p_socketpair(int argc, char **argv)
     report(true, 0, "socketpair(AF_UNIX) works, one byte across");
 }
 
+/* ---- issue 12: kernel attack surface that must be refused AND reported ------ */
+
+static const struct {
+    const char *name;
+    int family, type, proto;
+} rare_families[] = {
+    {"ax25", 3, SOCK_SEQPACKET, 0},     {"atmpvc", 8, SOCK_DGRAM, 0},   {"x25", 9, SOCK_SEQPACKET, 0},
+    {"key", 15, SOCK_RAW, 2},           {"rds", 21, SOCK_SEQPACKET, 0}, {"pppox", 24, SOCK_STREAM, 0},
+    {"llc", 26, SOCK_DGRAM, 0},         {"can", 29, SOCK_RAW, 1},       {"tipc", 30, SOCK_RDM, 0},
+    {"bluetooth", 31, SOCK_RAW, 0},     {"alg", 38, SOCK_SEQPACKET, 0}, {"nfc", 39, SOCK_DGRAM, 0},
+    {"vsock", 40, SOCK_STREAM, 0},      {"kcm", 41, SOCK_DGRAM, 0},     {"qipcrtr", 42, SOCK_DGRAM, 0},
+    {"smc", 43, SOCK_STREAM, 0},        {"xdp", 44, SOCK_RAW, 0},       {"mctp", 45, SOCK_DGRAM, 0},
+};
+
+/* socket-family NAME: create (and close) a socket of a rarely used family. */
+static void p_socket_family(int argc, char **argv)
+{
+    char what[96];
+
+    if (argc != 1)
+        usage("socket-family NAME");
+    for (size_t i = 0; i < sizeof rare_families / sizeof rare_families[0]; i++)
+        if (!strcmp(argv[0], rare_families[i].name)) {
+            snprintf(what, sizeof what, "family %d (%s)", rare_families[i].family, argv[0]);
+            socket_verdict(rare_families[i].family, rare_families[i].type, rare_families[i].proto, what);
+        }
+    usage("socket-family: unknown family name");
+}
+
+/* socket-netlink PROTO: a raw netlink socket of that protocol number. */
+static void p_socket_netlink(int argc, char **argv)
+{
+    char what[64];
+
+    if (argc != 1)
+        usage("socket-netlink PROTO");
+    snprintf(what, sizeof what, "AF_NETLINK, SOCK_RAW, %ld", parse_long(argv[0], "PROTO"));
+    socket_verdict(AF_NETLINK, SOCK_RAW, (int)parse_long(argv[0], "PROTO"), what);
+}
+
+/* listmount / statmount (6.8): with a request of size 0, the kernel answers
+ * EINVAL after the call got through; EPERM is the filter. Reachability. */
+static void p_mount_list(int argc, char **argv)
+{
+    long nr = !strcmp(g_probe, "listmount") ? 458 : 457;
+    uint64_t buf[8] = {0};
+    long r;
+
+    (void)argv;
+    if (argc)
+        usage("listmount|statmount");
+    r = syscall(nr, buf, buf, 8, 0);
+    if (r < 0 && errno == EPERM)
+        report(false, errno, "%s refused (reachability)", g_probe);
+    if (r < 0 && errno == ENOSYS)
+        report(false, errno, "%s: no such system call (reachability)", g_probe);
+    report(true, r < 0 ? errno : 0, "%s reached the kernel (reachability)", g_probe);
+}
+
 /* ---- dispatch ---------------------------------------------------------------- */
 
 struct probe {
@@ -2361,6 +2422,11 @@ static const struct probe probes[] = {
     {"memfd-exec", p_memfd_exec},
     {"socket-proto", p_socket_proto},
     {"socketpair", p_socketpair},
+    /* issue 12 */
+    {"socket-family", p_socket_family},
+    {"socket-netlink", p_socket_netlink},
+    {"listmount", p_mount_list},
+    {"statmount", p_mount_list},
 };
 
 int main(int argc, char **argv)
