@@ -28,6 +28,7 @@ enum {
     OPT_TMP_SIZE,
     OPT_ALLOW_DEGRADED,
     OPT_ALLOW_NO_LANDLOCK,
+    OPT_ALLOW_NO_DECOYS,
     OPT_MEMORY,
     OPT_PIDS,
     OPT_CPUS,
@@ -63,6 +64,7 @@ static const struct option run_options[] = {
     {"tmp-size", required_argument, NULL, OPT_TMP_SIZE},
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
     {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
+    {"allow-no-decoys", no_argument, NULL, OPT_ALLOW_NO_DECOYS},
     {"memory", required_argument, NULL, OPT_MEMORY},
     {"pids", required_argument, NULL, OPT_PIDS},
     {"cpus", required_argument, NULL, OPT_CPUS},
@@ -130,6 +132,8 @@ static void run_usage(FILE *f)
           "                            rlimits and no_new_privs only (loudly reported)\n"
           "  --allow-no-landlock       on a kernel without Landlock (before 5.13), run without\n"
           "                            it (the result shows landlock_fs missing)\n"
+          "  --allow-no-decoys         if the decoys cannot be watched (no CAP_LEASE in a\n"
+          "                            container), run anyway (the result shows decoys missing)\n"
           "\n"
           "Exit status: the payload's; 128+N if it was killed by signal N (a timeout or a\n"
           "limit: 137);\n"
@@ -245,6 +249,9 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_ALLOW_NO_LANDLOCK:
             pol.allow_no_landlock = true;
+            break;
+        case OPT_ALLOW_NO_DECOYS:
+            pol.allow_no_decoys = true;
             break;
         case OPT_MEMORY:
             r = aj_policy_set_memory(&pol, optarg, &err);

@@ -64,6 +64,7 @@ struct aj_policy {
     uint64_t rlimit_fsize;
     bool allow_degraded;        /* run without namespaces if they are refused */
     bool allow_no_landlock;     /* run on a kernel without Landlock (before 5.13) */
+    bool allow_no_decoys;       /* run when the decoys cannot be watched (no CAP_LEASE) */
 
     /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
      * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)
