@@ -1070,10 +1070,16 @@ static void fail_unarmed_decoys(struct supervise_state *st, const struct aj_erro
 {
     if (st->have_child_err)
         return;
-    aj_err(&st->child_err, lerr->errnum ? lerr->errnum : EPERM,
-           "decoys cannot be watched (%s)%s; fix: docker run --cap-add LEASE, or run without decoys: "
-           "degraded.without_decoys in the policy (--allow-no-decoys; the result then shows decoys false)",
-           lerr->msg, geteuid() == 0 && lerr->errnum == EACCES ? ": root here lacks CAP_LEASE" : "");
+    if (geteuid() == 0 && lerr->errnum == EACCES)
+        aj_err(&st->child_err, EACCES,
+               "decoys cannot be watched: root here lacks CAP_LEASE (Docker drops it), so the supervisor cannot "
+               "lease the decoy files; fix: docker run --cap-add LEASE, or run without decoys: "
+               "degraded.without_decoys in the policy (--allow-no-decoys; the result then shows decoys false)");
+    else
+        aj_err(&st->child_err, lerr->errnum ? lerr->errnum : EPERM,
+               "decoys cannot be watched (%s); fix: docker run --cap-add LEASE, or run without decoys: "
+               "degraded.without_decoys in the policy (--allow-no-decoys; the result then shows decoys false)",
+               lerr->msg);
     st->child_err.exit_hint = 125;
     st->have_child_err = true;
     (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);

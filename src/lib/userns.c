@@ -100,7 +100,7 @@ int aj_userns_parent_write_maps(pid_t child, uid_t inside_uid, gid_t inside_gid,
         return aj_err(err, EPERM,
                       "write the uid/gid maps of pid %d (host uid %u): root here lacks CAP_SETUID/CAP_SETGID "
                       "(a container started with --cap-drop ALL); fix: docker run --cap-add SETUID "
-                      "--cap-add SETGID (with SYS_PTRACE and LEASE for every layer, docs/deploy.md), or run "
+                      "--cap-add SETGID (and LEASE for the decoys, docs/deploy.md), or run "
                       "agentjail as a non-root user (docker run --user 1000), which maps only its own uid",
                       (int)child, (unsigned)host_uid);
     return r;
@@ -220,7 +220,7 @@ int aj_userns_explain_failure(int errnum, struct aj_error *err)
                       "(typical inside Docker with its default profile, or a Kubernetes pod with "
                       "RuntimeDefault); fix: run the container with the profile agentjail ships, "
                       "--security-opt seccomp=deploy/docker/seccomp.json --security-opt systempaths=unconfined, "
-                      "plus --cap-drop ALL as a non-root user or --cap-add SETUID,SETGID,SYS_PTRACE,LEASE as "
+                      "plus --cap-drop ALL as a non-root user or --cap-add SETUID,SETGID,LEASE as "
                       "root (docs/deploy.md)%s",
                       fix);
     if (errnum == ENOSPC)
