@@ -216,12 +216,10 @@ int aj_userns_explain_failure(int errnum, struct aj_error *err)
                       fix);
     if (self_has_seccomp_filter() && (errnum == EPERM || errnum == ENOSYS))
         return aj_err(err, errnum,
-                      "cannot create namespaces: a seccomp filter on agentjail itself refuses them "
-                      "(typical inside Docker with its default profile, or a Kubernetes pod with "
-                      "RuntimeDefault); fix: run the container with the profile agentjail ships, "
-                      "--security-opt seccomp=deploy/docker/seccomp.json --security-opt systempaths=unconfined, "
-                      "plus --cap-drop ALL as a non-root user or --cap-add SETUID,SETGID,LEASE as "
-                      "root (docs/deploy.md)%s",
+                      "cannot create namespaces: a seccomp filter on agentjail refuses them (Docker's default "
+                      "profile, Kubernetes' RuntimeDefault); fix: docker run --security-opt "
+                      "seccomp=deploy/docker/seccomp.json --security-opt systempaths=unconfined, with --cap-drop "
+                      "ALL --user 1000, or as root --cap-add SETUID --cap-add SETGID --cap-add LEASE (docs/deploy.md)%s",
                       fix);
     if (errnum == ENOSPC)
         return aj_err(err, errnum,
