@@ -17,6 +17,8 @@
  *                  the permitted/effective/inheritable sets end up equal to it.
  * --ro-proc-sys    a mount namespace where /proc/sys is a read-only bind,
  *                  as runc's readonly paths make it.
+ * --ro-cgroup      a mount namespace where /sys/fs/cgroup and everything
+ *                  under it is read-only, as Docker mounts it.
  * --user UID       become UID:UID with no supplementary groups (docker run
  *                  --user): no capabilities left, as in Docker.
  *
@@ -35,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -320,7 +324,7 @@ static void apply_caps(void)
 int main(int argc, char **argv)
 {
     const char *profile = NULL;
-    bool ro_proc_sys = false;
+    bool ro_proc_sys = false, ro_cgroup = false;
     long user = -1;
     int i;
     scmp_filter_ctx ctx = NULL;
@@ -336,6 +340,8 @@ int main(int argc, char **argv)
             drop_caps(argv[++i]);
         else if (!strcmp(argv[i], "--ro-proc-sys"))
             ro_proc_sys = true;
+        else if (!strcmp(argv[i], "--ro-cgroup"))
+            ro_cgroup = true;
         else if (!strcmp(argv[i], "--user") && i + 1 < argc)
             user = strtol(argv[++i], NULL, 10);
         else
@@ -344,9 +350,16 @@ int main(int argc, char **argv)
     }
     if (i + 1 >= argc)
         die("no command");
+    if ((ro_proc_sys || ro_cgroup) &&
+        (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0))
+        die("mount namespace: %s", strerror(errno));
+    if (ro_cgroup) {
+        struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
+        if (syscall(SYS_mount_setattr, AT_FDCWD, "/sys/fs/cgroup", AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+            die("read-only /sys/fs/cgroup: %s", strerror(errno));
+    }
     if (ro_proc_sys) {
-        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-            mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        if (mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) < 0 ||
             mount(NULL, "/proc/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
             die("read-only /proc/sys: %s", strerror(errno));
     }

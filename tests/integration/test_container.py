@@ -235,3 +235,30 @@ def test_every_call_agentjail_makes_is_allowed_by_the_shipped_profile():
         # Positive control: Docker's default refuses some of these calls.
         dfree, dcond = _allowed(DEFAULT_PROFILE, caps)
         assert {"unshare", "mount", "pivot_root", "keyctl", "setns"} <= names - dfree - dcond
+
+
+def _verify(confine):
+    probe = os.path.join(os.path.dirname(AJ_BIN), "agentjail-probe")
+    if not os.path.exists(probe):
+        must_skip("agentjail-probe not built next to %s" % AJ_BIN)
+    env = dict(os.environ, AGENTJAIL_PROBE=probe, HOME="/tmp")
+    p = subprocess.run([helper("aj-container")] + confine + ["--", AJ_BIN, "verify", "--json"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    return p.returncode, json.loads(p.stdout) if p.stdout.strip() else None, p.stderr
+
+
+def test_verify_checks_the_cgroup_limits():
+    # Docker mounts the cgroup hierarchy read-only: the run goes on without
+    # the default memory and pids limits, and verify used to match anyway.
+    root_only("the runs of root get a cgroup on this host; nobody's never do (the positive control)")
+    rc, rep, err = _verify(["--cap-add", "ALL", "--ro-cgroup"])
+    assert rc == 1, err
+    bad = {c["protection"] for c in rep["checks"] if not c["ok"]}
+    assert {"layer.cgroup", "layer.memory_limit", "layer.pids_limit"} <= bad, bad
+    assert rep["result"]["layers"]["memory_limit"] is False
+    # Positive control: the same with the hierarchy writable.
+    rc, rep, err = _verify(["--cap-add", "ALL"])
+    assert rc == 0, err
+    rows = {c["protection"]: c for c in rep["checks"]}
+    assert rows["layer.memory_limit"]["ok"] and "read back" in rows["layer.memory_limit"]["observed"]
+    assert rows["layer.pids_limit"]["ok"]
