@@ -262,3 +262,29 @@ def test_verify_checks_the_cgroup_limits():
     rows = {c["protection"]: c for c in rep["checks"]}
     assert rows["layer.memory_limit"]["ok"] and "read back" in rows["layer.memory_limit"]["observed"]
     assert rows["layer.pids_limit"]["ok"]
+
+
+def _check(confine):
+    p = subprocess.run([helper("aj-container")] + confine + ["--", AJ_BIN, "check", "--json"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, HOME="/tmp"))
+    rep = json.loads(p.stdout)
+    return p.returncode, {f["id"]: f for f in rep["findings"]}
+
+
+def test_check_tries_a_real_sandbox_and_says_what_run_will_do():
+    # Under Docker's default profile every host setting check reads looks
+    # fine, and run failed: run.trial builds a sandbox and reports it.
+    rc, f = _check(["--profile", DEFAULT_PROFILE])
+    assert rc == 1
+    t = f["run.trial"]
+    assert t["status"] == "fail", t
+    assert "seccomp filter on agentjail refuses them" in t["value"], t
+    assert "--allow-degraded would run, without:" in t["value"] and "fresh_keyring" in t["value"], t
+    assert "seccomp=deploy/docker/seccomp.json" in t["recommendation"], t
+    if IS_ROOT:
+        # Root without CAP_LEASE: the decoys.
+        rc, f = _check(["--profile", SHIPPED_PROFILE, "--cap-drop", "ALL", "--cap-add", "SETUID,SETGID"])
+        assert f["run.trial"]["status"] == "fail" and "CAP_LEASE" in f["run.trial"]["value"], f["run.trial"]
+    # Positive control: the host itself (nobody here has no cgroup: warn).
+    rc, f = _check(HOST)
+    assert f["run.trial"]["status"] == ("ok" if IS_ROOT else "warn"), f["run.trial"]
