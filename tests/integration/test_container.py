@@ -170,7 +170,7 @@ def test_without_decoys_is_a_checked_policy_key():
         json.dump({"version": 1, "degraded": {"without_decoys": "yes"}}, f)
         f.flush()
         p = subprocess.run([AJ_BIN, "run", "--policy", f.name, "--", "/bin/true"], capture_output=True, text=True)
-    assert p.returncode == 2 and "degraded.without_decoys" in p.stderr, p.stderr
+    assert p.returncode == 2 and "degraded.without_decoys" in p.stderr and "expected a boolean" in p.stderr, p.stderr
 
 
 def test_shipped_profile_is_generated_from_dockers_default():
