@@ -15,6 +15,7 @@ unless the policy allows running without decoys. dockerd is stopped and
 its directories removed at the end; where it cannot start, the suite skips
 with the reason. Needs docker.io (scripts/deps.sh test installs it).
 """
+import glob
 import json
 import os
 import shutil
@@ -69,6 +70,8 @@ class Docker:
         # Directories dockerd and containerd make outside the ones we give
         # them (plugin sockets, shim sockets): removed at the end if we
         # made them.
+        # Containers' cgroups go under a parent of our own, removed at the end.
+        self.cgroup_parent = os.path.basename(self.dir)
         self.outside = [d for d in ("/run/docker/plugins", "/run/docker", "/run/containerd/s", "/run/containerd")
                         if not os.path.exists(d)]
 
@@ -88,7 +91,7 @@ class Docker:
                 ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false", "--storage-driver=vfs",
                  "--data-root", os.path.join(self.dir, "data"), "--exec-root", os.path.join(self.dir, "exec"),
                  "--pidfile", os.path.join(self.dir, "dockerd.pid"), "--host", "unix://" + self.sock,
-                 "--config-file", os.path.join(self.dir, "daemon.json")],
+                 "--config-file", os.path.join(self.dir, "daemon.json"), "--cgroup-parent", self.cgroup_parent],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -129,6 +132,11 @@ class Docker:
                 self.proc.wait()
         subprocess.run(["umount", "-R", "-l", self.dir], capture_output=True)  # nothing, unless dockerd died
         shutil.rmtree(self.dir, ignore_errors=True)
+        for d in glob.glob("/sys/fs/cgroup/*/" + self.cgroup_parent) + glob.glob("/sys/fs/cgroup/" + self.cgroup_parent):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
         for d in self.outside:  # deepest first; only if empty (another dockerd may use them)
             try:
                 os.rmdir(d)
@@ -149,6 +157,7 @@ def docker():
         d.stop()
     assert not os.path.exists(d.dir)
     assert not [x for x in d.outside if os.path.exists(x)]
+    assert not glob.glob("/sys/fs/cgroup/*/" + d.cgroup_parent)
 
 
 def aj_in(docker, opts, aj_args, cmd=("/bin/true",)):
@@ -233,3 +242,19 @@ def test_docker_check_reports_what_run_will_do(docker):
     trial = {f["id"]: f for f in rep["findings"]}["run.trial"]
     assert p.returncode == 1 and trial["status"] == "fail", trial
     assert "seccomp" in trial["value"] and "--allow-degraded would run" in trial["value"], trial
+
+
+def test_docker_root_with_the_cgroup_hierarchy_gets_limits(docker):
+    # Docker mounts the cgroup hierarchy read-only: the default limits are
+    # missing (verify says so). On a cgroup v1 host, binding the memory and
+    # pids hierarchies writable gives runs their limits (docs/deploy.md has
+    # the trade-off: the container's root can then write any cgroup there).
+    if not (os.path.isdir("/sys/fs/cgroup/memory") and os.path.isdir("/sys/fs/cgroup/pids")):
+        pytest.skip("cgroup v1 memory and pids hierarchies only (this check binds them)")
+    rc, _, err, res = aj_in(docker, SHIPPED + ROOT_CAPS, [])
+    assert rc == 0, err
+    assert res["layers"]["memory_limit"] is False and res["layers"]["pids_limit"] is False
+    binds = ["-v", "/sys/fs/cgroup/memory:/sys/fs/cgroup/memory:rw", "-v", "/sys/fs/cgroup/pids:/sys/fs/cgroup/pids:rw"]
+    rc, _, err, res = aj_in(docker, SHIPPED + ROOT_CAPS + binds, ["--memory", "64M", "--pids", "20"])
+    assert rc == 0, err
+    assert res["layers"]["memory_limit"] is True and res["layers"]["pids_limit"] is True
