@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -1959,6 +1961,10 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         sb->netns_userns_fd = open(path, O_RDONLY | O_CLOEXEC);
         if (sb->netns_userns_fd < 0)
             return aj_err(err, errno, "open %s", path);
+        /* Our unreaped child keeps its pid; still, trust only what nsfs
+         * says the fd is. */
+        if (ioctl(sb->netns_userns_fd, NS_GET_NSTYPE) != CLONE_NEWUSER)
+            return aj_err(err, EINVAL, "%s is not a user namespace", path);
     }
     {
         struct aj_sync_msg go = {.type = AJ_MSG_GO};
@@ -2054,6 +2060,8 @@ static int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_err
     res->wall_ms = aj_now_ms() - sb->start;
     if (st->have_child_err && st->limit == AJ_STATUS_OK && !st->interrupted) {
         res->layers |= st->layers;
+        if (st->decoy_unarmed)
+            res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* as fill_result: present, not watched */
         res->status = AJ_STATUS_SETUP_ERROR;
         res->exit_code = st->child_err.exit_hint ? st->child_err.exit_hint : 125;
         *err = st->child_err;
