@@ -46,7 +46,7 @@ def _root_files(dest):
     os.chmod(os.path.join(dest, "tmp"), 0o1777)
     progs = [shutil.which(p) for p in ("sh", "true", "cat", "echo")]
     libs = set()
-    for prog in progs:
+    for prog in progs + [AJ_BIN]:  # agentjail is static, but not the ASan build
         out = subprocess.run(["ldd", prog], capture_output=True, text=True).stdout
         libs.update(w for line in out.splitlines() for w in line.split() if w.startswith("/"))
     for path in progs + sorted(libs):
