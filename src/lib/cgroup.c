@@ -550,6 +550,16 @@ static bool required(const struct aj_policy *pol, uint32_t bit)
     }
 }
 
+/* Root that still cannot write the hierarchy is nearly always inside a
+ * container, which mounts /sys/fs/cgroup read-only (Docker's default):
+ * "run as root" would not help there. */
+static const char *root_hint(void)
+{
+    return geteuid() == 0 ? "; as root inside a container, /sys/fs/cgroup is mounted read-only: see "
+                            "docs/deploy.md, cgroup limits"
+                          : "";
+}
+
 /* Why an explicit limit cannot be had here, and what to do about it. */
 static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cgroup *cg, enum aj_cg_ctrl c,
                            const char *flag, struct aj_error *err)
@@ -559,8 +569,8 @@ static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cg
 
     if (host->ctrl[c].version == 1)
         return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v1 at %s%s); "
-                      "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)",
-                      flag, ctrl_names[c], host->ctrl[c].mount, host->ctrl[c].self);
+                      "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)%s",
+                      flag, ctrl_names[c], host->ctrl[c].mount, host->ctrl[c].self, root_hint());
     if (!host->v2_mount[0] || cg->v2_why[c] == AJ_CG_WHY_KERNEL)
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, which this host does not provide "
                       "(neither cgroup v2 nor a v1 hierarchy)", flag, ctrl_names[c]);
@@ -584,9 +594,9 @@ static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cg
                       flag, ctrl_names[c], self, self, AJ_CG_LEAF);
     case AJ_CG_WHY_NO_ACCESS:
         return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v2 at %s%s: %s); "
-                      "run as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes ...)",
+                      "run as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes ...)%s",
                       flag, ctrl_names[c], host->v2_mount, self,
-                      strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EACCES));
+                      strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EACCES), root_hint());
     default:
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, which could not be enabled below %s: %s",
                       flag, ctrl_names[c], self, strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EIO));

@@ -290,3 +290,14 @@ def test_check_tries_a_real_sandbox_and_says_what_run_will_do():
     # Positive control: the host itself (nobody here has no cgroup: warn).
     rc, f = _check(HOST)
     assert f["run.trial"]["status"] == ("ok" if IS_ROOT else "warn"), f["run.trial"]
+
+
+def test_explicit_limit_in_a_read_only_cgroupfs_points_root_at_deploy_doc():
+    root_only("root is the case where 'run as root' is no fix")
+    rc, _, err, _ = ctr(HOST + ["--ro-cgroup"], ["--memory", "64M"])
+    assert rc == 125, err
+    assert "needs a writable cgroup" in err and "/sys/fs/cgroup is mounted read-only" in err, err
+    # Positive control: writable hierarchy, the limit holds.
+    rc, _, err, res = ctr(HOST, ["--memory", "64M"])
+    assert rc == 0, err
+    assert res["layers"]["memory_limit"] is True
