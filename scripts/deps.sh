@@ -5,7 +5,7 @@ set -euo pipefail
 what=${1:-test}
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev python3)
 case "$what" in
-  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang libclang-rt-14-dev chromium) ;;
+  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang libclang-rt-14-dev chromium docker.io) ;;
   bench) pkgs+=(bubblewrap firejail) ;;
   build) ;;
   *) echo "usage: $0 [build|test|bench]" >&2; exit 2 ;;

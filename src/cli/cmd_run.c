@@ -30,6 +30,7 @@ enum {
     OPT_ALLOW_DEGRADED,
     OPT_ALLOW_NO_LANDLOCK,
     OPT_ALLOW_UNSCOPED_SIGNALS,
+    OPT_ALLOW_NO_DECOYS,
     OPT_MEMORY,
     OPT_PIDS,
     OPT_CPUS,
@@ -67,6 +68,7 @@ static const struct option run_options[] = {
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
     {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
     {"allow-unscoped-signals", no_argument, NULL, OPT_ALLOW_UNSCOPED_SIGNALS},
+    {"allow-no-decoys", no_argument, NULL, OPT_ALLOW_NO_DECOYS},
     {"memory", required_argument, NULL, OPT_MEMORY},
     {"pids", required_argument, NULL, OPT_PIDS},
     {"cpus", required_argument, NULL, OPT_CPUS},
@@ -139,6 +141,8 @@ static void run_usage(FILE *f)
           "  --allow-unscoped-signals  degraded and rootless on a kernel whose Landlock cannot\n"
           "                            scope signals (before 6.12): run anyway, the payload\n"
           "                            able to signal the caller's other processes\n"
+          "  --allow-no-decoys         if the decoys cannot be watched (no CAP_LEASE in a\n"
+          "                            container), run anyway (the result shows decoys missing)\n"
           "\n"
           "Exit status: the payload's; 128+N if it was killed by signal N (a timeout or a\n"
           "limit: 137);\n"
@@ -260,6 +264,9 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_ALLOW_UNSCOPED_SIGNALS:
             pol.allow_unscoped_signals = true;
+            break;
+        case OPT_ALLOW_NO_DECOYS:
+            pol.allow_no_decoys = true;
             break;
         case OPT_MEMORY:
             r = aj_policy_set_memory(&pol, optarg, &err);

@@ -66,6 +66,7 @@ struct aj_policy {
     bool allow_no_landlock;     /* run on a kernel without Landlock (before 5.13) */
     bool noexec_tmp;            /* /tmp, /dev/shm, --tmpfs: noexec mounts, no Landlock execute */
     bool allow_unscoped_signals; /* degraded rootless run where Landlock cannot scope signals (ABI < 6) */
+    bool allow_no_decoys;       /* run when the decoys cannot be watched (no CAP_LEASE) */
 
     /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
      * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)

@@ -518,6 +518,27 @@ static int write_limit(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file
     return r;
 }
 
+/* Read the limit back: the layer counts as applied only when the cgroup's
+ * own file shows it (a write can succeed on a file another layer of the
+ * hierarchy overrides, or be rounded: memory limits go down to a page). */
+static int limit_holds(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file, uint64_t want, uint64_t slack,
+                       bool required, const char *what, struct aj_error *err)
+{
+    const char *dir = cg->version[c] == 2 ? cg->v2_dir : cg->v1_dir[c];
+    char buf[64], *end;
+    unsigned long long v;
+
+    if (read_at(dir, file, buf, sizeof(buf)) <= 0)
+        return required ? aj_err(err, EIO, "%s: cannot read back %s in %s", what, file, dir) : -EIO;
+    errno = 0;
+    v = strtoull(buf, &end, 10);
+    if (errno || end == buf || v > want || want - v > slack)
+        return required ? aj_err(err, EIO, "%s: %s in %s reads %.32s, not %llu", what, file, dir, buf,
+                                 (unsigned long long)want)
+                        : -EIO;
+    return 0;
+}
+
 /* Whether the policy insists on a limit it sets (see required_limits). */
 static bool required(const struct aj_policy *pol, uint32_t bit)
 {
@@ -537,6 +558,16 @@ static bool required(const struct aj_policy *pol, uint32_t bit)
     }
 }
 
+/* Root that still cannot write the hierarchy is nearly always inside a
+ * container, which mounts /sys/fs/cgroup read-only (Docker's default):
+ * "run as root" would not help there. */
+static const char *root_hint(void)
+{
+    return geteuid() == 0 ? "; as root inside a container, /sys/fs/cgroup is mounted read-only: see "
+                            "docs/deploy.md, cgroup limits"
+                          : "";
+}
+
 /* Why an explicit limit cannot be had here, and what to do about it. */
 static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cgroup *cg, enum aj_cg_ctrl c,
                            const char *flag, struct aj_error *err)
@@ -546,8 +577,8 @@ static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cg
 
     if (host->ctrl[c].version == 1)
         return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v1 at %s%s); "
-                      "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)",
-                      flag, ctrl_names[c], host->ctrl[c].mount, host->ctrl[c].self);
+                      "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)%s",
+                      flag, ctrl_names[c], host->ctrl[c].mount, host->ctrl[c].self, root_hint());
     if (!host->v2_mount[0] || cg->v2_why[c] == AJ_CG_WHY_KERNEL)
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, which this host does not provide "
                       "(neither cgroup v2 nor a v1 hierarchy)", flag, ctrl_names[c]);
@@ -571,9 +602,9 @@ static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cg
                       flag, ctrl_names[c], self, self, AJ_CG_LEAF);
     case AJ_CG_WHY_NO_ACCESS:
         return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v2 at %s%s: %s); "
-                      "run as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes ...)",
+                      "run as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes ...)%s",
                       flag, ctrl_names[c], host->v2_mount, self,
-                      strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EACCES));
+                      strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EACCES), root_hint());
     default:
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, which could not be enabled below %s: %s",
                       flag, ctrl_names[c], self, strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EIO));
@@ -720,6 +751,9 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
             if (r == 0)
                 (void)write_limit(cg, AJ_CG_MEMORY, "memory.memsw.limit_in_bytes", buf, false, "--memory", err);
         }
+        if (r == 0)
+            r = limit_holds(cg, AJ_CG_MEMORY, cg->version[AJ_CG_MEMORY] == 2 ? "memory.max" : "memory.limit_in_bytes",
+                            pol->memory_max, 65535, req, "--memory", err);
         if (r < 0 && req)
             goto fail;
         if (r == 0)
@@ -729,6 +763,8 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         bool req = required(pol, AJ_LIMIT_PIDS);
         snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pol->pids_max);
         r = write_limit(cg, AJ_CG_PIDS, "pids.max", buf, req, "--pids", err);
+        if (r == 0)
+            r = limit_holds(cg, AJ_CG_PIDS, "pids.max", pol->pids_max, 0, req, "--pids", err);
         if (r < 0 && req)
             goto fail;
         if (r == 0)
@@ -747,6 +783,10 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
             if (r == 0)
                 r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_quota_us", buf, req, "--cpus", err);
         }
+        /* cpu.max starts with the quota; cfs_quota_us is it. */
+        if (r == 0)
+            r = limit_holds(cg, AJ_CG_CPU, cg->version[AJ_CG_CPU] == 2 ? "cpu.max" : "cpu.cfs_quota_us", quota, 0, req,
+                            "--cpus", err);
         /* Like memory and pids: fatal only when the policy requires it. */
         if (r < 0 && req)
             goto fail;

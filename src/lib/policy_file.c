@@ -158,7 +158,7 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     fmt_size(buf, sizeof(buf), pol->tmp_size);
     fmt_duration(tmp, sizeof(tmp), pol->alert_timeout_ms);
     root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s, s:b}, s:{s:o, s:o}, s:{s:s}, s:o, "
-                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s}}",
+                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b, s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s}}",
                      "version", AJ_POLICY_VERSION,
                      "filesystem", "binds", binds, "tmpfs", tmpfs, "tmp_size", buf, "workdir",
                      pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR, "noexec_tmp", pol->noexec_tmp,
@@ -170,6 +170,7 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
                      (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count,
                      "degraded", "allow", pol->allow_degraded, "without_landlock", pol->allow_no_landlock,
                      "without_signal_scope", pol->allow_unscoped_signals,
+                     "without_decoys", pol->allow_no_decoys,
                      "seccomp", "filter", "default",
                      "detection", "decoys", pol->decoys, "cloud_decoys", pol->cloud_decoys, "on_escape",
                      pol->on_escape == AJ_ON_ESCAPE_KILL ? "kill" : "deny", "alert_cmd",
@@ -961,7 +962,7 @@ static int load_root(struct loader *L, const json_t *root)
     if ((v = json_object_get(root, "identity")) && (r = load_identity(L, v)) < 0)
         return r;
     if ((v = json_object_get(root, "degraded"))) {
-        static const char *const dkeys[] = {"allow", "without_landlock", "without_signal_scope", NULL};
+        static const char *const dkeys[] = {"allow", "without_landlock", "without_signal_scope", "without_decoys", NULL};
         json_t *a;
         if ((r = open_group(L, "degraded", v, dkeys)) < 0)
             return r;
@@ -979,6 +980,11 @@ static int load_root(struct loader *L, const json_t *root)
             if (!json_is_boolean(a))
                 return fail_at(L, "degraded.without_signal_scope", true, "expected a boolean, got %s", type_name(a));
             L->pol->allow_unscoped_signals = json_is_true(a);
+        }
+        if ((a = json_object_get(v, "without_decoys"))) {
+            if (!json_is_boolean(a))
+                return fail_at(L, "degraded.without_decoys", true, "expected a boolean, got %s", type_name(a));
+            L->pol->allow_no_decoys = json_is_true(a);
         }
     }
     if ((v = json_object_get(root, "detection")) && (r = load_detection(L, v)) < 0)
@@ -1295,6 +1301,10 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
              "other processes)\n",
              a->allow_unscoped_signals ? "true" : "false", b->allow_unscoped_signals ? "true" : "false",
              a->allow_unscoped_signals ? "A" : "B");
+    if (a->allow_no_decoys != b->allow_no_decoys)
+        addf(&t, "degraded.without_decoys: A %s, B %s (%s is weaker: may run with decoys nobody watches)\n",
+             a->allow_no_decoys ? "true" : "false", b->allow_no_decoys ? "true" : "false",
+             a->allow_no_decoys ? "A" : "B");
     if (a->decoys != b->decoys)
         addf(&t, "detection.decoys: A %s, B %s (%s is weaker: no decoys to catch credential theft)\n",
              a->decoys ? "on" : "off", b->decoys ? "on" : "off", a->decoys ? "B" : "A");

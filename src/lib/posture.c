@@ -4,6 +4,7 @@
 #include "aj_posture.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -14,7 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agentjail.h"
 #include "aj_cgroup.h"
+#include "aj_result.h"
 #include "kcve.h" /* src/probe: the CVE table, shared with agentjail-probe */
 #include "aj_landlock.h"
 #include "aj_missing.h"
@@ -585,6 +588,96 @@ static int check_userns(struct ctx *c)
     return add(c, "userns.available", AJ_POSTURE_OK, value, why, "nothing to change");
 }
 
+/* ---- a trial run ------------------------------------------------------------------ */
+
+/* The findings above read the host's settings; inside a container, what
+ * decides whether a run works is the container's seccomp profile, its
+ * capabilities and its read-only /proc/sys and cgroups, which none of them
+ * sees. So build a real minimal sandbox: /bin/true under the default
+ * policy, through the library exactly as `agentjail run` does, and report
+ * what run will do, with the fix (the run's own error names it). */
+static void missing_layers(uint32_t layers, uint32_t want, char *buf, size_t size)
+{
+    size_t off = 0;
+
+    buf[0] = '\0';
+    for (unsigned i = 0; i < AJ_LAYER_COUNT; i++) {
+        uint32_t bit = 1u << i;
+        if ((want & bit) && !(layers & bit) && off + 1 < size) {
+            int n = snprintf(buf + off, size - off, "%s%s", off ? ", " : "", aj_layer_name((enum aj_layer)bit));
+            if (n < 0)
+                break;
+            off += (size_t)n < size - off ? (size_t)n : size - off - 1;
+        }
+    }
+}
+
+static int check_trial_run(struct ctx *c)
+{
+    static const char *const why = "check reads the host's settings; a container's seccomp profile, capabilities "
+                                   "and read-only /proc/sys or cgroups only show when a sandbox is built";
+    const uint32_t security = AJ_LAYER_USERNS | AJ_LAYER_PIDNS | AJ_LAYER_MOUNTNS | AJ_LAYER_NETNS |
+                              AJ_LAYER_IPCNS | AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS | AJ_LAYER_ROOTFS |
+                              AJ_LAYER_SECCOMP | AJ_LAYER_LANDLOCK_FS | AJ_LAYER_NNP | AJ_LAYER_KEYRING |
+                              AJ_LAYER_DECOYS | AJ_LAYER_NO_NESTED_NS | AJ_LAYER_MONITOR;
+    const uint32_t limits = AJ_LAYER_CGROUP | AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT;
+    char *const argv[] = {"/bin/true", NULL};
+    struct aj_policy pol;
+    struct aj_result res;
+    struct aj_error rerr = {0};
+    struct aj_run_options opts = {0};
+    char value[1024], miss[512];
+    int devnull, r;
+
+    if (c->root) /* a snapshot: nothing to run */
+        return add(c, "run.trial", AJ_POSTURE_UNKNOWN, "not run (--sysroot)", why,
+                   "run agentjail check on the live host (or inside the container) to try a sandbox");
+    devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0)
+        return aj_err(c->err, errno, "open /dev/null");
+    opts.stdout_fd = opts.stderr_fd = devnull;
+    aj_policy_init(&pol);
+    r = aj_run_ex(&pol, argv, &opts, &res, &rerr);
+    if (r < 0) {
+        const char *fix = strstr(rerr.msg, "fix: ");
+        char degraded[256] = "";
+        /* Would --allow-degraded work? Say so, with what it lacks. */
+        pol.allow_degraded = true;
+        if (aj_run_ex(&pol, argv, &opts, &res, &(struct aj_error){0}) == 0 && res.degraded) {
+            missing_layers(res.layers, security | limits, miss, sizeof(miss));
+            snprintf(degraded, sizeof(degraded), "; --allow-degraded would run, without: %.200s", miss);
+        }
+        aj_policy_clear(&pol);
+        (void)close(devnull);
+        snprintf(value, sizeof(value), "agentjail run fails here: %s%s", rerr.msg, degraded);
+        return add(c, "run.trial", AJ_POSTURE_FAIL, value, why,
+                   fix ? fix + 5 : "see the error; docs/deploy.md covers containers");
+    }
+    aj_policy_clear(&pol);
+    (void)close(devnull);
+    if (res.status != AJ_STATUS_OK) {
+        snprintf(value, sizeof(value), "agentjail run of /bin/true ended %s (%.400s)", aj_status_name(res.status),
+                 res.error);
+        return add(c, "run.trial", AJ_POSTURE_FAIL, value, why, "see the error; docs/deploy.md covers containers");
+    }
+    missing_layers(res.layers, security, miss, sizeof(miss));
+    if (miss[0]) {
+        snprintf(value, sizeof(value), "agentjail run works, without: %s", miss);
+        return add(c, "run.trial", AJ_POSTURE_FAIL, value, why,
+                   "a layer the default policy asks for is missing: see docs/deploy.md");
+    }
+    missing_layers(res.layers, limits, miss, sizeof(miss));
+    if (miss[0]) {
+        snprintf(value, sizeof(value), "agentjail run works, without the cgroup limits: %s", miss);
+        return add(c, "run.trial", AJ_POSTURE_WARN, value, why,
+                   "memory and process limits need a writable cgroup: run as root with the cgroup hierarchy "
+                   "(in Docker: a writable cgroup mount, docs/deploy.md), or in a delegated cgroup v2 scope "
+                   "(systemd-run --user -p Delegate=yes)");
+    }
+    return add(c, "run.trial", AJ_POSTURE_OK, "agentjail run works here with every layer of the default policy",
+               why, "nothing to change");
+}
+
 /* ---- the report ----------------------------------------------------------------- */
 
 int aj_posture_check(const struct aj_posture_options *opts, json_t **ret, struct aj_error *err)
@@ -603,7 +696,8 @@ int aj_posture_check(const struct aj_posture_options *opts, json_t **ret, struct
     (void)read_host_file(&c, "proc/sys/kernel/osrelease", release, sizeof(release)); /* "" if not */
     if ((r = check_kernel_cves(&c, release)) < 0 || (r = check_landlock(&c)) < 0 ||
         (r = check_seccomp(&c)) < 0 || (r = check_lsm(&c)) < 0 || (r = check_kernel_layers(&c)) < 0 ||
-        (r = check_cgroups(&c)) < 0 || (r = check_cgroup_limits(&c)) < 0 || (r = check_userns(&c)) < 0)
+        (r = check_cgroups(&c)) < 0 || (r = check_cgroup_limits(&c)) < 0 || (r = check_userns(&c)) < 0 ||
+        (r = check_trial_run(&c)) < 0)
         goto fail;
     for (size_t i = 0; i < AJ_ARRAY_SIZE(sysctl_rules); i++)
         if ((r = check_sysctl(&c, &sysctl_rules[i])) < 0)

@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -397,11 +399,17 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
          * process of the run. */
         if (redirect_output(c, &err) < 0)
             child_fail(c, &err, 125);
-        if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0) {
+        if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) == 0) {
+            c->layers |= AJ_LAYER_KEYRING;
+        } else if (errno != EPERM && errno != ENOSYS) {
             aj_err(&err, errno, "join a fresh session keyring");
             child_fail(c, &err, 125);
         }
-        c->layers |= AJ_LAYER_KEYRING;
+        /* EPERM/ENOSYS: a seccomp filter on agentjail refuses keyctl (Docker's
+         * default profile, Kubernetes' RuntimeDefault). The payload inherits
+         * that filter and ours refuses keyctl, add_key and request_key too,
+         * so it cannot reach the keyring it keeps; the result names
+         * fresh_keyring missing, as for every layer a degraded run lacks. */
     }
     if (chdir(pol->workdir ? pol->workdir : (c->degraded ? "/" : AJ_DEFAULT_WORKDIR)) < 0) {
         aj_err(&err, errno, "workdir %s", pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR);
@@ -690,7 +698,13 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     /* A fresh anonymous session keyring: the host session keyring (and any
      * tokens cached in it) is not inherited. */
     if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0) {
-        aj_err(&err, errno, "join a fresh session keyring");
+        if (errno == EPERM || errno == ENOSYS)
+            aj_err(&err, errno,
+                   "join a fresh session keyring: a seccomp filter on agentjail refuses keyctl (Docker's "
+                   "default profile does); fix: docker run --security-opt seccomp=deploy/docker/seccomp.json "
+                   "(it allows keyctl), see docs/deploy.md");
+        else
+            aj_err(&err, errno, "join a fresh session keyring");
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_KEYRING;
@@ -1143,6 +1157,32 @@ static void close_fds_of(const int *fds, int n)
             (void)close(fds[i]);
 }
 
+/* A decoy the policy asks for that cannot be watched is a layer missing:
+ * fail closed, as for every other layer, unless the policy allows it
+ * (degraded.without_decoys). Inside a container the cause is nearly always
+ * a root without CAP_LEASE (Docker drops it): leasing a file the run's own
+ * host uid owns needs it. */
+static void fail_unarmed_decoys(struct supervise_state *st, const struct aj_error *lerr)
+{
+    if (st->have_child_err)
+        return;
+    if (geteuid() == 0 && lerr->errnum == EACCES)
+        aj_err(&st->child_err, EACCES,
+               "decoys cannot be watched: root here lacks CAP_LEASE (Docker drops it), so the supervisor cannot "
+               "lease the decoy files; fix: docker run --cap-add LEASE, or run without decoys: "
+               "degraded.without_decoys in the policy (--allow-no-decoys; the result then shows decoys false)");
+    else
+        aj_err(&st->child_err, lerr->errnum ? lerr->errnum : EPERM,
+               "decoys cannot be watched (%s); fix: docker run --cap-add LEASE, or run without decoys: "
+               "degraded.without_decoys in the policy (--allow-no-decoys; the result then shows decoys false)",
+               lerr->msg);
+    st->child_err.exit_hint = 125;
+    st->have_child_err = true;
+    (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+    if (st->cg)
+        aj_cgroup_kill(st->cg);
+}
+
 static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg, int *fds, int nfds)
 {
     if (msg->type == AJ_MSG_ERROR && !st->have_child_err) {
@@ -1178,12 +1218,15 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
             st->decoy_files[i] = fds[k];
             fds[k] = -1;
             if (aj_decoy_parent_lease(st->decoy_files[i], SIG_DECOY, &lerr) < 0) {
+                bool first = !st->decoy_unarmed;
                 st->decoy_unarmed = true;
                 failed++;
                 json_t *ev = aj_audit_event(st->audit, AJ_EV_ERROR, AJ_SEV_MEDIUM);
                 if (ev)
                     (void)json_object_set_new(ev, "error", json_string(lerr.msg));
                 emit(st, ev, AJ_EV_ERROR, AJ_SEV_MEDIUM);
+                if (first && !st->pol->allow_no_decoys)
+                    fail_unarmed_decoys(st, &lerr);
             }
         }
         /* init holds the payload back until this arrives. */
@@ -1706,6 +1749,7 @@ struct sandbox {
     int socks[2];
     int null_fd;          /* parked: init's and the waiting payload's 0, 1, 2 */
     pid_t netns_helper;   /* see spawn_netns_helper; reaped at cleanup */
+    int netns_userns_fd;  /* init's user namespace, opened before it changes ids */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
     bool audit_open, mask_set, in_cgroup;
     uint64_t start;
@@ -1727,6 +1771,7 @@ static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
         sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
     sb->socks[0] = sb->socks[1] = -1;
     sb->null_fd = -1;
+    sb->netns_userns_fd = -1;
     aj_cgroup_init(&sb->cg);
 }
 
@@ -1851,7 +1896,7 @@ static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
     if (pid == 0) {
         struct aj_sync_msg m = {.type = AJ_MSG_NETNS};
         int fd = -1;
-        if (setns(sb->st.pidfd, CLONE_NEWUSER) < 0 || unshare(CLONE_NEWNET) < 0 ||
+        if (setns(sb->netns_userns_fd, CLONE_NEWUSER) < 0 || unshare(CLONE_NEWNET) < 0 ||
             (fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
             m.err.errnum = errno;
             (void)aj_write_all(sb->st.sock, &m, sizeof(m));
@@ -1860,6 +1905,7 @@ static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
         _exit(send_fds(sb->st.sock, &m, &fd, 1) < 0 ? 1 : 0);
     }
     sb->netns_helper = pid;
+    close_fd(&sb->netns_userns_fd); /* the helper has its copy */
     return 0;
 }
 
@@ -2024,6 +2070,23 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         if (r < 0)
             return r;
     }
+    if (c->netns_late) {
+        /* The helper joins init's user namespace through this fd, opened
+         * now: init still has our ids. Once it switched to the run's host
+         * uid (root mode), opening its namespaces (or setns on its pidfd)
+         * needs CAP_SYS_PTRACE, which a container lacks by default: the
+         * helper then failed at random, reported as a host refusing
+         * network namespaces. */
+        char path[64];
+        (void)snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)st->pid);
+        sb->netns_userns_fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (sb->netns_userns_fd < 0)
+            return aj_err(err, errno, "open %s", path);
+        /* Our unreaped child keeps its pid; still, trust only what nsfs
+         * says the fd is. */
+        if (ioctl(sb->netns_userns_fd, NS_GET_NSTYPE) != CLONE_NEWUSER)
+            return aj_err(err, EINVAL, "%s is not a user namespace", path);
+    }
     {
         struct aj_sync_msg go = {.type = AJ_MSG_GO};
         if (!c->degraded) {
@@ -2132,6 +2195,8 @@ static int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_err
     res->wall_ms = aj_now_ms() - sb->start;
     if (st->have_child_err && st->limit == AJ_STATUS_OK && !st->interrupted) {
         res->layers |= st->layers;
+        if (st->decoy_unarmed)
+            res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* as fill_result: present, not watched */
         res->status = AJ_STATUS_SETUP_ERROR;
         res->exit_code = st->child_err.exit_hint ? st->child_err.exit_hint : 125;
         *err = st->child_err;
@@ -2156,6 +2221,7 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
     if (sb->netns_helper > 0)
         kill_and_reap(sb->netns_helper, -1);
     sb->netns_helper = 0;
+    close_fd(&sb->netns_userns_fd);
     /* No lease may outlive the blocked signal it reports with: drop the
      * decoys, then discard any break still queued, then unblock. */
     close_fd(&st->decoy_sock);
@@ -2329,6 +2395,10 @@ static int pool_arm_decoys(struct sandbox *sb, struct aj_error *err)
             return aj_err(err, errno, "poll a parked sandbox");
         if (r > 0)
             drain_msgs(st);
+    }
+    if (st->have_child_err) {
+        *err = st->child_err;
+        return -(err->errnum ? err->errnum : EPIPE);
     }
     if (!st->decoys_armed)
         return aj_err(err, EPIPE, "a parked sandbox failed before its decoys were armed");

@@ -89,10 +89,21 @@ int aj_userns_parent_write_maps(pid_t child, uid_t inside_uid, gid_t inside_gid,
     }
     (void)snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)inside_gid, (unsigned)host_gid);
     r = write_proc_file(child, "gid_map", line, err);
-    if (r < 0)
-        return r;
-    (void)snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)inside_uid, (unsigned)host_uid);
-    return write_proc_file(child, "uid_map", line, err);
+    if (r == 0) {
+        (void)snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)inside_uid, (unsigned)host_uid);
+        r = write_proc_file(child, "uid_map", line, err);
+    }
+    /* Root mode maps the run to a host uid/gid of its own, which the
+     * kernel allows only with CAP_SETUID and CAP_SETGID: a root without
+     * them is a container started with --cap-drop ALL. */
+    if (r == -EPERM && !rootless)
+        return aj_err(err, EPERM,
+                      "write the uid/gid maps of pid %d (host uid %u): root here lacks CAP_SETUID/CAP_SETGID "
+                      "(a container started with --cap-drop ALL); fix: docker run --cap-add SETUID "
+                      "--cap-add SETGID (and LEASE for the decoys, docs/deploy.md), or run "
+                      "agentjail as a non-root user (docker run --user 1000), which maps only its own uid",
+                      (int)child, (unsigned)host_uid);
+    return r;
 }
 
 int aj_userns_child_become(uid_t uid, gid_t gid, bool rootless, struct aj_error *err)
@@ -126,6 +137,16 @@ int aj_userns_child_nesting_open(int fds[AJ_USERNS_NS_KINDS], struct aj_error *e
             for (size_t j = 0; j < i; j++)
                 if (fds[j] >= 0)
                     (void)close(fds[j]);
+            /* Docker and Kubernetes mount /proc/sys read-only (runc's
+             * readonly paths): the limit that keeps the payload from making
+             * namespaces of its own cannot be set. */
+            if (e == EROFS)
+                return aj_err(err, e,
+                              "open %s: /proc/sys is mounted read-only (Docker's and Kubernetes' default), so "
+                              "nested namespaces cannot be forbidden inside the sandbox; fix: docker run "
+                              "--security-opt systempaths=unconfined (Kubernetes: securityContext.procMount: "
+                              "Unmasked), see docs/deploy.md",
+                              path);
             return aj_err(err, e, "open %s", path);
         }
     }
@@ -195,10 +216,10 @@ int aj_userns_explain_failure(int errnum, struct aj_error *err)
                       fix);
     if (self_has_seccomp_filter() && (errnum == EPERM || errnum == ENOSYS))
         return aj_err(err, errnum,
-                      "cannot create namespaces: a seccomp filter on agentjail itself refuses them "
-                      "(typical inside Docker with its default profile, or a Kubernetes pod with "
-                      "RuntimeDefault); fix: run the container with --security-opt seccomp=unconfined "
-                      "or a profile allowing clone/unshare with namespace flags%s",
+                      "cannot create namespaces: a seccomp filter on agentjail refuses them (Docker's default "
+                      "profile, Kubernetes' RuntimeDefault); fix: docker run --security-opt "
+                      "seccomp=deploy/docker/seccomp.json --security-opt systempaths=unconfined, with --cap-drop "
+                      "ALL --user 1000, or as root --cap-add SETUID --cap-add SETGID --cap-add LEASE (docs/deploy.md)%s",
                       fix);
     if (errnum == ENOSPC)
         return aj_err(err, errnum,

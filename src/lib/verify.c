@@ -241,10 +241,21 @@ static void expect_layers(struct checks *c, const struct aj_result *res, const s
         want |= AJ_LAYER_LANDLOCK_SCOPE;
     if (!res->rootless)
         want |= AJ_LAYER_UID_ISOLATION;
-    if (pol->required_limits & AJ_LIMIT_MEMORY)
+    /* The cgroup limits the policy declares, its defaults included: a run
+     * without them (a container with a read-only cgroup hierarchy, a
+     * rootless caller without a delegated cgroup) does not match, whatever
+     * the policy says about requiring them. The supervisor sets these
+     * layers only after the cgroup's own files read back the values. */
+    if (pol->memory_max || pol->pids_max || pol->cpu_milli || pol->cpu_time_ms)
+        want |= AJ_LAYER_CGROUP;
+    if (pol->memory_max)
         want |= AJ_LAYER_MEMORY_LIMIT;
-    if (pol->required_limits & AJ_LIMIT_PIDS)
+    if (pol->pids_max)
         want |= AJ_LAYER_PIDS_LIMIT;
+    if (pol->cpu_milli)
+        want |= AJ_LAYER_CPU_LIMIT;
+    if (pol->cpu_time_ms)
+        want |= AJ_LAYER_CPU_TIME_LIMIT;
     if (pol->output_limit)
         want |= AJ_LAYER_OUTPUT_LIMIT;
     for (unsigned i = 0; i < AJ_LAYER_COUNT; i++) {
@@ -253,6 +264,28 @@ static void expect_layers(struct checks *c, const struct aj_result *res, const s
         if (!(want & bit))
             continue;
         snprintf(name, sizeof(name), "layer.%s", aj_layer_name((enum aj_layer)bit));
+        if (bit & (AJ_LAYER_CGROUP | AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT | AJ_LAYER_CPU_LIMIT |
+                   AJ_LAYER_CPU_TIME_LIMIT)) {
+            char declared[96];
+            if (bit == AJ_LAYER_MEMORY_LIMIT)
+                snprintf(declared, sizeof(declared), "applied: memory %llu bytes",
+                         (unsigned long long)pol->memory_max);
+            else if (bit == AJ_LAYER_PIDS_LIMIT)
+                snprintf(declared, sizeof(declared), "applied: %llu processes", (unsigned long long)pol->pids_max);
+            else if (bit == AJ_LAYER_CPU_LIMIT)
+                snprintf(declared, sizeof(declared), "applied: %u.%03u CPUs", pol->cpu_milli / 1000,
+                         pol->cpu_milli % 1000);
+            else
+                snprintf(declared, sizeof(declared), "applied");
+            add_check(c, name, declared,
+                      (res->layers & bit) ? (bit == AJ_LAYER_CGROUP || bit == AJ_LAYER_CPU_TIME_LIMIT
+                                                 ? "applied"
+                                                 : "applied (the cgroup's files read back the limit)")
+                                          : "NOT applied: no writable cgroup for this run (run as root with the "
+                                            "cgroup hierarchy, or in a delegated cgroup v2 scope; docs/deploy.md)",
+                      res->layers & bit);
+            continue;
+        }
         add_check(c, name, "applied", (res->layers & bit) ? "applied" : "NOT applied", res->layers & bit);
     }
 }
