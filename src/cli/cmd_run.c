@@ -28,6 +28,7 @@ enum {
     OPT_TMP_SIZE,
     OPT_ALLOW_DEGRADED,
     OPT_ALLOW_NO_LANDLOCK,
+    OPT_ALLOW_BIND_INSIDE_WRITABLE,
     OPT_MEMORY,
     OPT_PIDS,
     OPT_CPUS,
@@ -63,6 +64,7 @@ static const struct option run_options[] = {
     {"tmp-size", required_argument, NULL, OPT_TMP_SIZE},
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
     {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
+    {"allow-bind-inside-writable", no_argument, NULL, OPT_ALLOW_BIND_INSIDE_WRITABLE},
     {"memory", required_argument, NULL, OPT_MEMORY},
     {"pids", required_argument, NULL, OPT_PIDS},
     {"cpus", required_argument, NULL, OPT_CPUS},
@@ -130,6 +132,9 @@ static void run_usage(FILE *f)
           "                            rlimits and no_new_privs only (loudly reported)\n"
           "  --allow-no-landlock       on a kernel without Landlock (before 5.13), run without\n"
           "                            it (the result shows landlock_fs missing)\n"
+          "  --allow-bind-inside-writable  bind a source that lies inside a directory a\n"
+          "                            sandbox run could write (refused by default: that run\n"
+          "                            could have planted what is there)\n"
           "\n"
           "Exit status: the payload's; 128+N if it was killed by signal N (a timeout or a\n"
           "limit: 137);\n"
@@ -246,6 +251,9 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_ALLOW_NO_LANDLOCK:
             pol.allow_no_landlock = true;
             break;
+        case OPT_ALLOW_BIND_INSIDE_WRITABLE:
+            pol.allow_bind_inside_writable = true;
+            break;
         case OPT_MEMORY:
             r = aj_policy_set_memory(&pol, optarg, &err);
             break;
@@ -314,6 +322,9 @@ int aj_cmd_run(int argc, char **argv)
     }
     r = aj_policy_validate(&pol, &err);
     if (r < 0)
+        goto usage_error;
+    /* Before anything starts: the result is written as root after the run. */
+    if (result_path && aj_result_check_path(&pol, result_path, &err) < 0)
         goto usage_error;
 
     {

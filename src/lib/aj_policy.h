@@ -64,6 +64,10 @@ struct aj_policy {
     uint64_t rlimit_fsize;
     bool allow_degraded;        /* run without namespaces if they are refused */
     bool allow_no_landlock;     /* run on a kernel without Landlock (before 5.13) */
+    /* Bind a source that lies inside a directory a sandbox run was given to
+     * write (or that a sandbox made): what is there may have been planted
+     * by that run. Off by default. Symlinks are refused regardless. */
+    bool allow_bind_inside_writable;
 
     /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
      * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)

@@ -6,7 +6,9 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "aj_hostpath.h"
 #include "aj_util.h"
 
 const char *aj_status_name(enum aj_status s)
@@ -176,21 +178,53 @@ char *aj_result_to_json(const struct aj_result *res)
     return out;
 }
 
+int aj_result_check_path(const struct aj_policy *pol, const char *path, struct aj_error *err)
+{
+    char name[256];
+    _cleanup_close_ int dfd = aj_hostpath_open_parent(path, "--result", name, sizeof(name), err);
+
+    if (dfd < 0) {
+        err->exit_hint = 2;
+        return dfd;
+    }
+    return aj_hostpath_check_outside_writable(pol, dfd, path, "--result", err);
+}
+
+/* The file is never opened by its name: a temporary file is created (O_EXCL)
+ * in the directory, resolved without following a symlink, and renamed over
+ * the name. Whatever sits at the name (a symlink a sandbox planted to a
+ * file of root's, a hard link, a FIFO) is replaced, never written through. */
 int aj_result_write_file(const struct aj_result *res, const char *path, struct aj_error *err)
 {
     _cleanup_free_ char *json = aj_result_to_json(res);
-    _cleanup_close_ int fd = -1;
+    _cleanup_close_ int dfd = -1, fd = -1;
+    char name[256], tmp[300], rnd[17];
     int r;
 
     if (!json)
         return aj_err(err, ENOMEM, "result json");
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644);
+    dfd = aj_hostpath_open_parent(path, "result file", name, sizeof(name), err);
+    if (dfd < 0)
+        return dfd;
+    if (aj_random_hex(rnd, 16) < 0)
+        return aj_err(err, EIO, "random name for the result file");
+    snprintf(tmp, sizeof(tmp), ".%.200s.%s.tmp", name, rnd);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0644);
     if (fd < 0)
-        return aj_err(err, errno, "open result file %s", path);
+        return aj_err(err, errno, "create result file %s (as %s)", path, tmp);
     r = aj_write_all(fd, json, strlen(json));
     if (r == 0)
         r = aj_write_all(fd, "\n", 1);
-    if (r < 0)
+    if (r == 0 && close(TAKE_FD(fd)) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlinkat(dfd, tmp, 0);
         return aj_err(err, -r, "write result file %s", path);
+    }
+    if (renameat(dfd, tmp, dfd, name) < 0) {
+        int e = errno;
+        (void)unlinkat(dfd, tmp, 0);
+        return aj_err(err, e, "write result file %s (rename)", path);
+    }
     return 0;
 }
