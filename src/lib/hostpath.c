@@ -114,6 +114,15 @@ int aj_open_nofollow(const char *path, int flags, mode_t mode)
 
     if (!path || !*path)
         return -ENOENT;
+    /* O_PATH | O_DIRECTORY on a trailing symlink fails with ENOTDIR; open
+     * without O_DIRECTORY and check the type on the fd, so a symlink is
+     * reported as one (ELOOP). */
+    bool want_dir = (flags & O_PATH) && (flags & O_DIRECTORY);
+
+    if (want_dir) {
+        flags &= ~O_DIRECTORY;
+        how.flags &= ~(uint64_t)O_DIRECTORY;
+    }
     fd = -ENOSYS;
     if (!no_openat2()) {
         fd = aj_sys_openat2(AT_FDCWD, path, &how);
@@ -129,6 +138,10 @@ int aj_open_nofollow(const char *path, int flags, mode_t mode)
         if (fstat(fd, &st) < 0 || S_ISLNK(st.st_mode)) {
             (void)close(fd);
             return -ELOOP;
+        }
+        if (want_dir && !S_ISDIR(st.st_mode)) {
+            (void)close(fd);
+            return -ENOTDIR;
         }
     }
     return fd;
