@@ -23,6 +23,8 @@
 /* A registry larger than this is not read whole: refuse rather than trust
  * a cut list. Entries are ~100 bytes. */
 #define AJ_BINDREG_MAX (4u << 20)
+/* Past this size the registry is rewritten with the live entries only. */
+#define AJ_BINDREG_COMPACT_AT (256u << 10)
 
 /* Tests force the fallback (crun's tests/no_openat2 does the same). The
  * fallback is as strict as openat2, so forcing it weakens nothing. */
@@ -450,37 +452,103 @@ static int reg_parse(struct aj_bindreg *reg, char *buf)
     return 0;
 }
 
+/* Does the entry's path still lead (no symlink followed) to that object? */
+static bool reg_entry_live(const struct aj_devino *id, const char *path)
+{
+    _cleanup_close_ int fd = aj_open_nofollow(path, O_PATH, 0);
+    struct aj_devino now;
+
+    return fd >= 0 && aj_devino_of(fd, &now) == 0 && aj_devino_same(&now, id);
+}
+
+static int reg_format(char *line, size_t size, const struct aj_devino *id, const char *path)
+{
+    int n = snprintf(line, size, "%" PRIu64 " %" PRIu64 " %" PRId64 " %" PRIu32 " %s\n", id->dev, id->ino,
+                     id->btime_sec, id->btime_nsec, path);
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : n;
+}
+
+/* Open the registry and lock it. A compaction by another run renames a
+ * new file over the name while we wait for the lock on the old one: then
+ * the name is another inode, and we start again. */
+static int reg_open_locked(int dfd, const char *dir, struct stat *ret_st, struct aj_error *err)
+{
+    for (int tries = 0; tries < 20; tries++) {
+        _cleanup_close_ int fd = openat(dfd, AJ_BINDREG_FILE,
+                                        O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+        struct stat now;
+
+        if (fd < 0)
+            return aj_err(err, errno, "open %s/%s", dir, AJ_BINDREG_FILE);
+        /* flock is released with the fd, also when the supervisor is killed. */
+        while (flock(fd, LOCK_EX) < 0)
+            if (errno != EINTR)
+                return aj_err(err, errno, "lock %s/%s", dir, AJ_BINDREG_FILE);
+        if (fstat(fd, ret_st) < 0)
+            return aj_err(err, errno, "stat %s/%s", dir, AJ_BINDREG_FILE);
+        if (fstatat(dfd, AJ_BINDREG_FILE, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == ret_st->st_dev &&
+            now.st_ino == ret_st->st_ino)
+            return TAKE_FD(fd);
+    }
+    return aj_err(err, EAGAIN, "%s/%s keeps being replaced", dir, AJ_BINDREG_FILE);
+}
+
+/* Rewrite the registry with only the entries that are still live, plus
+ * the new ones: a host that makes a workspace per session would otherwise
+ * grow it without end. Temp file + rename, under the old file's lock. */
+static int reg_compact(int dfd, const char *dir, const struct aj_bindreg *reg, struct aj_error *err)
+{
+    char tmp[64], rnd[17], line[4200];
+    _cleanup_close_ int fd = -1;
+    int r = 0;
+
+    if (aj_random_hex(rnd, 16) < 0)
+        return aj_err(err, EIO, "random name");
+    snprintf(tmp, sizeof(tmp), ".%s.%s", AJ_BINDREG_FILE, rnd);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+    if (fd < 0)
+        return aj_err(err, errno, "create %s/%s", dir, tmp);
+    for (size_t i = 0; r == 0 && i < reg->n; i++) {
+        int n = reg_format(line, sizeof(line), &reg->id[i], reg->path[i]);
+        r = n < 0 ? n : aj_write_all(fd, line, (size_t)n);
+    }
+    if (r == 0 && close(TAKE_FD(fd)) < 0)
+        r = -errno;
+    if (r == 0 && renameat(dfd, tmp, dfd, AJ_BINDREG_FILE) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlinkat(dfd, tmp, 0);
+        return aj_err(err, -r, "rewrite %s/%s", dir, AJ_BINDREG_FILE);
+    }
+    return 0;
+}
+
 int aj_bindreg_update(const struct aj_policy *pol, struct aj_bindreg *ret, struct aj_error *err)
 {
     char dir[4096];
     _cleanup_close_ int dfd = -1, fd = -1;
     _cleanup_free_ char *buf = NULL;
-    struct aj_bindreg reg = {0};
+    struct aj_bindreg all = {0}, reg = {0};
     struct stat st;
     size_t len = 0;
+    bool compact;
     int r;
 
     memset(ret, 0, sizeof(*ret));
     dfd = aj_state_dir_open(dir, sizeof(dir), err);
     if (dfd < 0)
         return dfd;
-    fd = openat(dfd, AJ_BINDREG_FILE, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+    fd = reg_open_locked(dfd, dir, &st, err);
     if (fd < 0)
-        return aj_err(err, errno, "open %s/%s", dir, AJ_BINDREG_FILE);
-    /* Concurrent runs append under the same lock; flock is released with
-     * the fd, also when the supervisor is killed. */
-    while (flock(fd, LOCK_EX) < 0)
-        if (errno != EINTR)
-            return aj_err(err, errno, "lock %s/%s", dir, AJ_BINDREG_FILE);
-    if (fstat(fd, &st) < 0)
-        return aj_err(err, errno, "stat %s/%s", dir, AJ_BINDREG_FILE);
+        return fd;
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1 || (st.st_mode & 022))
         return aj_err(err, 0, "%s/%s is not a private file of ours (uid %u, mode %04o, %lu links); remove it",
                       dir, AJ_BINDREG_FILE, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
                       (unsigned long)st.st_nlink);
     if ((uint64_t)st.st_size > AJ_BINDREG_MAX)
-        return aj_err(err, EFBIG, "%s/%s is larger than %u bytes; remove stale entries (or the file)", dir,
-                      AJ_BINDREG_FILE, AJ_BINDREG_MAX);
+        return aj_err(err, EFBIG, "%s/%s is larger than %u bytes; remove it", dir, AJ_BINDREG_FILE,
+                      AJ_BINDREG_MAX);
+    compact = (uint64_t)st.st_size > AJ_BINDREG_COMPACT_AT;
     buf = malloc((size_t)st.st_size + 1);
     if (!buf)
         return aj_err(err, ENOMEM, "registry");
@@ -495,9 +563,20 @@ int aj_bindreg_update(const struct aj_policy *pol, struct aj_bindreg *ret, struc
         len += (size_t)n;
     }
     buf[len] = '\0';
-    r = reg_parse(&reg, buf);
+    r = reg_parse(&all, buf);
     if (r < 0)
         goto fail;
+    /* Without a birth time an inode number is all there is, and a new
+     * directory may have the number of a deleted one: such an entry counts
+     * only while its path still leads to it. When compacting, every entry
+     * is held to that. */
+    for (size_t i = 0; i < all.n; i++) {
+        if ((compact || !all.id[i].btime_sec) && !reg_entry_live(&all.id[i], all.path[i]))
+            continue;
+        r = reg_push(&reg, &all.id[i], all.path[i]);
+        if (r < 0)
+            goto fail;
+    }
     for (size_t i = 0; i < pol->n_binds; i++) {
         const struct aj_bind *b = &pol->binds[i];
         _cleanup_close_ int bfd = -1;
@@ -520,26 +599,34 @@ int aj_bindreg_update(const struct aj_policy *pol, struct aj_bindreg *ret, struc
             r = aj_err(err, EINVAL, "--bind-rw %s: a newline in a bind source is refused", b->host);
             goto fail;
         }
-        n = snprintf(line, sizeof(line), "%" PRIu64 " %" PRIu64 " %" PRId64 " %" PRIu32 " %s\n", id.dev, id.ino,
-                     id.btime_sec, id.btime_nsec, b->host);
-        if (n < 0 || (size_t)n >= sizeof(line)) {
+        n = reg_format(line, sizeof(line), &id, b->host);
+        if (n < 0) {
             r = aj_err(err, ENAMETOOLONG, "--bind-rw %s", b->host);
             goto fail;
         }
-        r = aj_write_all(fd, line, (size_t)n);
-        if (r < 0) {
-            r = aj_err(err, -r, "write %s/%s", dir, AJ_BINDREG_FILE);
-            goto fail;
+        if (!compact) {
+            r = aj_write_all(fd, line, (size_t)n);
+            if (r < 0) {
+                r = aj_err(err, -r, "write %s/%s", dir, AJ_BINDREG_FILE);
+                goto fail;
+            }
         }
         r = reg_push(&reg, &id, b->host);
         if (r < 0)
             goto fail;
     }
+    if (compact) {
+        r = reg_compact(dfd, dir, &reg, err);
+        if (r < 0)
+            goto fail;
+    }
+    aj_bindreg_clear(&all);
     *ret = reg;
     return 0;
 fail:
     if (r == -ENOMEM)
         r = aj_err(err, ENOMEM, "registry");
+    aj_bindreg_clear(&all);
     aj_bindreg_clear(&reg);
     return r;
 }

@@ -312,3 +312,72 @@ def test_alert_hook_does_not_run_from_the_callers_cwd(ws, hostdir):
            cwd=w)
     assert r.returncode == 0, r
     assert os.path.exists(marker)
+
+
+# ---- the registry's upkeep ------------------------------------------------------------------
+
+def _as_caller_with_home(home):
+    """Run agentjail rootless with its state directory under home: as
+    nobody when the suite runs as root, so the test owns the registry and
+    the host's /run/agentjail is left alone."""
+    if IS_ROOT:
+        os.chown(home, 65534, 65534)
+        return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return []
+
+
+def test_registry_is_compacted_and_keeps_live_entries(hostdir):
+    home = os.path.join(hostdir, "home")
+    os.mkdir(home, 0o700)
+    prefix = _as_caller_with_home(home)
+    live = os.path.join(hostdir, "live")
+    new = os.path.join(hostdir, "new")
+    for d in (live, new):
+        os.mkdir(d, 0o777)
+        os.chmod(d, 0o777)
+    env = dict(os.environ, HOME=home)
+    env.pop("XDG_RUNTIME_DIR", None)
+
+    def run(args, cmd):
+        return subprocess.run(prefix + [AJ_BIN, "run"] + args + ["--"] + cmd, capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    r = run(["--bind-rw", "%s:/ws" % live], ["true"])
+    assert r.returncode == 0, r
+    reg = os.path.join(home, ".local/state/agentjail/writable-binds")
+    first = read(reg)
+    assert first.endswith(" %s\n" % live), first
+    # 8,000 entries of directories that are gone (330 KB): past the 256 KB threshold.
+    with open(reg, "a") as f:
+        for i in range(8000):
+            f.write("1 %d 1700000000 0 /nonexistent/ws-%d\n" % (100000 + i, i))
+    r = run(["--bind-rw", "%s:/ws" % new], ["true"])
+    assert r.returncode == 0, r
+    lines = read(reg).splitlines()
+    assert [line.split(" ", 4)[4] for line in lines] == [live, new], lines[:5]
+    assert [n for n in os.listdir(os.path.dirname(reg))] == ["writable-binds"]  # no temp file left
+    # The live entry still protects: a directory inside it is refused.
+    os.mkdir(os.path.join(live, "sub"), 0o755)
+    r = run(["--bind-ro", "%s/sub:/d" % live], ["true"])
+    assert r.returncode == 2 and "lies inside %s" % live in r.stderr, r
+
+
+def test_registry_not_ours_alone_is_refused(hostdir):
+    home = os.path.join(hostdir, "home")
+    os.mkdir(home, 0o700)
+    prefix = _as_caller_with_home(home)
+    ws = os.path.join(hostdir, "w")
+    os.mkdir(ws)
+    os.chmod(ws, 0o777)
+    env = dict(os.environ, HOME=home)
+    env.pop("XDG_RUNTIME_DIR", None)
+    cmd = prefix + [AJ_BIN, "run", "--bind-rw", "%s:/ws" % ws, "--", "true"]
+    assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
+    reg = os.path.join(home, ".local/state/agentjail/writable-binds")
+    os.chmod(reg, 0o666)  # someone else could rewrite it
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "writable-binds is not a private file" in r.stderr, r
+    os.chmod(reg, 0o600)
+    os.chmod(os.path.dirname(reg), 0o777)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "must be a directory owned by uid" in r.stderr, r
