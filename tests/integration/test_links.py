@@ -381,3 +381,20 @@ def test_registry_not_ours_alone_is_refused(hostdir):
     os.chmod(os.path.dirname(reg), 0o777)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert r.returncode != 0 and "must be a directory owned by uid" in r.stderr, r
+
+
+def test_degraded_mode_bind_source_symlink_is_refused(ws, secret):
+    """Without namespaces a bind is a Landlock rule on the host path: the
+    planted link must not widen it to the secret directory."""
+    from conftest import nouserns
+    w, target = ws
+    plant(w, "ln -s %s /ws/data" % secret)
+    cmd = nouserns() + [AJ_BIN, "run", "--allow-degraded", "--bind-ro", "%s/data" % w, "--",
+                        "cat", "%s/data/key" % w]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "TOPSECRET" not in r.stdout, r
+    assert "symlink" in r.stderr, r.stderr
+    # Control: the secret directory itself, named, is readable in degraded mode.
+    cmd = nouserns() + [AJ_BIN, "run", "--allow-degraded", "--bind-ro", secret, "--", "cat", "%s/key" % secret]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "TOPSECRET\n", r
