@@ -742,10 +742,8 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
         if (e->kind == AJ_MNT_DEV)
             continue;
         r = check_bind_source(fd, e->src, err);
-        if (r < 0) {
-            err->exit_hint = 2;
-            return r;
-        }
+        if (r < 0)
+            return r; /* a setup error (125), as when the sandbox side finds it */
         if (pol->allow_bind_inside_writable)
             continue;
         /* Inside a writable bind: its directory, or one above, is one. The
