@@ -725,6 +725,18 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
         if (e->kind != AJ_MNT_BIND && e->kind != AJ_MNT_DEV)
             continue;
         fd = aj_open_nofollow(e->src, O_PATH, 0);
+        if (fd == -ELOOP && e->optional) {
+            /* A system path (/usr, /etc/ssl/certs, ...; never a policy's
+             * bind) with a symlink on the way, as some distributions have:
+             * root's directories, which no sandbox writes. Resolved once
+             * here, and both sides then use the real path. */
+            char *real = realpath(e->src, NULL);
+            if (real) {
+                free(e->src);
+                e->src = real;
+                fd = aj_open_nofollow(e->src, O_PATH, 0);
+            }
+        }
         if (fd == -ENOENT && e->optional) {
             e->absent = true;
             continue;
