@@ -43,6 +43,12 @@ bool aj_devino_same(const struct aj_devino *a, const struct aj_devino *b);
 int aj_hostpath_open_parent(const char *path, const char *what, char *name, size_t name_size,
                             struct aj_error *err);
 
+/* Write a whole file as a new file (O_EXCL, mode) in path's directory
+ * (resolved without following a symlink) renamed over path: nothing that
+ * sits at path is opened or written through. */
+int aj_hostpath_write_replace(const char *path, const char *what, const void *data, size_t len, mode_t mode,
+                              struct aj_error *err);
+
 /* Walk from dirfd up to the root through "..": the index in set of the
  * first directory on the way (dirfd itself included) that is one of set,
  * or -1. */

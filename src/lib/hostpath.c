@@ -225,6 +225,37 @@ int aj_hostpath_open_parent(const char *path, const char *what, char *name, size
     return fd;
 }
 
+int aj_hostpath_write_replace(const char *path, const char *what, const void *data, size_t len, mode_t mode,
+                              struct aj_error *err)
+{
+    _cleanup_close_ int dfd = -1, fd = -1;
+    char name[256], tmp[300], rnd[17];
+    int r;
+
+    dfd = aj_hostpath_open_parent(path, what, name, sizeof(name), err);
+    if (dfd < 0)
+        return dfd;
+    if (aj_random_hex(rnd, 16) < 0)
+        return aj_err(err, EIO, "random name for %s %s", what, path);
+    snprintf(tmp, sizeof(tmp), ".%.200s.%s.tmp", name, rnd);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return aj_err(err, errno, "create %s %s (as %s)", what, path, tmp);
+    r = aj_write_all(fd, data, len);
+    if (r == 0 && close(TAKE_FD(fd)) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlinkat(dfd, tmp, 0);
+        return aj_err(err, -r, "write %s %s", what, path);
+    }
+    if (renameat(dfd, tmp, dfd, name) < 0) {
+        int e = errno;
+        (void)unlinkat(dfd, tmp, 0);
+        return aj_err(err, e, "write %s %s (rename)", what, path);
+    }
+    return 0;
+}
+
 ssize_t aj_hostpath_find_ancestor(int dirfd, const struct aj_devino *set, size_t n)
 {
     _cleanup_close_ int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);

@@ -190,41 +190,17 @@ int aj_result_check_path(const struct aj_policy *pol, const char *path, struct a
     return aj_hostpath_check_outside_writable(pol, dfd, path, "--result", err);
 }
 
-/* The file is never opened by its name: a temporary file is created (O_EXCL)
- * in the directory, resolved without following a symlink, and renamed over
- * the name. Whatever sits at the name (a symlink a sandbox planted to a
- * file of root's, a hard link, a FIFO) is replaced, never written through. */
+/* Written as a new file renamed over path (aj_hostpath_write_replace):
+ * whatever sits at path (a symlink a sandbox planted to a file of root's,
+ * a hard link, a FIFO) is replaced, never written through. */
 int aj_result_write_file(const struct aj_result *res, const char *path, struct aj_error *err)
 {
     _cleanup_free_ char *json = aj_result_to_json(res);
-    _cleanup_close_ int dfd = -1, fd = -1;
-    char name[256], tmp[300], rnd[17];
-    int r;
+    size_t n;
 
     if (!json)
         return aj_err(err, ENOMEM, "result json");
-    dfd = aj_hostpath_open_parent(path, "result file", name, sizeof(name), err);
-    if (dfd < 0)
-        return dfd;
-    if (aj_random_hex(rnd, 16) < 0)
-        return aj_err(err, EIO, "random name for the result file");
-    snprintf(tmp, sizeof(tmp), ".%.200s.%s.tmp", name, rnd);
-    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return aj_err(err, errno, "create result file %s (as %s)", path, tmp);
-    r = aj_write_all(fd, json, strlen(json));
-    if (r == 0)
-        r = aj_write_all(fd, "\n", 1);
-    if (r == 0 && close(TAKE_FD(fd)) < 0)
-        r = -errno;
-    if (r < 0) {
-        (void)unlinkat(dfd, tmp, 0);
-        return aj_err(err, -r, "write result file %s", path);
-    }
-    if (renameat(dfd, tmp, dfd, name) < 0) {
-        int e = errno;
-        (void)unlinkat(dfd, tmp, 0);
-        return aj_err(err, e, "write result file %s (rename)", path);
-    }
-    return 0;
+    n = strlen(json);
+    json[n] = '\n'; /* json_dumps leaves room for the NUL we replace */
+    return aj_hostpath_write_replace(path, "result file", json, n + 1, 0644, err);
 }

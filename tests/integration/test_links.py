@@ -398,3 +398,18 @@ def test_degraded_mode_bind_source_symlink_is_refused(ws, secret):
     cmd = nouserns() + [AJ_BIN, "run", "--allow-degraded", "--bind-ro", secret, "--", "cat", "%s/key" % secret]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout == "TOPSECRET\n", r
+
+
+def test_report_output_over_planted_symlink_replaces_the_link(ws):
+    """`agentjail report --output` into a workspace a run wrote."""
+    w, target = ws
+    plant(w, "ln -s %s /ws/report.md" % target)
+    golden = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "golden")
+    out = os.path.join(w, "report.md")
+    r = subprocess.run([AJ_BIN, "report", "--profile", "default", "--output", out,
+                        "--probe-json", os.path.join(golden, "probe-clean.json"),
+                        "--check-json", os.path.join(golden, "check-host.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r
+    assert read(target) == ORIG
+    assert not os.path.islink(out) and read(out).startswith("#"), read(out)[:100]
