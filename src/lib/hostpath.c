@@ -389,7 +389,9 @@ int aj_state_dir_open(char *path, size_t path_size, struct aj_error *err)
     }
     r = mkdir_nofollow(path, err);
     if (r < 0)
-        return r;
+        return me == 0 ? r
+                       : aj_err_prefix(err, r, "state directory %s (set XDG_RUNTIME_DIR or HOME to a directory "
+                                       "of yours)", path);
     fd = aj_open_nofollow(path, O_PATH | O_DIRECTORY, 0);
     if (fd < 0)
         return aj_err(err, -fd, "open state directory %s%s", path,
