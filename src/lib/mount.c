@@ -623,7 +623,11 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
         if (fd < 0) {
             if (e->optional && fd == -ENOENT)
                 continue;
-            return aj_err(err, -fd, "bind source %s", e->src);
+            r = aj_err(err, -fd, "bind source %s%s", e->src,
+                       fd == -ELOOP ? " became a symlink while the sandbox started; refused" : "");
+            if (fd == -ELOOP)
+                err->exit_hint = 2;
+            return r;
         }
         if (aj_devino_of(fd, &id) < 0 || !aj_devino_same(&id, &e->id)) {
             (void)close(fd);

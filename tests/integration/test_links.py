@@ -413,3 +413,53 @@ def test_report_output_over_planted_symlink_replaces_the_link(ws):
     assert r.returncode == 0, r
     assert read(target) == ORIG
     assert not os.path.islink(out) and read(out).startswith("#"), read(out)[:100]
+
+
+def test_bind_source_swapped_during_setup_never_binds_the_link_target(hostdir, secret):
+    """A racer swaps the bind source between a real directory and a
+    symlink to a secret directory (renameat2 RENAME_EXCHANGE: atomic), as a
+    concurrent run could in its workspace. Whatever instant each lookup
+    lands on, the secret is never bound: the run binds the real directory,
+    or is refused (exit 2)."""
+    import ctypes
+    import threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        pytest.skip("libc without renameat2")
+    d = os.path.join(hostdir, "race")
+    os.mkdir(d, 0o755)
+    real = os.path.join(d, "data")
+    os.mkdir(real, 0o755)
+    with open(os.path.join(real, "key"), "w") as f:
+        f.write("public\n")
+    os.chmod(os.path.join(real, "key"), 0o644)
+    alt = os.path.join(d, "alt")
+    os.symlink(secret, alt)
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    stop = threading.Event()
+    swaps = [0]
+
+    def racer():
+        a, b = real.encode(), alt.encode()
+        while not stop.is_set():
+            if libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0:
+                swaps[0] += 1
+
+    t = threading.Thread(target=racer, daemon=True)
+    t.start()
+    outcomes = []
+    try:
+        # 40 runs, and more (up to 200) until both outcomes were seen.
+        while len(outcomes) < 40 or (len(set(outcomes)) < 2 and len(outcomes) < 200):
+            r = aj(["--bind-ro", "%s:/data" % real], ["cat", "/data/key"])
+            assert "TOPSECRET" not in r.stdout, r
+            assert r.returncode in (0, 2), r
+            if r.returncode == 0:
+                assert r.stdout == "public\n", r
+            outcomes.append(r.returncode)
+    finally:
+        stop.set()
+        t.join()
+    assert swaps[0] > 100, swaps
+    # Both outcomes happen: the race is real, and the real directory binds.
+    assert 0 in outcomes and 2 in outcomes, outcomes
