@@ -93,10 +93,14 @@ static int open_walk(const char *path, int flags, mode_t mode)
         if (cur >= 0)
             (void)close(cur);
         /* O_PATH | O_NOFOLLOW opens a symlink itself: refuse it here. */
-        if (fstat(fd, &st) < 0 || S_ISLNK(st.st_mode) || (!last && !S_ISDIR(st.st_mode))) {
-            int e = S_ISLNK(st.st_mode) ? ELOOP : ENOTDIR;
+        if (fstat(fd, &st) < 0) {
+            int e = errno;
             (void)close(fd);
             return -e;
+        }
+        if (S_ISLNK(st.st_mode) || (!last && !S_ISDIR(st.st_mode))) {
+            (void)close(fd);
+            return S_ISLNK(st.st_mode) ? -ELOOP : -ENOTDIR;
         }
         if (last)
             return fd;
