@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "aj_hostpath.h"
 #include "aj_posture.h"
 #include "aj_report.h"
 #include "aj_util.h"
@@ -101,22 +102,18 @@ static void label_file(char *buf, size_t size, const char *prefix, const char *p
     snprintf(buf, size, "%s%s", prefix, basename(tmp));
 }
 
-static int write_output(const char *path, const char *text)
+static int write_output(const char *path, const char *text, struct aj_error *werr)
 {
     size_t len = strlen(text);
-    _cleanup_close_ int fd = -1;
 
     if (!path || strcmp(path, "-") == 0) {
         if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0)
             return -EIO;
         return 0;
     }
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644);
-    if (fd < 0)
-        return -errno;
-    if (aj_write_all(fd, text, len) < 0)
-        return -EIO;
-    return 0;
+    /* Not through a symlink: the report may go to a directory a sandbox
+     * wrote (docs/security-model.md §10). */
+    return aj_hostpath_write_replace(path, "report", text, len, 0644, werr);
 }
 
 int aj_cmd_report(int argc, char **argv)
@@ -247,10 +244,14 @@ int aj_cmd_report(int argc, char **argv)
         fprintf(stderr, "agentjail: report: %s\n", err.msg);
         goto out;
     }
-    r = write_output(output, text);
-    if (r < 0) {
-        fprintf(stderr, "agentjail: report: write %s: %s\n", output ? output : "stdout", strerror(-r));
-        goto out;
+    {
+        struct aj_error werr = {0};
+        r = write_output(output, text, &werr);
+        if (r < 0) {
+            fprintf(stderr, "agentjail: report: %s\n",
+                    werr.msg[0] ? werr.msg : "write stdout: Input/output error");
+            goto out;
+        }
     }
     code = 0;
     goto out;

@@ -31,6 +31,7 @@ enum {
     OPT_ALLOW_NO_LANDLOCK,
     OPT_ALLOW_UNSCOPED_SIGNALS,
     OPT_ALLOW_NO_DECOYS,
+    OPT_ALLOW_BIND_INSIDE_WRITABLE,
     OPT_MEMORY,
     OPT_PIDS,
     OPT_CPUS,
@@ -69,6 +70,7 @@ static const struct option run_options[] = {
     {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
     {"allow-unscoped-signals", no_argument, NULL, OPT_ALLOW_UNSCOPED_SIGNALS},
     {"allow-no-decoys", no_argument, NULL, OPT_ALLOW_NO_DECOYS},
+    {"allow-bind-inside-writable", no_argument, NULL, OPT_ALLOW_BIND_INSIDE_WRITABLE},
     {"memory", required_argument, NULL, OPT_MEMORY},
     {"pids", required_argument, NULL, OPT_PIDS},
     {"cpus", required_argument, NULL, OPT_CPUS},
@@ -129,11 +131,14 @@ static void run_usage(FILE *f)
           "                            at the first escape attempt or decoy touch\n"
           "  --alert-cmd CMD           run CMD (sh -c, on the host) once, at the first\n"
           "                            high-severity event, with the event JSON on stdin\n"
+          "                            (from /: give CMD absolute paths)\n"
           "  --alert-timeout DURATION  kill the alert command after this (default 10s)\n"
           "  --no-decoys               no docker.sock / Kubernetes token / device decoys\n"
           "  --decoy-cloud             also plant cloud credential decoys (env, ~/.aws)\n"
           "\n"
-          "  --result FILE             write the result JSON to FILE\n"
+          "  --result FILE             write the result JSON to FILE (refused inside a\n"
+          "                            --bind-rw directory; FILE's directories must not\n"
+          "                            be symlinks)\n"
           "  --allow-degraded          if namespaces are refused, run with Landlock, seccomp,\n"
           "                            rlimits and no_new_privs only (loudly reported)\n"
           "  --allow-no-landlock       on a kernel without Landlock (before 5.13), run without\n"
@@ -143,6 +148,9 @@ static void run_usage(FILE *f)
           "                            able to signal the caller's other processes\n"
           "  --allow-no-decoys         if the decoys cannot be watched (no CAP_LEASE in a\n"
           "                            container), run anyway (the result shows decoys missing)\n"
+          "  --allow-bind-inside-writable  bind a source that lies inside a directory a\n"
+          "                            sandbox run could write (refused by default: that run\n"
+          "                            could have planted what is there)\n"
           "\n"
           "Exit status: the payload's; 128+N if it was killed by signal N (a timeout or a\n"
           "limit: 137);\n"
@@ -268,6 +276,9 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_ALLOW_NO_DECOYS:
             pol.allow_no_decoys = true;
             break;
+        case OPT_ALLOW_BIND_INSIDE_WRITABLE:
+            pol.allow_bind_inside_writable = true;
+            break;
         case OPT_MEMORY:
             r = aj_policy_set_memory(&pol, optarg, &err);
             break;
@@ -336,6 +347,9 @@ int aj_cmd_run(int argc, char **argv)
     }
     r = aj_policy_validate(&pol, &err);
     if (r < 0)
+        goto usage_error;
+    /* Before anything starts: the result is written as root after the run. */
+    if (result_path && aj_result_check_path(&pol, result_path, &err) < 0)
         goto usage_error;
 
     {

@@ -41,9 +41,12 @@ struct aj_audit {
 AJ_EXPORT const char *aj_event_type_name(enum aj_event_type t);
 AJ_EXPORT const char *aj_severity_name(enum aj_severity s);
 
-/* path: NULL (no output), "-" (stderr) or a file (appended, created 0600). */
-int aj_audit_open(struct aj_audit *a, const char *path, const char *sandbox_id, const char *policy_sha256,
-                  struct aj_error *err);
+struct aj_policy;
+/* path: NULL (no output), "-" (stderr) or a file (appended, created 0600;
+ * reached without following a symlink; refused, with exit_hint 2, inside a
+ * writable bind of pol when pol is given). */
+int aj_audit_open(struct aj_audit *a, const struct aj_policy *pol, const char *path, const char *sandbox_id,
+                  const char *policy_sha256, struct aj_error *err);
 void aj_audit_close(struct aj_audit *a);
 
 /* A new event with time, sandbox_id, policy_sha256, type and severity. */

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "aj_error.h"
+#include "aj_hostpath.h"
 #include "aj_policy.h"
 
 enum aj_mnt_kind {
@@ -28,6 +29,10 @@ struct aj_mnt_entry {
     bool rw;
     bool noexec;
     bool optional; /* a missing host path is skipped, not an error */
+    /* BIND/DEV: what the supervisor resolved (aj_mount_plan_resolve); the
+     * sandbox side binds only an object with this identity. */
+    struct aj_devino id;
+    bool absent;   /* optional and missing: skipped */
 };
 
 /* Everything the sandbox side needs, prepared by the supervisor (malloc is
@@ -52,6 +57,17 @@ int aj_mount_plan_add_file(struct aj_mount_plan *plan, const char *dst, const ch
 /* Supervisor side: refuse a bind source with a kernel filesystem (proc,
  * sysfs, cgroup, devtmpfs...) mounted somewhere inside it. */
 int aj_mount_check_bind_submounts(const struct aj_policy *pol, struct aj_error *err);
+
+/* Supervisor side, before the clone: resolve every bind source once
+ * without following a symlink (a sandbox with a writable bind could have
+ * planted one), check what it is on the fd, and record its identity for
+ * the sandbox side. Unless pol->allow_bind_inside_writable, also refuse a
+ * source inside a directory in reg (bound writable by this or an earlier
+ * run) or, with run_uid_count > 0 (root mode), made by a sandbox (owned by
+ * a host uid of [run_uid_base, run_uid_base + run_uid_count)). A refusal
+ * sets err->exit_hint to 2. */
+int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *pol, const struct aj_bindreg *reg,
+                          uint32_t run_uid_base, uint32_t run_uid_count, struct aj_error *err);
 
 /* Sandbox side (pid 1 of the new pid namespace, in the new mount and user
  * namespaces, capabilities held): build the root and pivot into it. */

@@ -67,6 +67,10 @@ struct aj_policy {
     bool noexec_tmp;            /* /tmp, /dev/shm, --tmpfs: noexec mounts, no Landlock execute */
     bool allow_unscoped_signals; /* degraded rootless run where Landlock cannot scope signals (ABI < 6) */
     bool allow_no_decoys;       /* run when the decoys cannot be watched (no CAP_LEASE) */
+    /* Bind a source that lies inside a directory a sandbox run was given to
+     * write (or that a sandbox made): what is there may have been planted
+     * by that run. Off by default. Symlinks are refused regardless. */
+    bool allow_bind_inside_writable;
 
     /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
      * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)

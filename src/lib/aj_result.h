@@ -83,5 +83,11 @@ AJ_EXPORT const char *aj_status_name(enum aj_status s);
 AJ_EXPORT const char *aj_layer_name(enum aj_layer l);
 /* Result JSON (versioned, see docs/result.md); caller frees. */
 AJ_EXPORT char *aj_result_to_json(const struct aj_result *res);
+struct aj_policy;
+/* Before the run: refuse (exit_hint 2) a result path whose directory is
+ * reached through a symlink or lies inside one of the run's writable binds. */
+AJ_EXPORT int aj_result_check_path(const struct aj_policy *pol, const char *path, struct aj_error *err);
+/* Written to a temporary file in the (symlink-free) directory and renamed
+ * over path: nothing at path is followed or written through. */
 AJ_EXPORT int aj_result_write_file(const struct aj_result *res, const char *path,
                                    struct aj_error *err);

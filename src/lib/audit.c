@@ -3,10 +3,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "aj_hostpath.h"
+#include "aj_missing.h"
 #include "aj_util.h"
 
 static const char *const type_names[AJ_EV_COUNT] = {
@@ -35,8 +39,64 @@ const char *aj_severity_name(enum aj_severity s)
     return "unknown";
 }
 
-int aj_audit_open(struct aj_audit *a, const char *path, const char *sandbox_id, const char *policy_sha256,
-                  struct aj_error *err)
+/* The events file is appended to as the caller (root, usually), also by
+ * later runs: a sandbox that could write where it lies could swap it for a
+ * symlink to a file of root's (a shell rc file) and have the next run's
+ * events, which carry strings the payload chose, appended there. So: the
+ * directory is resolved without following a symlink, refused inside a
+ * writable bind of the run, and the file opened with O_NOFOLLOW (a symlink
+ * fails with ELOOP) and O_NONBLOCK (a FIFO without a reader fails instead
+ * of blocking); it must be a regular file with a single link (a hard link
+ * to another file would be written through). */
+static int open_events_file(const struct aj_policy *pol, const char *path, struct aj_error *err)
+{
+    char name[256];
+    _cleanup_close_ int dfd = aj_hostpath_open_parent(path, "--events", name, sizeof(name), err);
+    _cleanup_close_ int fd = -1;
+    struct aj_open_how how = {
+        .flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK,
+        .mode = 0600,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    struct stat st;
+    int r, fl;
+
+    if (dfd < 0) {
+        err->exit_hint = 2;
+        return dfd;
+    }
+    if (pol) {
+        r = aj_hostpath_check_outside_writable(pol, dfd, path, "--events", err);
+        if (r < 0)
+            return r;
+    }
+    fd = aj_sys_openat2(dfd, name, &how);
+    if (fd < 0 && errno == ENOSYS) /* before 5.6: one component, O_NOFOLLOW is the same check */
+        fd = openat(dfd, name, (int)how.flags, 0600);
+    if (fd < 0) {
+        int e = errno;
+        r = aj_err(err, e, "open events file %s%s", path,
+                   e == ELOOP ? " (it is a symlink: agentjail never appends through one; remove it)"
+                   : e == ENXIO ? " (it is a FIFO)" : "");
+        err->exit_hint = 2;
+        return r;
+    }
+    if (fstat(fd, &st) < 0)
+        return aj_err(err, errno, "stat events file %s", path);
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        r = aj_err(err, 0, "events file %s is not a regular file with a single link (%s); refused", path,
+                   S_ISREG(st.st_mode) ? "it has other hard links" : "not a regular file");
+        err->exit_hint = 2;
+        return r;
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+        return aj_err(err, errno, "events file %s", path);
+    return TAKE_FD(fd);
+}
+
+int aj_audit_open(struct aj_audit *a, const struct aj_policy *pol, const char *path, const char *sandbox_id,
+                  const char *policy_sha256, struct aj_error *err)
 {
     memset(a, 0, sizeof(*a));
     a->fd = -1;
@@ -50,9 +110,9 @@ int aj_audit_open(struct aj_audit *a, const char *path, const char *sandbox_id, 
     }
     /* O_APPEND: one write per line, so concurrent runs sharing a file
      * interleave whole lines. 0600: events can carry paths and arguments. */
-    a->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600);
+    a->fd = open_events_file(pol, path, err);
     if (a->fd < 0)
-        return aj_err(err, errno, "open events file %s", path);
+        return a->fd;
     a->own_fd = true;
     return 0;
 }

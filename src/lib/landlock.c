@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "aj_hostpath.h"
 #include "aj_missing.h"
 #include "aj_result.h"
 #include "aj_util.h"
@@ -56,11 +57,12 @@ static uint64_t fs_rights_for_abi(int abi)
     (AJ_LL_FS_EXECUTE | AJ_LL_FS_WRITE_FILE | AJ_LL_FS_READ_FILE | AJ_LL_FS_TRUNCATE |             \
      AJ_LL_FS_IOCTL_DEV)
 
+static int add_rule_fd(int ruleset, int fd, const char *path, uint64_t access, uint64_t handled,
+                       struct aj_error *err);
+
 static int add_path_rule(int ruleset, const char *path, uint64_t access, uint64_t handled,
                          bool optional, struct aj_error *err)
 {
-    struct aj_landlock_path_beneath_attr attr;
-    struct stat st;
     _cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
 
     if (fd < 0) {
@@ -68,6 +70,29 @@ static int add_path_rule(int ruleset, const char *path, uint64_t access, uint64_
             return 0;
         return aj_err(err, errno, "landlock: open %s", path);
     }
+    return add_rule_fd(ruleset, fd, path, access, handled, err);
+}
+
+/* Degraded mode: a bind is a rule on a host path. Resolved as the mount
+ * layer resolves bind sources, without following a symlink (a sandbox
+ * with a writable bind could have planted one to a host directory). */
+static int add_host_bind_rule(int ruleset, const char *path, uint64_t access, uint64_t handled,
+                              struct aj_error *err)
+{
+    _cleanup_close_ int fd = aj_open_nofollow(path, O_PATH, 0);
+
+    if (fd < 0)
+        return aj_err(err, -fd, "landlock: open %s%s", path,
+                      fd == -ELOOP ? " (a component is a symlink: pass the real path)" : "");
+    return add_rule_fd(ruleset, fd, path, access, handled, err);
+}
+
+static int add_rule_fd(int ruleset, int fd, const char *path, uint64_t access, uint64_t handled,
+                       struct aj_error *err)
+{
+    struct aj_landlock_path_beneath_attr attr;
+    struct stat st;
+
     if (fstat(fd, &st) < 0)
         return aj_err(err, errno, "landlock: stat %s", path);
     access &= handled;
@@ -177,8 +202,9 @@ int aj_landlock_child_apply_ex(const struct aj_policy *pol, int abi, bool degrad
     }
     for (size_t i = 0; i < pol->n_binds; i++) {
         const struct aj_bind *b = &pol->binds[i];
-        const char *path = degraded ? b->host : b->sandbox;
-        r = add_path_rule(ruleset, path, b->rw ? rw : (LL_READ | AJ_LL_FS_EXECUTE), handled, false, err);
+        uint64_t access = b->rw ? rw : (LL_READ | AJ_LL_FS_EXECUTE);
+        r = degraded ? add_host_bind_rule(ruleset, b->host, access, handled, err)
+                     : add_path_rule(ruleset, b->sandbox, access, handled, false, err);
         if (r < 0)
             return r;
     }

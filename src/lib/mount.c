@@ -745,24 +745,48 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
     for (size_t i = 0; i < plan->n; i++) {
         const struct aj_mnt_entry *e = &plan->entries[i];
         uint64_t attrs = AJ_MOUNT_ATTR_NOSUID;
+        struct aj_devino id;
         struct stat st;
         int fd, r;
 
         plan->src_fds[i] = -1;
         if (e->kind != AJ_MNT_BIND && e->kind != AJ_MNT_DEV)
             continue;
-        /* The source is resolved here, once, as the policy names it; from now
-         * on only the fd is used. */
-        fd = aj_sys_open_tree(AT_FDCWD, e->src,
-                              OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (e->kind == AJ_MNT_BIND ? AT_RECURSIVE : 0));
+        if (e->absent)
+            continue; /* optional, and missing when the supervisor looked */
+        /* The supervisor resolved the source (aj_mount_plan_resolve); here
+         * it is resolved again, also without following a symlink, and
+         * bound only if it is the very object the supervisor checked: a
+         * file descriptor of the host's mount namespace cannot be cloned
+         * from this one (open_tree refuses a mount of another namespace),
+         * so the identity is what carries the check across. From here on
+         * only the fd is used. */
+        fd = aj_open_nofollow(e->src, O_PATH, 0);
         if (fd < 0) {
-            if (e->optional && errno == ENOENT)
+            if (e->optional && fd == -ENOENT)
                 continue;
+            r = aj_err(err, -fd, "bind source %s%s", e->src,
+                       fd == -ELOOP ? " became a symlink while the sandbox started; refused" : "");
+            if (fd == -ELOOP)
+                err->exit_hint = 2;
+            return r;
+        }
+        if (aj_devino_of(fd, &id) < 0 || !aj_devino_same(&id, &e->id)) {
+            (void)close(fd);
+            r = aj_err(err, 0, "bind source %s was replaced while the sandbox started (it is not what was "
+                       "checked); refused", e->src);
+            err->exit_hint = 2;
+            return r;
+        }
+        plan->src_fds[i] = aj_sys_open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
+                                                        (e->kind == AJ_MNT_BIND ? AT_RECURSIVE : 0));
+        (void)close(fd);
+        fd = plan->src_fds[i];
+        if (fd < 0) {
             if (errno == ENOSYS)
                 return kernel_lacks(err, "open_tree", "5.2", e->src);
             return aj_err(err, errno, "bind source %s", e->src);
         }
-        plan->src_fds[i] = fd;
         if (e->kind == AJ_MNT_BIND)
             attrs |= AJ_MOUNT_ATTR_NODEV | (e->rw ? 0 : AJ_MOUNT_ATTR_RDONLY);
         else
@@ -780,6 +804,133 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
             if (r < 0)
                 return r;
         }
+    }
+    return 0;
+}
+
+/* ---- supervisor side: resolve the sources ------------------------------------ */
+
+static int refuse(struct aj_error *err, int errnum, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(struct aj_error *err, int errnum, const char *fmt, ...)
+{
+    va_list ap;
+    char msg[sizeof(err->msg)];
+    int r;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    r = aj_err(err, errnum, "%s", msg);
+    err->exit_hint = 2; /* bad input: nothing was started */
+    return r;
+}
+
+/* Root mode: a directory or file a sandbox made is owned by one of the
+ * run uids. The source or any directory above it being one means a run
+ * chose what is there. Returns the owner found, or (uid_t)-1. */
+static uid_t made_by_sandbox(int fd, uint32_t base, uint32_t count)
+{
+    _cleanup_close_ int cur = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    struct stat st, up;
+
+    if (cur < 0 || count == 0 || fstat(cur, &st) < 0)
+        return (uid_t)-1;
+    for (int depth = 0; depth < 4096; depth++) {
+        int parent;
+        if (st.st_uid >= base && st.st_uid - base < count)
+            return st.st_uid;
+        if (!S_ISDIR(st.st_mode))
+            return (uid_t)-1; /* a file: its directory is checked by the caller */
+        parent = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (parent < 0)
+            return (uid_t)-1;
+        (void)close(cur);
+        cur = parent;
+        if (fstat(cur, &up) < 0 || (up.st_dev == st.st_dev && up.st_ino == st.st_ino))
+            return (uid_t)-1;
+        st = up;
+    }
+    return (uid_t)-1;
+}
+
+static const char *bind_flag(const struct aj_mnt_entry *e)
+{
+    return e->rw ? "--bind-rw" : "--bind-ro";
+}
+
+int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *pol, const struct aj_bindreg *reg,
+                          uint32_t run_uid_base, uint32_t run_uid_count, struct aj_error *err)
+{
+    for (size_t i = 0; i < plan->n; i++) {
+        struct aj_mnt_entry *e = &plan->entries[i];
+        _cleanup_close_ int fd = -1, dirfd = -1;
+        char name[256];
+        uid_t owner;
+        int r;
+
+        if (e->kind != AJ_MNT_BIND && e->kind != AJ_MNT_DEV)
+            continue;
+        fd = aj_open_nofollow(e->src, O_PATH, 0);
+        if (fd == -ELOOP && e->optional) {
+            /* A system path (/usr, /etc/ssl/certs, ...; never a policy's
+             * bind) with a symlink on the way, as some distributions have:
+             * root's directories, which no sandbox writes. Resolved once
+             * here, and both sides then use the real path. */
+            char *real = realpath(e->src, NULL);
+            if (real) {
+                free(e->src);
+                e->src = real;
+                fd = aj_open_nofollow(e->src, O_PATH, 0);
+            }
+        }
+        if (fd == -ENOENT && e->optional) {
+            e->absent = true;
+            continue;
+        }
+        if (fd == -ELOOP)
+            return refuse(err, 0,
+                          "%s %s: a component of the path is a symlink; bind sources are resolved without "
+                          "following symlinks (one in a directory a sandbox could write may have been planted "
+                          "to expose a host directory): pass the real path (realpath %s)",
+                          bind_flag(e), e->src, e->src);
+        if (fd < 0)
+            return aj_err(err, -fd, "bind source %s", e->src);
+        if (aj_devino_of(fd, &e->id) < 0)
+            return aj_err(err, errno, "bind source %s", e->src);
+        if (e->kind == AJ_MNT_DEV)
+            continue;
+        r = check_bind_source(fd, e->src, err);
+        if (r < 0)
+            return r; /* a setup error (125), as when the sandbox side finds it */
+        if (pol->allow_bind_inside_writable)
+            continue;
+        /* Inside a writable bind: its directory, or one above, is one. The
+         * source itself may be one (a workspace bound again). */
+        dirfd = aj_hostpath_open_parent(e->src, bind_flag(e), name, sizeof(name), err);
+        if (dirfd < 0) {
+            err->exit_hint = 2;
+            return dirfd;
+        }
+        if (reg) {
+            ssize_t k = aj_hostpath_find_ancestor(dirfd, reg->id, reg->n);
+            if (k >= 0)
+                return refuse(err, 0,
+                              "%s %s lies inside %s, which a sandbox run was given to write (--bind-rw; the "
+                              "registry of writable bind sources names it): that run could have planted what is "
+                              "there. Bind a path outside every writable bind, or, if you trust its contents, "
+                              "set filesystem.allow_bind_inside_writable (--allow-bind-inside-writable)",
+                              bind_flag(e), e->src, reg->path[k]);
+        }
+        owner = made_by_sandbox(fd, run_uid_base, run_uid_count);
+        if (owner == (uid_t)-1)
+            owner = made_by_sandbox(dirfd, run_uid_base, run_uid_count);
+        if (owner != (uid_t)-1)
+            return refuse(err, 0,
+                          "%s %s: it (or a directory above it) is owned by host uid %u, one of the uids sandbox "
+                          "runs get: a sandbox made it and could have planted what is there. Bind a path no "
+                          "sandbox made, or, if you trust its contents, set filesystem.allow_bind_inside_writable "
+                          "(--allow-bind-inside-writable)",
+                          bind_flag(e), e->src, (unsigned)owner);
     }
     return 0;
 }

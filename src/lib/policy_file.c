@@ -157,11 +157,12 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     }
     fmt_size(buf, sizeof(buf), pol->tmp_size);
     fmt_duration(tmp, sizeof(tmp), pol->alert_timeout_ms);
-    root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s, s:b}, s:{s:o, s:o}, s:{s:s}, s:o, "
+    root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s, s:b, s:b}, s:{s:o, s:o}, s:{s:s}, s:o, "
                      "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b, s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s}}",
                      "version", AJ_POLICY_VERSION,
                      "filesystem", "binds", binds, "tmpfs", tmpfs, "tmp_size", buf, "workdir",
                      pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR, "noexec_tmp", pol->noexec_tmp,
+                     "allow_bind_inside_writable", pol->allow_bind_inside_writable,
                      "environment", "set", envset, "pass", pass,
                      "network", "mode", pol->network == AJ_NET_LOOPBACK ? "loopback" : "none",
                      "limits", limits,
@@ -640,7 +641,8 @@ static int load_binds(struct loader *L, const json_t *arr)
 
 static int load_filesystem(struct loader *L, const json_t *fs)
 {
-    static const char *const keys[] = {"binds", "tmpfs", "tmp_size", "workdir", "noexec_tmp", NULL};
+    static const char *const keys[] = {"binds", "tmpfs", "tmp_size", "workdir", "noexec_tmp",
+                                       "allow_bind_inside_writable", NULL};
     json_t *v;
     int r = open_group(L, "filesystem", fs, keys);
 
@@ -696,6 +698,12 @@ static int load_filesystem(struct loader *L, const json_t *fs)
         if (!json_is_boolean(v))
             return fail_at(L, "filesystem.noexec_tmp", true, "expected a boolean, got %s", type_name(v));
         L->pol->noexec_tmp = json_is_true(v);
+    }
+    if ((v = json_object_get(fs, "allow_bind_inside_writable"))) {
+        if (!json_is_boolean(v))
+            return fail_at(L, "filesystem.allow_bind_inside_writable", true, "expected a boolean, got %s",
+                           type_name(v));
+        L->pol->allow_bind_inside_writable = json_is_true(v);
     }
     return 0;
 }
@@ -1246,6 +1254,11 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
     if (strcmp(a->workdir ? a->workdir : AJ_DEFAULT_WORKDIR, b->workdir ? b->workdir : AJ_DEFAULT_WORKDIR))
         addf(&t, "filesystem.workdir: A %s, B %s\n", a->workdir ? a->workdir : AJ_DEFAULT_WORKDIR,
              b->workdir ? b->workdir : AJ_DEFAULT_WORKDIR);
+    if (a->allow_bind_inside_writable != b->allow_bind_inside_writable)
+        addf(&t, "filesystem.allow_bind_inside_writable: A %s, B %s (%s is weaker: may bind what an earlier run "
+                 "could have planted)\n",
+             a->allow_bind_inside_writable ? "true" : "false", b->allow_bind_inside_writable ? "true" : "false",
+             a->allow_bind_inside_writable ? "A" : "B");
     /* Environment: what each side hands in. Values are not printed: they
      * may be secrets. */
     for (int side = 0; side < 2; side++) {

@@ -390,6 +390,9 @@ static void score(const struct facts *f, struct scoring *s)
     if (pol->allow_unscoped_signals)
         add_adj(s, DIM_G, +1, "a degraded run may signal the caller's other processes (Landlock before ABI 6)",
                 "policy:degraded.without_signal_scope");
+    if (pol->allow_bind_inside_writable && pol->n_binds)
+        add_adj(s, DIM_G, +1, "a bind may come from inside a directory a sandbox could write (what is there "
+                "may have been planted by an earlier run)", "policy:filesystem.allow_bind_inside_writable");
 
     /* E: what would a failure cost? */
     if (f->probe && json_array_size(f->probe_bad[PCAT_CRED]) == 0)

@@ -6,7 +6,9 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "aj_hostpath.h"
 #include "aj_util.h"
 
 const char *aj_status_name(enum aj_status s)
@@ -176,21 +178,29 @@ char *aj_result_to_json(const struct aj_result *res)
     return out;
 }
 
+int aj_result_check_path(const struct aj_policy *pol, const char *path, struct aj_error *err)
+{
+    char name[256];
+    _cleanup_close_ int dfd = aj_hostpath_open_parent(path, "--result", name, sizeof(name), err);
+
+    if (dfd < 0) {
+        err->exit_hint = 2;
+        return dfd;
+    }
+    return aj_hostpath_check_outside_writable(pol, dfd, path, "--result", err);
+}
+
+/* Written as a new file renamed over path (aj_hostpath_write_replace):
+ * whatever sits at path (a symlink a sandbox planted to a file of root's,
+ * a hard link, a FIFO) is replaced, never written through. */
 int aj_result_write_file(const struct aj_result *res, const char *path, struct aj_error *err)
 {
     _cleanup_free_ char *json = aj_result_to_json(res);
-    _cleanup_close_ int fd = -1;
-    int r;
+    size_t n;
 
     if (!json)
         return aj_err(err, ENOMEM, "result json");
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644);
-    if (fd < 0)
-        return aj_err(err, errno, "open result file %s", path);
-    r = aj_write_all(fd, json, strlen(json));
-    if (r == 0)
-        r = aj_write_all(fd, "\n", 1);
-    if (r < 0)
-        return aj_err(err, -r, "write result file %s", path);
-    return 0;
+    n = strlen(json);
+    json[n] = '\n'; /* json_dumps leaves room for the NUL we replace */
+    return aj_hostpath_write_replace(path, "result file", json, n + 1, 0644, err);
 }

@@ -1026,6 +1026,10 @@ static void start_alert(struct supervise_state *st, json_t *ev)
         char *const args[] = {"/bin/sh", "-c", st->pol->alert_cmd, NULL};
         sigset_t none;
         (void)setpgid(0, 0);
+        /* Not the caller's cwd: it may lie in a writable bind, where the
+         * payload could have replaced a relative "./notify.sh". */
+        if (chdir("/") < 0)
+            _exit(127);
         sigemptyset(&none);
         (void)sigprocmask(SIG_SETMASK, &none, NULL);
         if (dup2(p[0], STDIN_FILENO) < 0)
@@ -1909,6 +1913,26 @@ static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
     return 0;
 }
 
+/* Bind sources are resolved here, once, without following a symlink, and
+ * checked against the registry of writable bind sources (this run's are
+ * added to it first); see aj_mount_plan_resolve. */
+static int sb_resolve_binds(struct sandbox *sb, struct aj_error *err)
+{
+    const struct aj_policy *pol = sb->c.pol;
+    struct aj_bindreg reg = {0};
+    int r;
+
+    if (pol->n_binds) {
+        r = aj_bindreg_update(pol, &reg, err);
+        if (r < 0)
+            return aj_err_prefix(err, r, "registry of writable bind sources");
+    }
+    r = aj_mount_plan_resolve(&sb->c.plan, pol, pol->n_binds ? &reg : NULL, sb->c.rootless ? 0 : pol->uid_base,
+                              sb->c.rootless ? 0 : pol->uid_count, err);
+    aj_bindreg_clear(&reg);
+    return r;
+}
+
 /* Everything up to the GO message: cgroups, clone, id maps. argv NULL
  * prepares a parked sandbox for the pool (its command comes at launch);
  * base_mask is then the signal mask its payload will run with. */
@@ -1972,6 +1996,9 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     if (r < 0)
         return r;
     r = aj_mount_plan_build(pol, &c->plan, err);
+    if (r < 0)
+        return r;
+    r = sb_resolve_binds(sb, err);
     if (r < 0)
         return r;
     r = aj_decoy_plan(pol, res->sandbox_id, &c->plan, &c->decoys, sb->decoy_env, &st->decoy_info, err);
@@ -2242,8 +2269,8 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
     if (res) {
         if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
             snprintf(res->error, sizeof(res->error), "%s", err->msg);
-            if (res->exit_code == 0)
-                res->exit_code = 125;
+            if (res->exit_code == 0) /* 2: refused input (a bind, an output path), nothing started */
+                res->exit_code = err->exit_hint ? err->exit_hint : 125;
         }
         if (!res->wall_ms)
             res->wall_ms = aj_now_ms() - sb->start;
@@ -2304,7 +2331,8 @@ static int sb_begin(struct sandbox *sb, struct aj_result *res, struct aj_error *
 static int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, struct aj_result *res,
                          struct aj_error *err)
 {
-    int r = aj_audit_open(&sb->audit, opts ? opts->events_path : NULL, res->sandbox_id, res->policy_sha256, err);
+    int r = aj_audit_open(&sb->audit, sb->c.pol, opts ? opts->events_path : NULL, res->sandbox_id,
+                          res->policy_sha256, err);
     if (r == 0)
         sb->audit_open = true;
     return r;

@@ -12,23 +12,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aj_hostpath.h"
 #include "aj_util.h"
 
-#define AJ_RUN_DIR "/run/agentjail"
-#define AJ_UID_LOCK AJ_RUN_DIR "/uids.lock"
+#define AJ_UID_LOCK_NAME "uids.lock"
 
 int aj_userns_lease_host_id(const struct aj_policy *pol, struct aj_uid_lease *ret,
                             struct aj_error *err)
 {
-    _cleanup_close_ int fd = -1;
+    _cleanup_close_ int fd = -1, dirfd = -1;
+    char dir[4096];
+    struct stat st;
     uint32_t start;
 
     ret->lock_fd = -1;
-    if (mkdir(AJ_RUN_DIR, 0700) < 0 && errno != EEXIST)
-        return aj_err(err, errno, "create %s", AJ_RUN_DIR);
-    fd = open(AJ_UID_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* /run/agentjail, checked to be root's alone (aj_state_dir_open), and
+     * the lock file in it opened by the directory's fd, no link followed:
+     * whoever could swap either could hand two runs the same uid. */
+    dirfd = aj_state_dir_open(dir, sizeof(dir), err);
+    if (dirfd < 0)
+        return dirfd;
+    fd = openat(dirfd, AJ_UID_LOCK_NAME, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
     if (fd < 0)
-        return aj_err(err, errno, "open %s", AJ_UID_LOCK);
+        return aj_err(err, errno, "open %s/%s", dir, AJ_UID_LOCK_NAME);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+        return aj_err(err, EPERM, "%s/%s is not a regular file of ours; remove it", dir, AJ_UID_LOCK_NAME);
     /* Start at a random slot: concurrent supervisors rarely collide, and a
      * uid is not predictable to a payload planning a cross-run attack. */
     if (getrandom(&start, sizeof(start), 0) != sizeof(start))

@@ -800,6 +800,10 @@ static void test_sha256_covers_every_field(void **state)
             pol.binds[1] = t;
             break;
         }
+        case 19:
+            what = "allow_bind_inside_writable";
+            pol.allow_bind_inside_writable = !pol.allow_bind_inside_writable;
+            break;
         default:
             break;
         }

@@ -1,0 +1,669 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Host paths the supervisor opens while, or after, a sandbox could write
+ * to part of the host. Everything here resolves a path once, refusing a
+ * symlink at every component, and then works on the fd. */
+#include "aj_hostpath.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "aj_missing.h"
+#include "aj_util.h"
+
+#define AJ_STATE_DIR_ROOT "/run/agentjail"
+#define AJ_BINDREG_FILE "writable-binds"
+/* A registry larger than this is not read whole: refuse rather than trust
+ * a cut list. Entries are ~100 bytes. */
+#define AJ_BINDREG_MAX (4u << 20)
+/* Past this size the registry is rewritten with the live entries only. */
+#define AJ_BINDREG_COMPACT_AT (256u << 10)
+
+/* Tests force the fallback (crun's tests/no_openat2 does the same). The
+ * fallback is as strict as openat2, so forcing it weakens nothing. */
+static bool no_openat2(void)
+{
+    const char *v = getenv("AGENTJAIL_TEST_NO_OPENAT2");
+    return v && v[0] == '1';
+}
+
+/* openat2 is missing (ENOSYS before 5.6; also what a seccomp profile of
+ * an old container runtime answers): one component at a time, each opened
+ * with O_NOFOLLOW and checked not to be a symlink on the fd. */
+static int open_walk(const char *path, int flags, mode_t mode)
+{
+    char comp[256];
+    const char *p = path;
+    int cur = AT_FDCWD, fd;
+
+    if (*p == '/') {
+        cur = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (cur < 0)
+            return -errno;
+        while (*p == '/')
+            p++;
+    }
+    for (;;) {
+        size_t n = strcspn(p, "/");
+        const char *next = p + n;
+        struct stat st;
+        bool last;
+
+        while (*next == '/')
+            next++;
+        last = *next == '\0';
+        if (n == 0) { /* "/" or "dir/": the directory itself */
+            fd = cur == AT_FDCWD ? open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)
+                                 : fcntl(cur, F_DUPFD_CLOEXEC, 3);
+            if (cur >= 0)
+                (void)close(cur);
+            if (fd < 0)
+                return -errno;
+            if (flags & O_PATH)
+                return fd;
+            cur = fd;
+            fd = openat(cur, ".", flags | O_CLOEXEC, mode);
+            (void)close(cur);
+            return fd < 0 ? -errno : fd;
+        }
+        if (n >= sizeof(comp)) {
+            if (cur >= 0)
+                (void)close(cur);
+            return -ENAMETOOLONG;
+        }
+        memcpy(comp, p, n);
+        comp[n] = '\0';
+        if (last)
+            fd = openat(cur, comp, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+        else
+            fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            if (cur >= 0)
+                (void)close(cur);
+            return -e;
+        }
+        if (cur >= 0)
+            (void)close(cur);
+        /* O_PATH | O_NOFOLLOW opens a symlink itself: refuse it here. */
+        if (fstat(fd, &st) < 0) {
+            int e = errno;
+            (void)close(fd);
+            return -e;
+        }
+        if (S_ISLNK(st.st_mode) || (!last && !S_ISDIR(st.st_mode))) {
+            (void)close(fd);
+            return S_ISLNK(st.st_mode) ? -ELOOP : -ENOTDIR;
+        }
+        if (last)
+            return fd;
+        cur = fd;
+        p = next;
+    }
+}
+
+int aj_open_nofollow(const char *path, int flags, mode_t mode)
+{
+    struct aj_open_how how = {
+        .flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW),
+        .mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
+        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    int fd;
+
+    if (!path || !*path)
+        return -ENOENT;
+    /* O_PATH | O_DIRECTORY on a trailing symlink fails with ENOTDIR; open
+     * without O_DIRECTORY and check the type on the fd, so a symlink is
+     * reported as one (ELOOP). */
+    bool want_dir = (flags & O_PATH) && (flags & O_DIRECTORY);
+
+    if (want_dir) {
+        flags &= ~O_DIRECTORY;
+        how.flags &= ~(uint64_t)O_DIRECTORY;
+    }
+    fd = -ENOSYS;
+    if (!no_openat2()) {
+        fd = aj_sys_openat2(AT_FDCWD, path, &how);
+        if (fd < 0)
+            fd = -errno;
+    }
+    if (fd == -ENOSYS)
+        fd = open_walk(path, flags, mode);
+    /* O_PATH | O_NOFOLLOW opens a trailing symlink itself (openat2 too,
+     * RESOLVE_NO_SYMLINKS notwithstanding): refuse it. */
+    if (fd >= 0 && (flags & O_PATH)) {
+        struct stat st;
+        if (fstat(fd, &st) < 0 || S_ISLNK(st.st_mode)) {
+            (void)close(fd);
+            return -ELOOP;
+        }
+        if (want_dir && !S_ISDIR(st.st_mode)) {
+            (void)close(fd);
+            return -ENOTDIR;
+        }
+    }
+    return fd;
+}
+
+int aj_devino_of(int fd, struct aj_devino *ret)
+{
+    struct statx stx;
+
+    memset(ret, 0, sizeof(*ret));
+    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_BTIME, &stx) == 0) {
+        ret->dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+        ret->ino = stx.stx_ino;
+        if (stx.stx_mask & STATX_BTIME) {
+            ret->btime_sec = stx.stx_btime.tv_sec;
+            ret->btime_nsec = stx.stx_btime.tv_nsec;
+        }
+        return 0;
+    }
+    {
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+            return -errno;
+        ret->dev = st.st_dev;
+        ret->ino = st.st_ino;
+    }
+    return 0;
+}
+
+bool aj_devino_same(const struct aj_devino *a, const struct aj_devino *b)
+{
+    if (a->dev != b->dev || a->ino != b->ino)
+        return false;
+    /* Both know their birth: a reused inode number is another file. */
+    if (a->btime_sec && b->btime_sec)
+        return a->btime_sec == b->btime_sec && a->btime_nsec == b->btime_nsec;
+    return true;
+}
+
+int aj_hostpath_open_parent(const char *path, const char *what, char *name, size_t name_size,
+                            struct aj_error *err)
+{
+    char dir[4096];
+    const char *slash;
+    size_t dlen;
+    int fd;
+
+    if (!path || !*path)
+        return aj_err(err, EINVAL, "%s: empty path", what);
+    if (strlen(path) >= sizeof(dir))
+        return aj_err(err, ENAMETOOLONG, "%s %s", what, path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    /* "a/b/" names b: drop trailing slashes, which keep the name a directory. */
+    dlen = strlen(dir);
+    while (dlen > 1 && dir[dlen - 1] == '/')
+        dir[--dlen] = '\0';
+    slash = strrchr(dir, '/');
+    if (!slash) {
+        if (strlen(dir) >= name_size)
+            return aj_err(err, ENAMETOOLONG, "%s %s", what, path);
+        snprintf(name, name_size, "%s", dir);
+        snprintf(dir, sizeof(dir), ".");
+    } else {
+        if (strlen(slash + 1) >= name_size || !slash[1])
+            return aj_err(err, EINVAL, "%s %s: not a file name", what, path);
+        snprintf(name, name_size, "%s", slash + 1);
+        dir[slash == dir ? 1 : (size_t)(slash - dir)] = '\0';
+    }
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return aj_err(err, EINVAL, "%s %s: not a file name", what, path);
+    fd = aj_open_nofollow(dir, O_PATH | O_DIRECTORY, 0);
+    if (fd == -ELOOP)
+        return aj_err(err, ELOOP,
+                      "%s %s: a directory on the way is a symlink; agentjail writes here as %s and never follows "
+                      "a link a sandbox could have planted: pass the real path (realpath %s)",
+                      what, path, geteuid() == 0 ? "root" : "you", dir);
+    if (fd < 0)
+        return aj_err(err, -fd, "%s %s: open directory %s", what, path, dir);
+    return fd;
+}
+
+int aj_hostpath_write_replace(const char *path, const char *what, const void *data, size_t len, mode_t mode,
+                              struct aj_error *err)
+{
+    _cleanup_close_ int dfd = -1, fd = -1;
+    char name[256], tmp[300], rnd[17];
+    int r;
+
+    dfd = aj_hostpath_open_parent(path, what, name, sizeof(name), err);
+    if (dfd < 0)
+        return dfd;
+    if (aj_random_hex(rnd, 16) < 0)
+        return aj_err(err, EIO, "random name for %s %s", what, path);
+    snprintf(tmp, sizeof(tmp), ".%.200s.%s.tmp", name, rnd);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return aj_err(err, errno, "create %s %s (as %s)", what, path, tmp);
+    r = aj_write_all(fd, data, len);
+    if (r == 0 && close(TAKE_FD(fd)) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlinkat(dfd, tmp, 0);
+        return aj_err(err, -r, "write %s %s", what, path);
+    }
+    if (renameat(dfd, tmp, dfd, name) < 0) {
+        int e = errno;
+        (void)unlinkat(dfd, tmp, 0);
+        return aj_err(err, e, "write %s %s (rename)", what, path);
+    }
+    return 0;
+}
+
+ssize_t aj_hostpath_find_ancestor(int dirfd, const struct aj_devino *set, size_t n)
+{
+    _cleanup_close_ int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+    struct aj_devino id, up;
+
+    if (cur < 0 || n == 0)
+        return -1;
+    if (aj_devino_of(cur, &id) < 0)
+        return -1;
+    for (int depth = 0; depth < 4096; depth++) {
+        int parent;
+        for (size_t i = 0; i < n; i++)
+            if (aj_devino_same(&id, &set[i]))
+                return (ssize_t)i;
+        parent = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (parent < 0)
+            return -1;
+        (void)close(cur);
+        cur = parent;
+        if (aj_devino_of(cur, &up) < 0)
+            return -1;
+        if (up.dev == id.dev && up.ino == id.ino)
+            return -1; /* "/" is its own parent */
+        id = up;
+    }
+    return -1;
+}
+
+int aj_hostpath_writable_binds(const struct aj_policy *pol, struct aj_devino **ret, size_t *ret_n)
+{
+    struct aj_devino *v = calloc(pol->n_binds ? pol->n_binds : 1, sizeof(*v));
+    size_t n = 0;
+
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = 0; i < pol->n_binds; i++) {
+        _cleanup_close_ int fd = -1;
+        if (!pol->binds[i].rw)
+            continue;
+        fd = aj_open_nofollow(pol->binds[i].host, O_PATH, 0);
+        if (fd >= 0 && aj_devino_of(fd, &v[n]) == 0)
+            n++;
+    }
+    *ret = v;
+    *ret_n = n;
+    return 0;
+}
+
+int aj_hostpath_check_outside_writable(const struct aj_policy *pol, int dirfd, const char *path,
+                                       const char *what, struct aj_error *err)
+{
+    _cleanup_free_ struct aj_devino *set = NULL;
+    size_t n = 0;
+    ssize_t hit;
+
+    if (aj_hostpath_writable_binds(pol, &set, &n) < 0)
+        return aj_err(err, ENOMEM, "%s", what);
+    hit = aj_hostpath_find_ancestor(dirfd, set, n);
+    if (hit < 0)
+        return 0;
+    /* set holds the rw binds in policy order: find the hit's bind. */
+    for (size_t i = 0, k = 0; i < pol->n_binds; i++) {
+        if (!pol->binds[i].rw)
+            continue;
+        {
+            _cleanup_close_ int fd = aj_open_nofollow(pol->binds[i].host, O_PATH, 0);
+            struct aj_devino id;
+            if (fd < 0 || aj_devino_of(fd, &id) < 0)
+                continue;
+            if ((size_t)hit == k++) {
+                aj_err(err, 0,
+                       "%s %s lies inside --bind-rw %s (the sandbox's %s), which the sandbox can write: it could "
+                       "replace or rewrite the file; write it outside every writable bind",
+                       what, path, pol->binds[i].host, pol->binds[i].sandbox);
+                err->exit_hint = 2;
+                return -EINVAL;
+            }
+        }
+    }
+    aj_err(err, 0, "%s %s lies inside a writable bind of the run; write it outside every writable bind", what,
+           path);
+    err->exit_hint = 2;
+    return -EINVAL;
+}
+
+/* ---- state directory ------------------------------------------------------- */
+
+/* mkdir -p of an absolute path, no symlink followed, each new dir 0700. */
+static int mkdir_nofollow(const char *path, struct aj_error *err)
+{
+    char buf[4096];
+    size_t len = strlen(path);
+
+    if (len >= sizeof(buf))
+        return aj_err(err, ENAMETOOLONG, "%s", path);
+    memcpy(buf, path, len + 1);
+    for (char *s = buf + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+                return aj_err(err, errno, "create %s", buf);
+            *s = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    return 0;
+}
+
+int aj_state_dir_open(char *path, size_t path_size, struct aj_error *err)
+{
+    _cleanup_close_ int fd = -1;
+    uid_t me = geteuid();
+    struct stat st;
+    int r;
+
+    if (me == 0) {
+        snprintf(path, path_size, "%s", AJ_STATE_DIR_ROOT);
+    } else {
+        const char *xdg = getenv("XDG_RUNTIME_DIR"), *home = getenv("HOME");
+        int n;
+        if (xdg && xdg[0] == '/')
+            n = snprintf(path, path_size, "%s/agentjail", xdg);
+        else if (home && home[0] == '/')
+            n = snprintf(path, path_size, "%s/.local/state/agentjail", home);
+        else
+            return aj_err(err, 0, "no state directory for agentjail: set XDG_RUNTIME_DIR or HOME");
+        if (n < 0 || (size_t)n >= path_size)
+            return aj_err(err, ENAMETOOLONG, "state directory");
+    }
+    r = mkdir_nofollow(path, err);
+    if (r < 0)
+        return me == 0 ? r
+                       : aj_err_prefix(err, r, "state directory %s (set XDG_RUNTIME_DIR or HOME to a directory "
+                                       "of yours)", path);
+    fd = aj_open_nofollow(path, O_PATH | O_DIRECTORY, 0);
+    if (fd < 0)
+        return aj_err(err, -fd, "open state directory %s%s", path,
+                      fd == -ELOOP ? " (a component is a symlink: refused)" : "");
+    if (fstat(fd, &st) < 0)
+        return aj_err(err, errno, "stat %s", path);
+    /* Ours alone: a directory someone else can write could hand us a
+     * registry that lets a planted bind source through. */
+    if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 022))
+        return aj_err(err, 0,
+                      "state directory %s must be a directory owned by uid %u and writable by it alone "
+                      "(it is uid %u, mode %04o); remove it and agentjail recreates it",
+                      path, (unsigned)me, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    return TAKE_FD(fd);
+}
+
+/* ---- registry -------------------------------------------------------------- */
+
+void aj_bindreg_clear(struct aj_bindreg *reg)
+{
+    if (!reg)
+        return;
+    for (size_t i = 0; i < reg->n; i++)
+        free(reg->path[i]);
+    free(reg->path);
+    free(reg->id);
+    reg->path = NULL;
+    reg->id = NULL;
+    reg->n = 0;
+}
+
+static int reg_push(struct aj_bindreg *reg, const struct aj_devino *id, const char *path)
+{
+    struct aj_devino *ni;
+    char **np, *p = strdup(path);
+
+    if (!p)
+        return -ENOMEM;
+    ni = realloc(reg->id, (reg->n + 1) * sizeof(*ni));
+    if (!ni) {
+        free(p);
+        return -ENOMEM;
+    }
+    reg->id = ni;
+    np = realloc(reg->path, (reg->n + 1) * sizeof(*np));
+    if (!np) {
+        free(p);
+        return -ENOMEM;
+    }
+    reg->path = np;
+    reg->id[reg->n] = *id;
+    reg->path[reg->n++] = p;
+    return 0;
+}
+
+/* One line: "dev ino btime_sec btime_nsec path\n"; the path (for
+ * messages) is the rest of the line. Malformed lines are skipped. */
+static int reg_parse(struct aj_bindreg *reg, char *buf)
+{
+    char *line = buf, *nl;
+
+    for (; (nl = strchr(line, '\n')); line = nl + 1) {
+        struct aj_devino id = {0};
+        unsigned long long dev, ino, bns;
+        long long bs;
+        char *p = line, *end;
+        int r;
+
+        *nl = '\0';
+        errno = 0;
+        dev = strtoull(p, &end, 10);
+        if (end == p || *end != ' ')
+            continue;
+        ino = strtoull(p = end + 1, &end, 10);
+        if (end == p || *end != ' ')
+            continue;
+        bs = strtoll(p = end + 1, &end, 10);
+        if (end == p || *end != ' ')
+            continue;
+        bns = strtoull(p = end + 1, &end, 10);
+        if (end == p || *end != ' ' || errno)
+            continue;
+        id.dev = dev;
+        id.ino = ino;
+        id.btime_sec = bs;
+        id.btime_nsec = (uint32_t)bns;
+        r = reg_push(reg, &id, end + 1);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Does the entry's path still lead (no symlink followed) to that object? */
+static bool reg_entry_live(const struct aj_devino *id, const char *path)
+{
+    _cleanup_close_ int fd = aj_open_nofollow(path, O_PATH, 0);
+    struct aj_devino now;
+
+    return fd >= 0 && aj_devino_of(fd, &now) == 0 && aj_devino_same(&now, id);
+}
+
+static int reg_format(char *line, size_t size, const struct aj_devino *id, const char *path)
+{
+    int n = snprintf(line, size, "%" PRIu64 " %" PRIu64 " %" PRId64 " %" PRIu32 " %s\n", id->dev, id->ino,
+                     id->btime_sec, id->btime_nsec, path);
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : n;
+}
+
+/* Open the registry and lock it. A compaction by another run renames a
+ * new file over the name while we wait for the lock on the old one: then
+ * the name is another inode, and we start again. */
+static int reg_open_locked(int dfd, const char *dir, struct stat *ret_st, struct aj_error *err)
+{
+    for (int tries = 0; tries < 20; tries++) {
+        _cleanup_close_ int fd = openat(dfd, AJ_BINDREG_FILE,
+                                        O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+        struct stat now;
+
+        if (fd < 0)
+            return aj_err(err, errno, "open %s/%s", dir, AJ_BINDREG_FILE);
+        /* flock is released with the fd, also when the supervisor is killed. */
+        while (flock(fd, LOCK_EX) < 0)
+            if (errno != EINTR)
+                return aj_err(err, errno, "lock %s/%s", dir, AJ_BINDREG_FILE);
+        if (fstat(fd, ret_st) < 0)
+            return aj_err(err, errno, "stat %s/%s", dir, AJ_BINDREG_FILE);
+        if (fstatat(dfd, AJ_BINDREG_FILE, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == ret_st->st_dev &&
+            now.st_ino == ret_st->st_ino)
+            return TAKE_FD(fd);
+    }
+    return aj_err(err, EAGAIN, "%s/%s keeps being replaced", dir, AJ_BINDREG_FILE);
+}
+
+/* Rewrite the registry with only the entries that are still live, plus
+ * the new ones: a host that makes a workspace per session would otherwise
+ * grow it without end. Temp file + rename, under the old file's lock. */
+static int reg_compact(int dfd, const char *dir, const struct aj_bindreg *reg, struct aj_error *err)
+{
+    char tmp[64], rnd[17], line[4200];
+    _cleanup_close_ int fd = -1;
+    int r = 0;
+
+    if (aj_random_hex(rnd, 16) < 0)
+        return aj_err(err, EIO, "random name");
+    snprintf(tmp, sizeof(tmp), ".%s.%s", AJ_BINDREG_FILE, rnd);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+    if (fd < 0)
+        return aj_err(err, errno, "create %s/%s", dir, tmp);
+    for (size_t i = 0; r == 0 && i < reg->n; i++) {
+        int n = reg_format(line, sizeof(line), &reg->id[i], reg->path[i]);
+        r = n < 0 ? n : aj_write_all(fd, line, (size_t)n);
+    }
+    if (r == 0 && close(TAKE_FD(fd)) < 0)
+        r = -errno;
+    if (r == 0 && renameat(dfd, tmp, dfd, AJ_BINDREG_FILE) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlinkat(dfd, tmp, 0);
+        return aj_err(err, -r, "rewrite %s/%s", dir, AJ_BINDREG_FILE);
+    }
+    return 0;
+}
+
+int aj_bindreg_update(const struct aj_policy *pol, struct aj_bindreg *ret, struct aj_error *err)
+{
+    char dir[4096];
+    _cleanup_close_ int dfd = -1, fd = -1;
+    _cleanup_free_ char *buf = NULL;
+    struct aj_bindreg all = {0}, reg = {0};
+    struct stat st;
+    size_t len = 0;
+    bool compact;
+    int r;
+
+    memset(ret, 0, sizeof(*ret));
+    dfd = aj_state_dir_open(dir, sizeof(dir), err);
+    if (dfd < 0)
+        return dfd;
+    fd = reg_open_locked(dfd, dir, &st, err);
+    if (fd < 0)
+        return fd;
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1 || (st.st_mode & 022))
+        return aj_err(err, 0, "%s/%s is not a private file of ours (uid %u, mode %04o, %lu links); remove it",
+                      dir, AJ_BINDREG_FILE, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                      (unsigned long)st.st_nlink);
+    if ((uint64_t)st.st_size > AJ_BINDREG_MAX)
+        return aj_err(err, EFBIG, "%s/%s is larger than %u bytes; remove it", dir, AJ_BINDREG_FILE,
+                      AJ_BINDREG_MAX);
+    compact = (uint64_t)st.st_size > AJ_BINDREG_COMPACT_AT;
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf)
+        return aj_err(err, ENOMEM, "registry");
+    while (len < (size_t)st.st_size) {
+        ssize_t n = pread(fd, buf + len, (size_t)st.st_size - len, (off_t)len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return aj_err(err, errno, "read %s/%s", dir, AJ_BINDREG_FILE);
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    r = reg_parse(&all, buf);
+    if (r < 0)
+        goto fail;
+    /* Without a birth time an inode number is all there is, and a new
+     * directory may have the number of a deleted one: such an entry counts
+     * only while its path still leads to it. When compacting, every entry
+     * is held to that. */
+    for (size_t i = 0; i < all.n; i++) {
+        if ((compact || !all.id[i].btime_sec) && !reg_entry_live(&all.id[i], all.path[i]))
+            continue;
+        r = reg_push(&reg, &all.id[i], all.path[i]);
+        if (r < 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < pol->n_binds; i++) {
+        const struct aj_bind *b = &pol->binds[i];
+        _cleanup_close_ int bfd = -1;
+        struct aj_devino id;
+        bool known = false;
+        char line[4200];
+        int n;
+
+        if (!b->rw)
+            continue;
+        bfd = aj_open_nofollow(b->host, O_PATH, 0);
+        if (bfd < 0 || aj_devino_of(bfd, &id) < 0)
+            continue; /* the mount layer names the problem */
+        for (size_t k = 0; k < reg.n && !known; k++)
+            known = aj_devino_same(&reg.id[k], &id);
+        if (known)
+            continue;
+        /* A newline in the path would start a forged line. */
+        if (strchr(b->host, '\n')) {
+            r = aj_err(err, EINVAL, "--bind-rw %s: a newline in a bind source is refused", b->host);
+            goto fail;
+        }
+        n = reg_format(line, sizeof(line), &id, b->host);
+        if (n < 0) {
+            r = aj_err(err, ENAMETOOLONG, "--bind-rw %s", b->host);
+            goto fail;
+        }
+        if (!compact) {
+            r = aj_write_all(fd, line, (size_t)n);
+            if (r < 0) {
+                r = aj_err(err, -r, "write %s/%s", dir, AJ_BINDREG_FILE);
+                goto fail;
+            }
+        }
+        r = reg_push(&reg, &id, b->host);
+        if (r < 0)
+            goto fail;
+    }
+    if (compact) {
+        r = reg_compact(dfd, dir, &reg, err);
+        if (r < 0)
+            goto fail;
+    }
+    aj_bindreg_clear(&all);
+    *ret = reg;
+    return 0;
+fail:
+    if (r == -ENOMEM)
+        r = aj_err(err, ENOMEM, "registry");
+    aj_bindreg_clear(&all);
+    aj_bindreg_clear(&reg);
+    return r;
+}
