@@ -446,7 +446,7 @@ static void test_network(void **state)
     (void)state;
 
     fresh(&pol, &err);
-    assert_int_equal(pol.network, AJ_NET_NONE); /* the default is no network */
+    assert_int_equal(pol.network, AJ_NET_LOOPBACK); /* the default: a private loopback */
     assert_int_equal(aj_policy_set_network(&pol, "loopback", &err), 0);
     assert_int_equal(pol.network, AJ_NET_LOOPBACK);
     assert_int_equal(aj_policy_set_network(&pol, "none", &err), 0);
@@ -521,7 +521,7 @@ static void test_init_defaults(void **state)
     assert_int_equal(pol.n_tmpfs, 0);
     assert_int_equal(pol.n_env, 0);
     assert_int_equal(pol.n_env_pass, 0);
-    assert_int_equal(pol.network, AJ_NET_NONE);
+    assert_int_equal(pol.network, AJ_NET_LOOPBACK);
     assert_int_equal(pol.timeout_ms, AJ_DEFAULT_TIMEOUT_MS);
     assert_int_equal(pol.tmp_size, AJ_DEFAULT_TMP_SIZE);
     assert_int_equal(pol.uid, AJ_DEFAULT_UID);
@@ -757,7 +757,7 @@ static void test_sha256_covers_every_field(void **state)
         switch (field) {
         case 0: what = "timeout_ms"; pol.timeout_ms++; break;
         case 1: what = "tmp_size"; pol.tmp_size++; break;
-        case 2: what = "network"; pol.network = AJ_NET_LOOPBACK; break;
+        case 2: what = "network"; pol.network = pol.network == AJ_NET_NONE ? AJ_NET_LOOPBACK : AJ_NET_NONE; break;
         case 3: what = "uid"; pol.uid++; break;
         case 4: what = "gid"; pol.gid++; break;
         case 5: what = "uid_base"; pol.uid_base += 65536; break;
@@ -804,6 +804,10 @@ static void test_sha256_covers_every_field(void **state)
             what = "allow_bind_inside_writable";
             pol.allow_bind_inside_writable = !pol.allow_bind_inside_writable;
             break;
+        case 20: what = "noexec_tmp"; pol.noexec_tmp = !pol.noexec_tmp; break;
+        case 21: what = "allow_unscoped_signals"; pol.allow_unscoped_signals = !pol.allow_unscoped_signals; break;
+        case 22: what = "allow_no_decoys"; pol.allow_no_decoys = !pol.allow_no_decoys; break;
+        case 23: what = "allow_no_landlock"; pol.allow_no_landlock = !pol.allow_no_landlock; break;
         default:
             break;
         }
