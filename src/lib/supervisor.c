@@ -1840,12 +1840,13 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
     if (r < 0)
         return r;
     {
-        static const char no_lo[] = "; no private loopback either: network sockets are refused";
-        size_t n = strnlen(why.msg, sizeof(res->degraded_reason) - 1);
-        memcpy(res->degraded_reason, why.msg, n);
-        res->degraded_reason[n] = '\0';
-        if (pol->network == AJ_NET_LOOPBACK && n + sizeof(no_lo) <= sizeof(res->degraded_reason))
-            memcpy(res->degraded_reason + n, no_lo, sizeof(no_lo));
+        /* The loopback note first: the explanation after it may be cut. */
+        static const char no_lo[] = "no private loopback either (network sockets are refused); ";
+        size_t off = pol->network == AJ_NET_LOOPBACK ? sizeof(no_lo) - 1 : 0;
+        size_t n = strnlen(why.msg, sizeof(res->degraded_reason) - 1 - off);
+        memcpy(res->degraded_reason, no_lo, off);
+        memcpy(res->degraded_reason + off, why.msg, n);
+        res->degraded_reason[off + n] = '\0';
     }
     for (size_t i = 0; i < pol->n_binds; i++)
         if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0)
