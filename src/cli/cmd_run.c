@@ -41,6 +41,7 @@ enum {
     OPT_ON_ESCAPE,
     OPT_ALERT_CMD,
     OPT_ALERT_TIMEOUT,
+    OPT_EVENT_BUDGET,
     OPT_NO_DECOYS,
     OPT_DECOY_CLOUD,
     OPT_HELP,
@@ -76,6 +77,7 @@ static const struct option run_options[] = {
     {"on-escape", required_argument, NULL, OPT_ON_ESCAPE},
     {"alert-cmd", required_argument, NULL, OPT_ALERT_CMD},
     {"alert-timeout", required_argument, NULL, OPT_ALERT_TIMEOUT},
+    {"event-budget", required_argument, NULL, OPT_EVENT_BUDGET},
     {"no-decoys", no_argument, NULL, OPT_NO_DECOYS},
     {"decoy-cloud", no_argument, NULL, OPT_DECOY_CLOUD},
     {"help", no_argument, NULL, OPT_HELP},
@@ -122,6 +124,8 @@ static void run_usage(FILE *f)
           "  --alert-cmd CMD           run CMD (sh -c, on the host) once, at the first\n"
           "                            high-severity event, with the event JSON on stdin\n"
           "  --alert-timeout DURATION  kill the alert command after this (default 10s)\n"
+          "  --event-budget N          write at most N attempt events per run, then summarise\n"
+          "                            once a second (events_suppressed; default 1000)\n"
           "  --no-decoys               no docker.sock / Kubernetes token decoys\n"
           "  --decoy-cloud             also plant cloud credential decoys (env, ~/.aws)\n"
           "\n"
@@ -281,6 +285,9 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_ALERT_TIMEOUT:
             r = aj_policy_set_alert_timeout(&pol, optarg, &err);
+            break;
+        case OPT_EVENT_BUDGET:
+            r = aj_policy_set_event_budget(&pol, optarg, &err);
             break;
         case OPT_NO_DECOYS:
             pol.decoys = false;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -892,6 +893,15 @@ struct supervise_state {
     uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
     const char *unsafe_skipped;
     struct rusage ru;
+    /* The event budget's summaries (see emit_summary). */
+    uint64_t last_summary_ms;
+    struct {
+        int nr;
+        uint32_t arch;
+        uint64_t n;
+    } supp_calls[16];            /* suppressed escape attempts by system call, since the last summary */
+    size_t n_supp_calls;
+    uint64_t supp_calls_other;   /* ... beyond the 16 distinct calls the table holds */
 };
 
 static void end_run(struct supervise_state *st, enum aj_status why);
@@ -988,6 +998,78 @@ static void emit(struct supervise_state *st, json_t *ev, enum aj_event_type type
         end_run(st, AJ_STATUS_ESCAPE_ATTEMPT);
     if (aj_audit_emit(st->audit, ev, type, sev)) /* takes ev */
         start_alert(st, st->audit->first_high);
+}
+
+/* A suppressed escape attempt, for the summary's per-call counts. */
+static void count_suppressed_call(struct supervise_state *st, int nr, uint32_t arch)
+{
+    for (size_t i = 0; i < st->n_supp_calls; i++)
+        if (st->supp_calls[i].nr == nr && st->supp_calls[i].arch == arch) {
+            st->supp_calls[i].n++;
+            return;
+        }
+    if (st->n_supp_calls < AJ_ARRAY_SIZE(st->supp_calls))
+        st->supp_calls[st->n_supp_calls++] = (typeof(st->supp_calls[0])){.nr = nr, .arch = arch, .n = 1};
+    else
+        st->supp_calls_other++;
+}
+
+/* Past the event budget: one events_suppressed event a second at most,
+ * with what was counted but not written since the last one; final: the
+ * run's last, with the totals, if anything was ever suppressed. */
+static void emit_summary(struct supervise_state *st, bool final)
+{
+    struct aj_audit *a = st->audit;
+    uint64_t now = aj_now_ms();
+    json_t *ev, *kinds, *calls;
+
+    if (final ? a->suppressed_total == 0 : aj_audit_suppressed_pending(a) == 0)
+        return;
+    if (!final && st->last_summary_ms && now - st->last_summary_ms < 1000)
+        return;
+    st->last_summary_ms = now;
+    ev = aj_audit_event(a, AJ_EV_EVENTS_SUPPRESSED, AJ_SEV_MEDIUM);
+    kinds = json_object();
+    calls = json_object();
+    for (int i = 0; kinds && i < AJ_EV_COUNT; i++)
+        if (a->suppressed[i])
+            (void)json_object_set_new(kinds, aj_event_type_name((enum aj_event_type)i),
+                                      json_integer((json_int_t)a->suppressed[i]));
+    for (size_t i = 0; calls && i < st->n_supp_calls; i++) {
+        char *name = aj_notify_syscall_name(st->supp_calls[i].nr, st->supp_calls[i].arch);
+        char key[64];
+        if (name)
+            snprintf(key, sizeof(key), "%s", name);
+        else
+            snprintf(key, sizeof(key), "nr %d", st->supp_calls[i].nr);
+        free(name);
+        (void)json_object_set_new(calls, key, json_integer((json_int_t)st->supp_calls[i].n));
+    }
+    if (calls && st->supp_calls_other)
+        (void)json_object_set_new(calls, "other", json_integer((json_int_t)st->supp_calls_other));
+    if (ev) {
+        (void)json_object_set_new(ev, "suppressed", kinds ? kinds : json_object());
+        (void)json_object_set_new(ev, "syscalls", calls ? calls : json_object());
+        (void)json_object_set_new(ev, "suppressed_total", json_integer((json_int_t)a->suppressed_total));
+        (void)json_object_set_new(ev, "event_budget", json_integer((json_int_t)a->budget));
+        (void)json_object_set_new(ev, "final", json_boolean(final));
+        kinds = calls = NULL;
+    }
+    json_decref(kinds);
+    json_decref(calls);
+    memset(a->suppressed, 0, sizeof(a->suppressed));
+    st->n_supp_calls = 0;
+    st->supp_calls_other = 0;
+    (void)aj_audit_emit(a, ev, AJ_EV_EVENTS_SUPPRESSED, AJ_SEV_MEDIUM);
+}
+
+/* The budget is spent and the run's first high-severity event (the alert
+ * hook's) is recorded: a further event of this type would only be
+ * counted, so the supervisor need not build it. With --on-escape kill the
+ * first attempt ends the run anyway. */
+static bool fast_path(const struct supervise_state *st, enum aj_event_type type)
+{
+    return aj_audit_over_budget(st->audit, type) && st->audit->first_high && st->pol->on_escape != AJ_ON_ESCAPE_KILL;
 }
 
 static void emit_start(struct supervise_state *st)
@@ -1223,8 +1305,23 @@ static void on_notify(struct supervise_state *st)
 {
     json_t *ev = NULL;
     enum aj_severity sev = AJ_SEV_HIGH;
-    int r = aj_notify_receive(&st->notify, st->audit, &ev, &sev);
+    int r;
 
+    if (fast_path(st, AJ_EV_ESCAPE_ATTEMPT)) {
+        /* A flood (unshare in a loop from many threads): one ioctl to take
+         * it, a count, one to refuse it. Nothing is read from the caller. */
+        int nr = -1;
+        uint32_t arch = 0;
+        r = aj_notify_receive_bare(&st->notify, &nr, &arch);
+        if (r > 0) {
+            aj_audit_suppress(st->audit, AJ_EV_ESCAPE_ATTEMPT);
+            count_suppressed_call(st, nr, arch);
+            aj_notify_answer(&st->notify);
+            return;
+        }
+    } else {
+        r = aj_notify_receive(&st->notify, st->audit, &ev, &sev);
+    }
     if (r < 0) {
         /* The listener is gone (every process of the filter exited). */
         aj_notify_clear(&st->notify);
@@ -1264,6 +1361,13 @@ static void on_decoy_socket(struct supervise_state *st)
 
     if (c < 0)
         return;
+    if (fast_path(st, AJ_EV_CANARY)) {
+        /* Connects in a loop count against the budget too: past it, each
+         * is counted and closed, unread. */
+        (void)close(c);
+        aj_audit_suppress(st->audit, AJ_EV_CANARY);
+        return;
+    }
     drain_msgs(st);
     /* The client writes its request right after connecting: give it a
      * moment, so the event can say what it wanted. With --on-escape kill
@@ -1310,9 +1414,33 @@ static void on_lease_break(struct supervise_state *st, int fd)
         }
 }
 
+/* The run's deadline: start + timeout in 64 bits, saturating (a timeout
+ * near UINT64_MAX must not wrap into the past). 0: none. */
+static uint64_t run_deadline(uint64_t start, uint64_t timeout_ms)
+{
+    if (!timeout_ms)
+        return 0;
+    return timeout_ms > UINT64_MAX - start ? UINT64_MAX : start + timeout_ms;
+}
+
+/* The poll timeout that also wakes us at deadline: the time left is
+ * 64-bit arithmetic, clamped to what poll's int can hold. A timeout above
+ * INT_MAX ms once turned negative here, and poll then waited forever: no
+ * cgroup checks, no cpu-time limit, no timed anything. */
+static int clamp_poll_timeout(int timeout, uint64_t deadline)
+{
+    uint64_t now = aj_now_ms(), left = now >= deadline ? 0 : deadline - now;
+
+    if (left > (uint64_t)INT_MAX)
+        left = INT_MAX;
+    if (timeout < 0 || (uint64_t)timeout > left)
+        return (int)left;
+    return timeout;
+}
+
 static int supervise(struct supervise_state *st, uint64_t start, struct aj_error *err)
 {
-    uint64_t deadline = st->pol->timeout_ms ? start + st->pol->timeout_ms : 0;
+    uint64_t deadline = run_deadline(start, st->pol->timeout_ms);
     uint64_t last_cg_check = 0;
     bool watch_cgroup = st->cg && st->cg->created &&
                         (st->cg->limits & (AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT) ||
@@ -1331,14 +1459,17 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
         int r;
 
-        if (deadline && st->limit == AJ_STATUS_OK) {
-            uint64_t now = aj_now_ms();
-            int left = now >= deadline ? 0 : (int)(deadline - now);
-            if (timeout < 0 || left < timeout)
-                timeout = left;
-        }
+        if (deadline && st->limit == AJ_STATUS_OK)
+            timeout = clamp_poll_timeout(timeout, deadline);
         if (st->alert.pid > 0 && (timeout < 0 || timeout > 50))
             timeout = 50; /* watch the hook's deadline */
+        if (aj_audit_suppressed_pending(st->audit)) {
+            /* The next events_suppressed summary is due a second after the last. */
+            uint64_t now = aj_now_ms(), due = st->last_summary_ms + 1000;
+            int wait = now >= due ? 0 : (int)(due - now);
+            if (timeout < 0 || wait < timeout)
+                timeout = wait;
+        }
         for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
             if (st->dconn[i].fd >= 0 && (timeout < 0 || timeout > 20))
                 timeout = 20; /* a decoy connection's request */
@@ -1360,6 +1491,7 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             }
         }
         check_alert(st, false);
+        emit_summary(st, false);
         if (pfd[PF_SOCK].revents & (POLLIN | POLLHUP | POLLERR))
             drain_msgs(st);
         if (pfd[PF_NOTIFY].revents & POLLIN)
@@ -2047,6 +2179,7 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
         if (!res->wall_ms)
             res->wall_ms = aj_now_ms() - sb->start;
         if (sb->audit_open) {
+            emit_summary(st, true);
             emit_end(st, res);
             check_alert(st, true); /* the hook finishes (or is killed) before we return */
         }
@@ -2104,8 +2237,10 @@ static int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, 
                          struct aj_error *err)
 {
     int r = aj_audit_open(&sb->audit, opts ? opts->events_path : NULL, res->sandbox_id, res->policy_sha256, err);
-    if (r == 0)
+    if (r == 0) {
         sb->audit_open = true;
+        aj_audit_set_budget(&sb->audit, sb->c.pol->event_budget);
+    }
     return r;
 }
 
