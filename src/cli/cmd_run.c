@@ -3,6 +3,7 @@
  * on failure, mirror the payload's exit status. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +183,7 @@ int aj_cmd_run(int argc, char **argv)
     struct aj_result res;
     struct aj_error err = {0};
     const char *result_path = NULL, *events_path = NULL;
+    sigset_t ending, old_mask;
     int opt, r, code;
     uint64_t v;
 
@@ -323,6 +325,15 @@ int aj_cmd_run(int argc, char **argv)
     if (r < 0)
         goto usage_error;
 
+    /* A SIGTERM or ^C that ends the run is left pending for us by the
+     * library: blocked here until the result is written, then delivered
+     * (we exit as signalled, as a shell expects). */
+    sigemptyset(&ending);
+    sigaddset(&ending, SIGINT);
+    sigaddset(&ending, SIGTERM);
+    sigaddset(&ending, SIGHUP);
+    sigaddset(&ending, SIGQUIT);
+    (void)sigprocmask(SIG_BLOCK, &ending, &old_mask);
     {
         struct aj_run_options opts = {.events_path = events_path};
         r = aj_run_ex(&pol, argv + optind, &opts, &res, &err);
@@ -343,6 +354,10 @@ int aj_cmd_run(int argc, char **argv)
         }
     }
     aj_policy_clear(&pol);
+    (void)fflush(NULL);
+    /* Delivered now if one came (default action: we die of it); ignored
+     * ones (nohup) are discarded and the exit status says 128+N. */
+    (void)sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (r < 0)
         return res.exit_code ? res.exit_code : AJ_EXIT_SETUP;
     code = res.exit_code;

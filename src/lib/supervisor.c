@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -328,8 +329,22 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
     uint32_t ll_layers = 0;
     int e, r;
 
-    if (sigprocmask(SIG_SETMASK, &c->orig_mask, NULL) < 0)
-        child_fail(c, &err, 125);
+    /* The payload starts with every signal at its default and none
+     * blocked: SIG_IGN survives execve, so a caller that ignores SIGINT or
+     * SIGTERM (nohup, a server) would hand that on, and a pooled payload
+     * would inherit the mask of whoever created the pool. Handlers are
+     * reset by execve anyway; setting SIG_DFL is async-signal-safe. */
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        if (sig != SIGKILL && sig != SIGSTOP)
+            (void)sigaction(sig, &dfl, NULL); /* EINVAL for glibc's own (32, 33): handled at exec */
+    }
+    {
+        sigset_t none;
+        sigemptyset(&none);
+        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+            child_fail(c, &err, 125);
+    }
     /* A new session: no controlling terminal of the host, so TIOCSTI on an
      * inherited tty fails in the kernel too (CVE-2017-5226), and the
      * payload cannot signal the caller's process group. */
@@ -844,12 +859,31 @@ static void kill_orphans(const struct prior_children *prior, pid_t keep)
 
 /* ---- the supervisor's event loop ------------------------------------------------ */
 
+/* How the relay writes to the caller's fd without ever blocking on it: a
+ * stalled reader must not suspend the supervisor (deadlines, cgroup
+ * checks, seccomp notifications), and O_NONBLOCK is a property of the open
+ * file description, which the caller shares: it is never set on theirs. */
+enum relay_how {
+    RELAY_PLAIN,    /* a regular file (or similar): write() does not wait on a reader */
+    RELAY_NONBLOCK, /* wfd is a non-blocking description of its own (a reopened pipe or tty) */
+    RELAY_SOCKET,   /* send(MSG_DONTWAIT) */
+    RELAY_CHUNKED,  /* no way around blocking mode: PIPE_BUF bytes at a time, only after POLLOUT */
+};
+
+#define RELAY_BUF_SIZE (64 * 1024)
+
 /* One captured output stream (stdout or stderr) with its byte budget. */
 struct out_stream {
     int rfd;          /* read end, -1 once EOF */
     int wfd_child;    /* what the sandbox gets as this fd, or -1 for ours as it is */
     bool owns_w;      /* wfd_child is our pipe's write end (closed after clone) */
     int dest;         /* our own fd 1 or 2 */
+    int wfd;          /* what the relay writes to: dest, or its reopening (own_wfd) */
+    bool own_wfd;
+    enum relay_how how;
+    bool dest_gone;   /* the reader went away (EPIPE): output is counted, then dropped */
+    char *buf;        /* RELAY_BUF_SIZE bytes read from the payload, not yet written */
+    size_t head, len;
     uint64_t bytes;   /* written by the payload */
     bool truncated;
 };
@@ -893,6 +927,7 @@ struct supervise_state {
     uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
     const char *unsafe_skipped;
     struct rusage ru;
+    sigset_t got_signals;  /* every run-ending signal received, for the caller */
     /* The event budget's summaries (see emit_summary). */
     uint64_t last_summary_ms;
     struct {
@@ -1241,13 +1276,86 @@ static void end_run(struct supervise_state *st, enum aj_status why)
         }
 }
 
-/* Relay what is there; past the budget, discard, flag and end the run: a
- * flood must cost the supervisor bounded memory and time. */
+/* The run's deadline: start + timeout in 64 bits, saturating (a timeout
+ * near UINT64_MAX must not wrap into the past). 0: none. */
+static uint64_t run_deadline(uint64_t start, uint64_t timeout_ms)
+{
+    if (!timeout_ms)
+        return 0;
+    return timeout_ms > UINT64_MAX - start ? UINT64_MAX : start + timeout_ms;
+}
+
+/* The poll timeout that also wakes us at deadline: the time left is
+ * 64-bit arithmetic, clamped to what poll's int can hold. A timeout above
+ * INT_MAX ms once turned negative here, and poll then waited forever: no
+ * cgroup checks, no cpu-time limit, no timed anything. */
+static int clamp_poll_timeout(int timeout, uint64_t deadline)
+{
+    uint64_t now = aj_now_ms(), left = now >= deadline ? 0 : deadline - now;
+
+    if (left > (uint64_t)INT_MAX)
+        left = INT_MAX;
+    if (timeout < 0 || (uint64_t)timeout > left)
+        return (int)left;
+    return timeout;
+}
+
+/* Write what the buffer holds, as far as the destination takes it now.
+ * writable: poll said POLLOUT (the only time RELAY_CHUNKED may write). A
+ * reader that went away (EPIPE; SIGPIPE is blocked during the run, see
+ * sb_block_signals) is that reader's business: the payload's accounting
+ * goes on, its output is dropped. */
+static void flush_output(struct out_stream *o, bool writable)
+{
+    while (o->len > 0 && !o->dest_gone) {
+        size_t want = o->len;
+        ssize_t n;
+
+        if (o->how == RELAY_CHUNKED) {
+            if (!writable)
+                return;
+            if (want > PIPE_BUF)
+                want = PIPE_BUF;
+            writable = false; /* one chunk per POLLOUT */
+        }
+        if (o->how == RELAY_SOCKET)
+            n = send(o->wfd, o->buf + o->head, want, MSG_DONTWAIT | MSG_NOSIGNAL);
+        else
+            n = write(o->wfd, o->buf + o->head, want);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return;
+            o->dest_gone = true; /* EPIPE, or an fd that stopped working */
+            break;
+        }
+        o->head += (size_t)n;
+        o->len -= (size_t)n;
+    }
+    if (o->len == 0 || o->dest_gone) {
+        o->head = 0;
+        o->len = 0;
+    }
+}
+
+/* Take what the payload wrote, as far as the buffer has room (a full
+ * buffer leaves it in the pipe: the payload then waits, the supervisor
+ * does not); past the budget, discard, flag and end the run: a flood must
+ * cost the supervisor bounded memory and time. */
 static void pump_output(struct supervise_state *st, struct out_stream *o)
 {
-    char buf[65536];
-    ssize_t n = read(o->rfd, buf, sizeof(buf));
+    size_t room;
+    ssize_t n;
 
+    if (o->len > 0 && o->head + o->len == RELAY_BUF_SIZE) {
+        memmove(o->buf, o->buf + o->head, o->len);
+        o->head = 0;
+    }
+    room = RELAY_BUF_SIZE - o->head - o->len;
+    if (room == 0)
+        return;
+    n = read(o->rfd, o->buf + o->head + o->len, room);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (n <= 0) {
@@ -1255,16 +1363,158 @@ static void pump_output(struct supervise_state *st, struct out_stream *o)
         o->rfd = -1;
         return;
     }
-    if (o->bytes < st->pol->output_limit) {
-        uint64_t room = st->pol->output_limit - o->bytes;
-        /* The consumer of our own stdout may be gone: that is its business,
-         * the payload's accounting goes on. */
-        (void)aj_write_all(o->dest, buf, (size_t)n < room ? (size_t)n : (size_t)room);
+    if (!st->pol->output_limit || o->bytes < st->pol->output_limit) {
+        uint64_t keep = st->pol->output_limit ? st->pol->output_limit - o->bytes : (uint64_t)n;
+        o->len += (size_t)n < keep ? (size_t)n : (size_t)keep;
     }
     o->bytes += (uint64_t)n;
-    if (o->bytes > st->pol->output_limit && !o->truncated) {
+    if (st->pol->output_limit && o->bytes > st->pol->output_limit && !o->truncated) {
         o->truncated = true;
         end_run(st, AJ_STATUS_OUTPUT_LIMIT);
+    }
+    if (o->dest_gone)
+        o->len = o->head = 0;
+    else if (o->how != RELAY_CHUNKED)
+        flush_output(o, false);
+}
+
+/* How to write to the caller's fd dest without blocking (see relay_how).
+ * A pipe or a terminal is opened again through /proc/self/fd, which gives
+ * a description of our own that can be non-blocking; a pipe whose reader
+ * is gone cannot be opened so (ENXIO): nothing will read the output. */
+static int relay_open_dest(struct out_stream *o, struct aj_error *err)
+{
+    struct stat s;
+    int fl;
+
+    o->wfd = o->dest;
+    o->how = RELAY_PLAIN;
+    if (fstat(o->dest, &s) < 0)
+        return aj_err(err, errno, "output fd %d", o->dest);
+    if (S_ISSOCK(s.st_mode)) {
+        o->how = RELAY_SOCKET;
+        return 0;
+    }
+    if (!S_ISFIFO(s.st_mode) && !S_ISCHR(s.st_mode))
+        return 0;
+    fl = fcntl(o->dest, F_GETFL);
+    if (fl >= 0 && (fl & O_NONBLOCK)) {
+        o->how = RELAY_NONBLOCK; /* the caller made it so */
+        return 0;
+    }
+    o->how = RELAY_CHUNKED;
+    /* Only pipes and terminals: opening some other character device can
+     * have effects of its own (a tape rewinds, a watchdog arms). */
+    if (S_ISFIFO(s.st_mode) || isatty(o->dest)) {
+        char path[64];
+        int fd;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", o->dest);
+        fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd >= 0) {
+            o->wfd = fd;
+            o->own_wfd = true;
+            o->how = RELAY_NONBLOCK;
+        } else if (errno == ENXIO && S_ISFIFO(s.st_mode)) {
+            o->dest_gone = true;
+        }
+    }
+    return 0;
+}
+
+/* Signals from the signalfd: decoy lease breaks, and the ones that end
+ * the run (each kept in got_signals for the caller, see sb_cleanup). */
+static void on_lease_break(struct supervise_state *st, int fd);
+
+static void read_signals(struct supervise_state *st)
+{
+    struct signalfd_siginfo si;
+
+    while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if ((int)si.ssi_signo == SIG_DECOY) {
+            on_lease_break(st, (int)si.ssi_fd);
+            continue;
+        }
+        (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
+        if (!st->interrupted) {
+            st->interrupted = (int)si.ssi_signo;
+            (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+            if (st->cg)
+                aj_cgroup_kill(st->cg);
+        }
+    }
+}
+
+/* Relay what is left after the run, until every pipe is at EOF and every
+ * buffer is written, but never wait on a stalled reader past the run's
+ * deadline (the run then ends as a timeout), nor past a short grace when
+ * the run was already ended by a limit or a signal, nor past a signal. */
+#define RELAY_GRACE_MS 1000
+
+static void finish_output(struct supervise_state *st, uint64_t deadline)
+{
+    uint64_t grace = 0;
+
+    for (;;) {
+        struct pollfd p[5];
+        int np = 0, timeout = -1, idx[2][2] = {{-1, -1}, {-1, -1}};
+        bool busy = false;
+        uint64_t until;
+
+        for (int i = 0; i < 2; i++) {
+            struct out_stream *o = &st->out[i];
+            if (o->dest_gone)
+                o->len = o->head = 0;
+            if (o->rfd >= 0 && o->len < RELAY_BUF_SIZE) {
+                idx[i][0] = np;
+                p[np++] = (struct pollfd){.fd = o->rfd, .events = POLLIN};
+            }
+            if (o->len > 0 && o->how != RELAY_PLAIN) {
+                idx[i][1] = np;
+                p[np++] = (struct pollfd){.fd = o->wfd, .events = POLLOUT};
+            }
+            busy |= o->rfd >= 0 || o->len > 0;
+        }
+        if (!busy)
+            return;
+        if ((st->limit != AJ_STATUS_OK || st->interrupted) && !grace)
+            grace = aj_now_ms() + RELAY_GRACE_MS;
+        until = grace ? grace : deadline;
+        if (until) {
+            if (aj_now_ms() >= until) {
+                /* A reader that stalls past the deadline: the run did not
+                 * finish in time. What is left is dropped. */
+                if (!grace)
+                    end_run(st, AJ_STATUS_TIMEOUT);
+                for (int i = 0; i < 2; i++) {
+                    if (st->out[i].rfd >= 0)
+                        (void)close(st->out[i].rfd);
+                    st->out[i].rfd = -1;
+                    st->out[i].len = st->out[i].head = 0;
+                }
+                return;
+            }
+            timeout = clamp_poll_timeout(-1, until);
+        }
+        p[np++] = (struct pollfd){.fd = st->sigfd, .events = POLLIN};
+        if (poll(p, (nfds_t)np, timeout) < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        if (p[np - 1].revents & POLLIN)
+            read_signals(st);
+        for (int i = 0; i < 2; i++) {
+            struct out_stream *o = &st->out[i];
+            if (idx[i][0] >= 0 && p[idx[i][0]].revents)
+                pump_output(st, o);
+            if (idx[i][1] >= 0 && (p[idx[i][1]].revents & (POLLERR | POLLHUP)) && o->how != RELAY_SOCKET) {
+                o->dest_gone = true; /* the pipe's reader is gone */
+            } else if (idx[i][1] >= 0 && p[idx[i][1]].revents) {
+                flush_output(o, true);
+            }
+            if (o->how == RELAY_PLAIN)
+                flush_output(o, true);
+        }
     }
 }
 
@@ -1286,7 +1536,7 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
-enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_COUNT };
+enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_OUT_W, PF_ERR_W, PF_COUNT };
 
 /* Every message the sandbox side queued before this moment: the payload
  * sends READY (and with it the start event) before it execs, so draining
@@ -1414,30 +1664,6 @@ static void on_lease_break(struct supervise_state *st, int fd)
         }
 }
 
-/* The run's deadline: start + timeout in 64 bits, saturating (a timeout
- * near UINT64_MAX must not wrap into the past). 0: none. */
-static uint64_t run_deadline(uint64_t start, uint64_t timeout_ms)
-{
-    if (!timeout_ms)
-        return 0;
-    return timeout_ms > UINT64_MAX - start ? UINT64_MAX : start + timeout_ms;
-}
-
-/* The poll timeout that also wakes us at deadline: the time left is
- * 64-bit arithmetic, clamped to what poll's int can hold. A timeout above
- * INT_MAX ms once turned negative here, and poll then waited forever: no
- * cgroup checks, no cpu-time limit, no timed anything. */
-static int clamp_poll_timeout(int timeout, uint64_t deadline)
-{
-    uint64_t now = aj_now_ms(), left = now >= deadline ? 0 : deadline - now;
-
-    if (left > (uint64_t)INT_MAX)
-        left = INT_MAX;
-    if (timeout < 0 || (uint64_t)timeout > left)
-        return (int)left;
-    return timeout;
-}
-
 static int supervise(struct supervise_state *st, uint64_t start, struct aj_error *err)
 {
     uint64_t deadline = run_deadline(start, st->pol->timeout_ms);
@@ -1451,13 +1677,22 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             [PF_SOCK] = {.fd = st->sock, .events = POLLIN},
             [PF_PIDFD] = {.fd = st->pidfd, .events = POLLIN},
             [PF_SIG] = {.fd = st->sigfd, .events = POLLIN},
-            [PF_OUT] = {.fd = st->out[0].rfd, .events = POLLIN},
-            [PF_ERR] = {.fd = st->out[1].rfd, .events = POLLIN},
             [PF_NOTIFY] = {.fd = st->notify.fd, .events = POLLIN},
             [PF_DSOCK] = {.fd = st->decoy_sock, .events = POLLIN},
         };
         int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
         int r;
+
+        /* Output: read while the buffer has room, write while it holds
+         * something and the reader takes it. A full buffer leaves the
+         * payload waiting on its pipe, never the supervisor. */
+        for (int i = 0; i < 2; i++) {
+            struct out_stream *o = &st->out[i];
+            pfd[PF_OUT + i] = (struct pollfd){.fd = o->rfd >= 0 && o->len < RELAY_BUF_SIZE ? o->rfd : -1,
+                                              .events = POLLIN};
+            pfd[PF_OUT_W + i] = (struct pollfd){
+                .fd = o->len > 0 && !o->dest_gone && o->how != RELAY_PLAIN ? o->wfd : -1, .events = POLLOUT};
+        }
 
         if (deadline && st->limit == AJ_STATUS_OK)
             timeout = clamp_poll_timeout(timeout, deadline);
@@ -1503,22 +1738,17 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         if (pfd[PF_DSOCK].revents & POLLIN)
             on_decoy_socket(st);
         check_dconns(st, false);
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2; i++) {
+            short w = pfd[PF_OUT_W + i].revents;
+            if (w & (POLLERR | POLLHUP) && st->out[i].how != RELAY_SOCKET)
+                st->out[i].dest_gone = true; /* the reader of the caller's pipe is gone */
+            else if (w)
+                flush_output(&st->out[i], true);
             if (pfd[PF_OUT + i].revents & (POLLIN | POLLHUP | POLLERR))
                 pump_output(st, &st->out[i]);
-        if (pfd[PF_SIG].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-                if ((int)si.ssi_signo == SIG_DECOY) {
-                    on_lease_break(st, (int)si.ssi_fd);
-                } else if (!st->interrupted) {
-                    st->interrupted = (int)si.ssi_signo;
-                    (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
-                    if (st->cg)
-                        aj_cgroup_kill(st->cg);
-                }
-            }
         }
+        if (pfd[PF_SIG].revents & POLLIN)
+            read_signals(st);
         if (pfd[PF_PIDFD].revents & POLLIN) {
             pid_t w;
             do
@@ -1550,16 +1780,8 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         }
     }
     /* Everything inside is dead now (pid namespace, or orphans killed):
-     * drain what is left in the pipes until EOF. */
-    for (int i = 0; i < 2; i++) {
-        if (st->out[i].rfd >= 0) {
-            int fl = fcntl(st->out[i].rfd, F_GETFL);
-            if (fl >= 0)
-                (void)fcntl(st->out[i].rfd, F_SETFL, fl & ~O_NONBLOCK);
-        }
-        while (st->out[i].rfd >= 0)
-            pump_output(st, &st->out[i]);
-    }
+     * relay what is left in the pipes until EOF. */
+    finish_output(st, deadline);
     return 0;
 }
 
@@ -1661,17 +1883,26 @@ static int setup_output(const struct aj_policy *pol, const struct aj_run_options
                         struct aj_error *err)
 {
     for (int i = 0; i < 2; i++) {
-        int p[2];
+        int p[2], r;
         int dest = i == 0 ? (opts && opts->stdout_fd > 0 ? opts->stdout_fd : 1)
                           : (opts && opts->stderr_fd > 0 ? opts->stderr_fd : 2);
-        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest};
-        if (!pol->output_limit) {
+        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest, .wfd = -1};
+        /* A terminal is never handed to the sandbox (it would be the
+         * host's: TIOCSTI, job control, the scrollback): its output is
+         * relayed like a captured stream, without a budget. */
+        if (!pol->output_limit && !isatty(dest)) {
             /* No budget: the sandbox writes to the destination directly
              * (init makes it its fd 1/2). */
             if (dest != i + 1)
                 st->out[i].wfd_child = dest;
             continue;
         }
+        st->out[i].buf = malloc(RELAY_BUF_SIZE);
+        if (!st->out[i].buf)
+            return aj_err(err, ENOMEM, "output buffer");
+        r = relay_open_dest(&st->out[i], err);
+        if (r < 0)
+            return r;
         if (pipe2(p, O_CLOEXEC) < 0)
             return aj_err(err, errno, "pipe for output capture");
         st->out[i].rfd = p[0];
@@ -1738,6 +1969,7 @@ struct sandbox {
     pid_t netns_helper;   /* see spawn_netns_helper; reaped at cleanup */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
     bool audit_open, mask_set, in_cgroup;
+    bool sigpipe_was_pending; /* the caller's own SIGPIPE, pending before the run: not ours to consume */
     uint64_t start;
 };
 
@@ -1752,7 +1984,8 @@ static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
                                       .decoy_files = {-1, -1, -1, -1},
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
-    sb->st.out[0] = sb->st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1};
+    sb->st.out[0] = sb->st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1, .wfd = -1};
+    sigemptyset(&sb->st.got_signals);
     sb->st.notify.fd = -1;
     sb->socks[0] = sb->socks[1] = -1;
     sb->null_fd = -1;
@@ -1773,8 +2006,20 @@ static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_err
     sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGQUIT);
     sigaddset(&mask, SIG_DECOY);
-    if (sigprocmask(SIG_BLOCK, &mask, ret_old) < 0)
-        return aj_err(err, errno, "sigprocmask");
+    {
+        /* Blocked in this thread for the run, but not read from the
+         * signalfd: a write to a caller's pipe whose reader is gone gives
+         * EPIPE, not a SIGPIPE that would kill the caller's whole process
+         * (sb_cleanup consumes the one we caused); a write to the caller's
+         * terminal from a background job is not stopped by SIGTTOU. The
+         * process-wide dispositions are the caller's and stay untouched. */
+        sigset_t run_mask = mask, pend;
+        sigaddset(&run_mask, SIGPIPE);
+        sigaddset(&run_mask, SIGTTOU);
+        sb->sigpipe_was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
+        if (pthread_sigmask(SIG_BLOCK, &run_mask, ret_old) != 0)
+            return aj_err(err, EINVAL, "sigprocmask");
+    }
     sb->mask_set = true;
     sb->st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sb->st.sigfd < 0)
@@ -1977,6 +2222,14 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
             return r;
         c->out_fd = st->out[0].wfd_child;
         c->err_fd = st->out[1].wfd_child;
+        if (isatty(STDIN_FILENO)) {
+            /* Never the caller's terminal (see setup_output): stdin is
+             * /dev/null instead. */
+            sb->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (sb->null_fd < 0)
+                return aj_err(err, errno, "open /dev/null");
+            c->in_fd = sb->null_fd;
+        }
         if (pol->output_limit)
             res->layers |= AJ_LAYER_OUTPUT_LIMIT;
         r = sb_block_signals(sb, &c->orig_mask, err);
@@ -2100,10 +2353,20 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
         }
     }
     fds[0] = STDIN_FILENO;
+    if (isatty(STDIN_FILENO)) {
+        /* Never the caller's terminal (see setup_output). */
+        sb->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (sb->null_fd < 0) {
+            free(buf);
+            return aj_err(err, errno, "open /dev/null");
+        }
+        fds[0] = sb->null_fd;
+    }
     for (int i = 0; i < 2; i++)
         fds[1 + i] = st->out[i].wfd_child >= 0 ? st->out[i].wfd_child : st->out[i].dest;
     r = send_with_fds(st->sock, buf, len, fds, 3);
     free(buf);
+    close_fd(&sb->null_fd);
     for (int i = 0; i < 2; i++) {
         if (st->out[i].owns_w)
             close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
@@ -2139,6 +2402,33 @@ static int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_err
     return 0;
 }
 
+/* The caller's mask back, and with it what the run kept from the caller:
+ * the signals that ended it were read from our signalfd and would be lost,
+ * so they are raised again in this thread while still blocked. With the
+ * caller's mask they are then delivered (a CLI that does not block them
+ * dies of them, as it would have without us) or stay pending for the
+ * caller to see. A SIGPIPE that our writes to a gone reader caused is
+ * consumed; one the caller had pending before is left alone. */
+static void restore_signals(struct sandbox *sb)
+{
+    static const int ending[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    sigset_t pend;
+
+    if (!sb->sigpipe_was_pending && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
+        sigset_t one;
+        struct timespec zero = {0, 0};
+        sigemptyset(&one);
+        sigaddset(&one, SIGPIPE);
+        /* Thread- and process-directed: at most one of each. */
+        for (int i = 0; i < 2 && sigtimedwait(&one, NULL, &zero) == SIGPIPE; i++)
+            ;
+    }
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(ending); i++)
+        if (sigismember(&sb->st.got_signals, ending[i]) == 1)
+            (void)pthread_kill(pthread_self(), ending[i]);
+    (void)pthread_sigmask(SIG_SETMASK, &sb->c.orig_mask, NULL);
+}
+
 /* Kill what is left, report the end, release everything. With keep_cg the
  * cgroup directories are handed back (emptied and killed) for the caller to
  * remove later, off the run's path. */
@@ -2161,13 +2451,13 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         close_fd(&st->decoy_files[i]);
     if (st->sigfd >= 0) {
+        /* Lease breaks are dropped; a SIGTERM or ^C that came at the end is
+         * the caller's (re-raised below). */
         struct signalfd_siginfo si;
         while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-            ;
+            if ((int)si.ssi_signo != SIG_DECOY)
+                (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
     }
-    if (sb->mask_set)
-        (void)sigprocmask(SIG_SETMASK, &c->orig_mask, NULL);
-    sb->mask_set = false;
     if (st->subreaper_set)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
     if (res) {
@@ -2210,6 +2500,11 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
         close_fd(&st->out[i].rfd);
         if (st->out[i].owns_w)
             close_fd(&st->out[i].wfd_child);
+        if (st->out[i].own_wfd)
+            close_fd(&st->out[i].wfd);
+        st->out[i].own_wfd = false;
+        free(st->out[i].buf);
+        st->out[i].buf = NULL;
     }
     for (size_t i = 0; i < c->n_cg_join; i++)
         close_fd(&c->cg_join[i]);
@@ -2220,6 +2515,10 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
     free_envp(c->envp);
     free_envp(c->argv);
     c->envp = c->argv = NULL;
+    /* Last, with everything released: the caller's signal mask back. */
+    if (sb->mask_set)
+        restore_signals(sb);
+    sb->mask_set = false;
 }
 
 /* What every run starts with: an id, the policy's hash, the events file. */
