@@ -937,7 +937,17 @@ struct supervise_state {
     } supp_calls[16];            /* suppressed escape attempts by system call, since the last summary */
     size_t n_supp_calls;
     uint64_t supp_calls_other;   /* ... beyond the 16 distinct calls the table holds */
+    uint64_t flood_window;       /* past the budget: the current FLOOD_WINDOW_MS slot */
+    unsigned flood_taken;        /* notifications taken in it */
 };
+
+/* Past the event budget, notifications are taken at FLOOD_PER_WINDOW per
+ * FLOOD_WINDOW_MS at most (2,000 a second): the rest wait in the kernel,
+ * their callers blocked (killably) until their turn. A flood then costs
+ * the supervisor a bounded share of a CPU, whatever the payload's thread
+ * count, and each attempt is still answered (EPERM). */
+#define FLOOD_WINDOW_MS 10
+#define FLOOD_PER_WINDOW 20
 
 static void end_run(struct supervise_state *st, enum aj_status why);
 
@@ -1559,16 +1569,33 @@ static void on_notify(struct supervise_state *st)
 
     if (fast_path(st, AJ_EV_ESCAPE_ATTEMPT)) {
         /* A flood (unshare in a loop from many threads): one ioctl to take
-         * it, a count, one to refuse it. Nothing is read from the caller. */
-        int nr = -1;
-        uint32_t arch = 0;
-        r = aj_notify_receive_bare(&st->notify, &nr, &arch);
-        if (r > 0) {
+         * it, a count, one to refuse it. Nothing is read from the caller.
+         * While more are queued, take them here (up to the window's quota,
+         * see FLOOD_PER_WINDOW) rather than through the whole poll set
+         * each time. */
+        for (int batch = 0; batch < FLOOD_PER_WINDOW; batch++) {
+            struct pollfd p = {.fd = st->notify.fd, .events = POLLIN};
+            uint64_t window = aj_now_ms() / FLOOD_WINDOW_MS;
+            int nr = -1;
+            uint32_t arch = 0;
+            if (window != st->flood_window) {
+                st->flood_window = window;
+                st->flood_taken = 0;
+            }
+            if (st->flood_taken >= FLOOD_PER_WINDOW)
+                return; /* the rest wait for the next window (see supervise) */
+            if (batch > 0 && (poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN)))
+                return;
+            st->flood_taken++;
+            r = aj_notify_receive_bare(&st->notify, &nr, &arch);
+            if (r <= 0)
+                break;
             aj_audit_suppress(st->audit, AJ_EV_ESCAPE_ATTEMPT);
             count_suppressed_call(st, nr, arch);
             aj_notify_answer(&st->notify);
-            return;
         }
+        if (r > 0)
+            return;
     } else {
         r = aj_notify_receive(&st->notify, st->audit, &ev, &sev);
     }
@@ -1698,6 +1725,16 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             timeout = clamp_poll_timeout(timeout, deadline);
         if (st->alert.pid > 0 && (timeout < 0 || timeout > 50))
             timeout = 50; /* watch the hook's deadline */
+        if (st->notify.fd >= 0 && fast_path(st, AJ_EV_ESCAPE_ATTEMPT) && st->flood_taken >= FLOOD_PER_WINDOW) {
+            /* This window's quota is spent: not polled until the next. */
+            uint64_t now = aj_now_ms();
+            if (now / FLOOD_WINDOW_MS == st->flood_window) {
+                int wait = (int)(FLOOD_WINDOW_MS - now % FLOOD_WINDOW_MS);
+                pfd[PF_NOTIFY].fd = -1;
+                if (timeout < 0 || wait < timeout)
+                    timeout = wait;
+            }
+        }
         if (aj_audit_suppressed_pending(st->audit)) {
             /* The next events_suppressed summary is due a second after the last. */
             uint64_t now = aj_now_ms(), due = st->last_summary_ms + 1000;
