@@ -1310,6 +1310,14 @@ static int clamp_poll_timeout(int timeout, uint64_t deadline)
     return timeout;
 }
 
+/* The caller's reader is gone: from now on output is counted and dropped. */
+static void drop_output(struct out_stream *o)
+{
+    o->dest_gone = true;
+    o->head = 0;
+    o->len = 0;
+}
+
 /* Write what the buffer holds, as far as the destination takes it now.
  * writable: poll said POLLOUT (the only time RELAY_CHUNKED may write). A
  * reader that went away (EPIPE; SIGPIPE is blocked during the run, see
@@ -1337,8 +1345,8 @@ static void flush_output(struct out_stream *o, bool writable)
                 continue;
             if (errno == EAGAIN)
                 return;
-            o->dest_gone = true; /* EPIPE, or an fd that stopped working */
-            break;
+            drop_output(o); /* EPIPE, or an fd that stopped working */
+            return;
         }
         o->head += (size_t)n;
         o->len -= (size_t)n;
@@ -1383,7 +1391,7 @@ static void pump_output(struct supervise_state *st, struct out_stream *o)
         end_run(st, AJ_STATUS_OUTPUT_LIMIT);
     }
     if (o->dest_gone)
-        o->len = o->head = 0;
+        drop_output(o);
     else if (o->how != RELAY_CHUNKED)
         flush_output(o, false);
 }
@@ -1425,7 +1433,7 @@ static int relay_open_dest(struct out_stream *o, struct aj_error *err)
             o->own_wfd = true;
             o->how = RELAY_NONBLOCK;
         } else if (errno == ENXIO && S_ISFIFO(s.st_mode)) {
-            o->dest_gone = true;
+            drop_output(o);
         }
     }
     return 0;
@@ -1473,7 +1481,7 @@ static void finish_output(struct supervise_state *st, uint64_t deadline)
         for (int i = 0; i < 2; i++) {
             struct out_stream *o = &st->out[i];
             if (o->dest_gone)
-                o->len = o->head = 0;
+                drop_output(o);
             if (o->rfd >= 0 && o->len < RELAY_BUF_SIZE) {
                 idx[i][0] = np;
                 p[np++] = (struct pollfd){.fd = o->rfd, .events = POLLIN};
@@ -1518,7 +1526,7 @@ static void finish_output(struct supervise_state *st, uint64_t deadline)
             if (idx[i][0] >= 0 && p[idx[i][0]].revents)
                 pump_output(st, o);
             if (idx[i][1] >= 0 && (p[idx[i][1]].revents & (POLLERR | POLLHUP)) && o->how != RELAY_SOCKET) {
-                o->dest_gone = true; /* the pipe's reader is gone */
+                drop_output(o); /* the pipe's reader is gone */
             } else if (idx[i][1] >= 0 && p[idx[i][1]].revents) {
                 flush_output(o, true);
             }
@@ -1778,7 +1786,7 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         for (int i = 0; i < 2; i++) {
             short w = pfd[PF_OUT_W + i].revents;
             if (w & (POLLERR | POLLHUP) && st->out[i].how != RELAY_SOCKET)
-                st->out[i].dest_gone = true; /* the reader of the caller's pipe is gone */
+                drop_output(&st->out[i]); /* the reader of the caller's pipe is gone */
             else if (w)
                 flush_output(&st->out[i], true);
             if (pfd[PF_OUT + i].revents & (POLLIN | POLLHUP | POLLERR))

@@ -212,6 +212,26 @@ def test_closed_reader_is_not_a_sigpipe_death(tmp_path):
     assert ctl.result["status"] == "ok" and len(ctl.stdout) == 100000, ctl.result
 
 
+def test_reader_that_quits_mid_run_is_not_waited_for(tmp_path):
+    """`agentjail -- yes | (sleep 1)`: the reader quits, unread, while the
+    relay's buffer is full and it waits for the pipe to take more. The run
+    goes on to its output limit at once (the relay once kept waiting, not
+    reading the payload, until the timeout); the result says output_limit."""
+    res = str(tmp_path / "r.json")
+    reader = subprocess.Popen(["sleep", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        p = subprocess.run([AJ_BIN, "run", "--result", res, "--output-limit", "50M", "--timeout", "30", "--", "yes"],
+                           stdout=reader.stdin, stderr=subprocess.PIPE, timeout=90)
+    finally:
+        reader.stdin.close()
+        reader.wait()
+    assert p.returncode != -signal.SIGPIPE, "agentjail died of SIGPIPE"
+    with open(res) as f:
+        result = json.load(f)
+    assert result["status"] == "output_limit", result
+    assert result["stdout_truncated"] is True, result
+
+
 # ---- 64-bit deadlines ------------------------------------------------------------------
 
 
