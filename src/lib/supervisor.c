@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -35,6 +36,7 @@
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +63,7 @@ enum aj_msg_type {
     AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
     AJ_MSG_RUN,      /* pool → parked payload: its command (struct aj_run_msg) */
     AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
+    AJ_MSG_PTY,      /* init → supervisor: the master of the payload's own pty */
 };
 
 /* A pooled run's command: this header, argc NUL-terminated strings, and
@@ -117,6 +120,11 @@ struct run_ctx {
     uint32_t layers;      /* accumulated on the sandbox side */
     struct aj_decoy_files decoys;
     unsigned skip;        /* AJ_SKIP_*: layers left out on purpose (tests of verify) */
+    /* The caller's stdin and stdout are a terminal: the payload gets a pty
+     * of its own instead (see child_make_pty), as its 0 and 1 (and 2 with
+     * pty_err); init's own 0-2 are /dev/null meanwhile. */
+    bool want_pty, pty_err;
+    int pty_slave;
 };
 
 /* AGENTJAIL_UNSAFE_SKIP_LAYER=seccomp|landlock: leave one layer out, so
@@ -353,6 +361,16 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_NEW_SESSION;
+    if (c->pty_slave >= 0) {
+        /* Its own pty as its controlling terminal: ^C, job control and
+         * window size work, on a terminal that is the sandbox's. */
+        if (ioctl(c->pty_slave, TIOCSCTTY, 0) < 0 || dup2(c->pty_slave, STDIN_FILENO) < 0 ||
+            dup2(c->pty_slave, STDOUT_FILENO) < 0 || (c->pty_err && dup2(c->pty_slave, STDERR_FILENO) < 0)) {
+            aj_err(&err, errno, "take the payload's terminal");
+            child_fail(c, &err, 125);
+        }
+        (void)close(c->pty_slave);
+    }
     if (c->degraded && !c->rootless) {
         /* No user namespace: become this run's own unprivileged host user. */
         if (aj_sys_setgroups_none() < 0 || prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 ||
@@ -487,13 +505,22 @@ static void scrub_cmdline(void)
         memcpy((void *)start, name, sizeof(name));
 }
 
-/* Close every fd but 0-2 and keep: init must not hold what agentjail's
- * caller leaked to it either. */
-static int close_all_but(int keep)
+/* Close every fd but 0-2, keep and keep2 (-1: none): init must not hold
+ * what agentjail's caller leaked to it either. */
+static int close_all_but(int keep, int keep2)
 {
-    if (keep > 3 && aj_sys_close_range(3, (unsigned)keep - 1, 0) < 0)
-        return -errno;
-    if (aj_sys_close_range((unsigned)keep + 1, ~0U, 0) < 0)
+    int lo = keep2 >= 0 && keep2 < keep ? keep2 : keep, hi = keep2 > keep ? keep2 : keep;
+    unsigned from = 3;
+
+    for (int k = 0; k < 2; k++) {
+        int fd = k == 0 ? lo : hi;
+        if (fd < 3)
+            continue;
+        if ((unsigned)fd > from && aj_sys_close_range(from, (unsigned)fd - 1, 0) < 0)
+            return -errno;
+        from = (unsigned)fd + 1;
+    }
+    if (aj_sys_close_range(from, ~0U, 0) < 0)
         return -errno;
     return 0;
 }
@@ -532,6 +559,39 @@ static int join_helper_netns(struct run_ctx *c, struct aj_error *err)
     if (r < 0)
         return aj_err(err, errno, "join the network namespace");
     return 0;
+}
+
+/* The payload's own terminal, when the caller's is one (never the
+ * caller's: that is the host's, with its input queue, job control and
+ * scrollback). A devpts instance of the sandbox's own, made with
+ * fsopen/fsmount and never attached anywhere (devpts may be mounted in a
+ * user namespace; every mount is a new instance since 4.7): its ptmx gives
+ * the master, which goes to the supervisor to relay, and TIOCGPTPEER the
+ * slave (4.13), kept for the payload. No path to either exists in the
+ * sandbox. System calls only: this is init, between clone and exec. */
+static int child_make_pty(struct run_ctx *c, struct aj_error *err)
+{
+    struct aj_sync_msg m = {.type = AJ_MSG_PTY};
+    int fsfd, mfd = -1, master = -1, unlock = 0, r = 0;
+
+    fsfd = aj_sys_fsopen("devpts", AJ_FSOPEN_CLOEXEC);
+    if (fsfd < 0)
+        return aj_err(err, errno, "a terminal for the payload: fsopen devpts");
+    if (aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "ptmxmode", "0600", 0) < 0 ||
+        aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "mode", "0600", 0) < 0 ||
+        aj_sys_fsconfig(fsfd, AJ_FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+        (mfd = aj_sys_fsmount(fsfd, AJ_FSMOUNT_CLOEXEC, AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NOEXEC)) < 0 ||
+        (master = openat(mfd, "ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0 || ioctl(master, TIOCSPTLCK, &unlock) < 0 ||
+        (c->pty_slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0)
+        r = aj_err(err, errno, "a terminal for the payload (devpts)");
+    else if (send_fds(c->sock, &m, &master, 1) < 0)
+        r = aj_err(err, errno, "hand the terminal to the supervisor");
+    if (master >= 0)
+        (void)close(master);
+    if (mfd >= 0)
+        (void)close(mfd);
+    (void)close(fsfd);
+    return r;
 }
 
 static __attribute__((noreturn)) void init_main(struct run_ctx *c)
@@ -587,6 +647,10 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     if (aj_netns_child_setup(pol, &err) < 0)
         child_fail(c, &err, 125);
+    /* Before the nesting limits: fsmount makes an anonymous mount
+     * namespace, which counts against them. */
+    if (c->want_pty && child_make_pty(c, &err) < 0)
+        child_fail(c, &err, 125);
     /* The last namespace init itself creates is behind us: from here on,
      * none can be created inside. */
     if (aj_userns_child_nesting_forbid(nest_fds, &err) < 0)
@@ -619,7 +683,7 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     c->layers |= AJ_LAYER_KEYRING;
     /* Before the payload exists (c->argv is a copy, not this memory). */
     scrub_cmdline();
-    if (close_all_but(c->sock) < 0) {
+    if (close_all_but(c->sock, c->pty_slave) < 0) {
         aj_err(&err, errno, "close inherited fds");
         child_fail(c, &err, 125);
     }
@@ -636,6 +700,8 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     }
     if (payload == 0)
         payload_main(c);
+    if (c->pty_slave >= 0) /* the payload's alone: its exit is the master's hangup */
+        (void)close(c->pty_slave);
 
     /* init keeps no privilege while the payload runs, and is not dumpable:
      * the payload (same uid) cannot open /proc/1/mem, /proc/1/fd or
@@ -886,6 +952,7 @@ struct out_stream {
     size_t head, len;
     uint64_t bytes;   /* written by the payload */
     bool truncated;
+    bool no_limit;    /* the caller's terminal input: not the payload's output */
 };
 
 /* The alert hook: run once, on the host, outside the sandbox, at the first
@@ -906,6 +973,13 @@ struct supervise_state {
     pid_t pid;
     int pidfd, sock, sigfd;
     struct out_stream out[2];
+    /* pty mode (run_ctx.want_pty): out[0] reads the payload's pty master
+     * (stdout, and stderr with pty_err), in relays the caller's terminal
+     * to it, which is in raw mode meanwhile (saved_tio). */
+    bool pty, pty_err;
+    struct out_stream in;
+    bool tio_saved;
+    struct termios saved_tio;
     struct aj_notify notify;     /* fd -1 until the payload hands it over */
     int decoy_sock;
     struct {
@@ -1176,6 +1250,39 @@ static void close_fds_of(const int *fds, int n)
             (void)close(fds[i]);
 }
 
+/* The payload's pty master arrived (see child_make_pty): its output is
+ * stdout's stream, the caller's terminal input goes to it, the window size
+ * is copied, and the caller's terminal is put in raw mode (only when we
+ * are its foreground: a background job must not change the terminal of
+ * the shell in front), so that ^C, ^Z and line editing are the payload's
+ * pty's business. Restored in sb_cleanup, on every path. */
+static void pty_attach(struct supervise_state *st, int master)
+{
+    struct winsize ws;
+    int fl = fcntl(master, F_GETFL);
+
+    if (fl >= 0)
+        (void)fcntl(master, F_SETFL, fl | O_NONBLOCK); /* our own description */
+    st->out[0].rfd = master;
+    if (ioctl(st->out[0].dest, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+        (void)ioctl(master, TIOCSWINSZ, &ws);
+    st->in.buf = malloc(RELAY_BUF_SIZE);
+    st->in.wfd = fcntl(master, F_DUPFD_CLOEXEC, 3);
+    if (!st->in.buf || st->in.wfd < 0)
+        return; /* no input, output still relayed */
+    st->in.own_wfd = true;
+    st->in.how = RELAY_NONBLOCK;
+    st->in.no_limit = true;
+    /* The caller's stdin, read through a non-blocking description of our own. */
+    st->in.rfd = open("/proc/self/fd/0", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (st->in.rfd >= 0 && tcgetpgrp(STDIN_FILENO) == getpgrp() && tcgetattr(STDIN_FILENO, &st->saved_tio) == 0) {
+        struct termios raw = st->saved_tio;
+        cfmakeraw(&raw);
+        if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
+            st->tio_saved = true;
+    }
+}
+
 static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg, int *fds, int nfds)
 {
     if (msg->type == AJ_MSG_ERROR && !st->have_child_err) {
@@ -1195,6 +1302,9 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
          * the one that tears that mount down, an RCU grace period (~10 ms)
          * on the supervisor's path. */
         finish_decoys(st);
+    } else if (msg->type == AJ_MSG_PTY && nfds == 1 && st->pty && st->out[0].rfd < 0) {
+        pty_attach(st, fds[0]);
+        fds[0] = -1;
     } else if (msg->type == AJ_MSG_LISTENER && nfds == 1 && st->notify.fd < 0) {
         st->notify.fd = fds[0];
         fds[0] = -1;
@@ -1381,12 +1491,14 @@ static void pump_output(struct supervise_state *st, struct out_stream *o)
         o->rfd = -1;
         return;
     }
-    if (!st->pol->output_limit || o->bytes < st->pol->output_limit) {
-        uint64_t keep = st->pol->output_limit ? st->pol->output_limit - o->bytes : (uint64_t)n;
+    uint64_t limit = o->no_limit ? 0 : st->pol->output_limit;
+
+    if (!limit || o->bytes < limit) {
+        uint64_t keep = limit ? limit - o->bytes : (uint64_t)n;
         o->len += (size_t)n < keep ? (size_t)n : (size_t)keep;
     }
     o->bytes += (uint64_t)n;
-    if (st->pol->output_limit && o->bytes > st->pol->output_limit && !o->truncated) {
+    if (limit && o->bytes > limit && !o->truncated) {
         o->truncated = true;
         end_run(st, AJ_STATUS_OUTPUT_LIMIT);
     }
@@ -1554,7 +1666,7 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
-enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_OUT_W, PF_ERR_W, PF_COUNT };
+enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_IN, PF_NOTIFY, PF_DSOCK, PF_OUT_W, PF_ERR_W, PF_IN_W, PF_COUNT };
 
 /* Every message the sandbox side queued before this moment: the payload
  * sends READY (and with it the start event) before it execs, so draining
@@ -1721,8 +1833,8 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         /* Output: read while the buffer has room, write while it holds
          * something and the reader takes it. A full buffer leaves the
          * payload waiting on its pipe, never the supervisor. */
-        for (int i = 0; i < 2; i++) {
-            struct out_stream *o = &st->out[i];
+        for (int i = 0; i < 3; i++) {
+            struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
             pfd[PF_OUT + i] = (struct pollfd){.fd = o->rfd >= 0 && o->len < RELAY_BUF_SIZE ? o->rfd : -1,
                                               .events = POLLIN};
             pfd[PF_OUT_W + i] = (struct pollfd){
@@ -1783,14 +1895,15 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         if (pfd[PF_DSOCK].revents & POLLIN)
             on_decoy_socket(st);
         check_dconns(st, false);
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
+            struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
             short w = pfd[PF_OUT_W + i].revents;
-            if (w & (POLLERR | POLLHUP) && st->out[i].how != RELAY_SOCKET)
-                drop_output(&st->out[i]); /* the reader of the caller's pipe is gone */
+            if (w & (POLLERR | POLLHUP) && o->how != RELAY_SOCKET)
+                drop_output(o); /* the reader of the caller's pipe (or the pty) is gone */
             else if (w)
-                flush_output(&st->out[i], true);
+                flush_output(o, true);
             if (pfd[PF_OUT + i].revents & (POLLIN | POLLHUP | POLLERR))
-                pump_output(st, &st->out[i]);
+                pump_output(st, o);
         }
         if (pfd[PF_SIG].revents & POLLIN)
             read_signals(st);
@@ -1932,6 +2045,19 @@ static int setup_output(const struct aj_policy *pol, const struct aj_run_options
         int dest = i == 0 ? (opts && opts->stdout_fd > 0 ? opts->stdout_fd : 1)
                           : (opts && opts->stderr_fd > 0 ? opts->stderr_fd : 2);
         st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest, .wfd = -1};
+        if (st->pty && (i == 0 || st->pty_err)) {
+            /* The payload's pty carries it (see pty_attach): stdout's
+             * stream reads the master when it comes; stderr has none. */
+            if (i == 1)
+                continue;
+            st->out[i].buf = malloc(RELAY_BUF_SIZE);
+            if (!st->out[i].buf)
+                return aj_err(err, ENOMEM, "output buffer");
+            r = relay_open_dest(&st->out[i], err);
+            if (r < 0)
+                return r;
+            continue;
+        }
         /* A terminal is never handed to the sandbox (it would be the
          * host's: TIOCSTI, job control, the scrollback): its output is
          * relayed like a captured stream, without a budget. */
@@ -2021,7 +2147,7 @@ struct sandbox {
 static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
 {
     memset(sb, 0, sizeof(*sb));
-    sb->c = (struct run_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1};
+    sb->c = (struct run_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1, .pty_slave = -1};
     sb->lease = (struct aj_uid_lease){.lock_fd = -1};
     sb->audit = (struct aj_audit){.fd = -1};
     sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
@@ -2029,7 +2155,7 @@ static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
                                       .decoy_files = {-1, -1, -1, -1},
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
-    sb->st.out[0] = sb->st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1, .wfd = -1};
+    sb->st.out[0] = sb->st.out[1] = sb->st.in = (struct out_stream){.rfd = -1, .wfd_child = -1, .wfd = -1};
     sigemptyset(&sb->st.got_signals);
     sb->st.notify.fd = -1;
     sb->socks[0] = sb->socks[1] = -1;
@@ -2061,6 +2187,7 @@ static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_err
         sigset_t run_mask = mask, pend;
         sigaddset(&run_mask, SIGPIPE);
         sigaddset(&run_mask, SIGTTOU);
+        sigaddset(&run_mask, SIGTTIN); /* a background read of the terminal: EIO, not a stop */
         sb->sigpipe_was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
         if (pthread_sigmask(SIG_BLOCK, &run_mask, ret_old) != 0)
             return aj_err(err, EINVAL, "sigprocmask");
@@ -2262,6 +2389,12 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         c->in_fd = c->out_fd = c->err_fd = sb->null_fd;
         c->orig_mask = *base_mask;
     } else {
+        int od = opts && opts->stdout_fd > 0 ? opts->stdout_fd : STDOUT_FILENO;
+        int ed = opts && opts->stderr_fd > 0 ? opts->stderr_fd : STDERR_FILENO;
+        /* Interactive (stdin and stdout a terminal): the payload gets a pty
+         * of its own. Not degraded: devpts needs the user namespace. */
+        c->want_pty = st->pty = !pol->allow_degraded && isatty(STDIN_FILENO) && isatty(od);
+        c->pty_err = st->pty_err = c->want_pty && isatty(ed);
         r = setup_output(pol, opts, st, err);
         if (r < 0)
             return r;
@@ -2269,11 +2402,16 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         c->err_fd = st->out[1].wfd_child;
         if (isatty(STDIN_FILENO)) {
             /* Never the caller's terminal (see setup_output): stdin is
-             * /dev/null instead. */
-            sb->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+             * /dev/null instead, for init, and for the payload unless it
+             * has its own pty. */
+            sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
             if (sb->null_fd < 0)
                 return aj_err(err, errno, "open /dev/null");
             c->in_fd = sb->null_fd;
+            if (c->want_pty)
+                c->out_fd = sb->null_fd;
+            if (c->pty_err)
+                c->err_fd = sb->null_fd;
         }
         if (pol->output_limit)
             res->layers |= AJ_LAYER_OUTPUT_LIMIT;
@@ -2485,6 +2623,9 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
 
     if (st->pid > 0)
         kill_and_reap(st->pid, st->pidfd);
+    if (st->tio_saved) /* the caller's terminal as it was */
+        (void)tcsetattr(STDIN_FILENO, TCSADRAIN, &st->saved_tio);
+    st->tio_saved = false;
     if (sb->netns_helper > 0)
         kill_and_reap(sb->netns_helper, -1);
     sb->netns_helper = 0;
@@ -2551,6 +2692,12 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
         free(st->out[i].buf);
         st->out[i].buf = NULL;
     }
+    close_fd(&st->in.rfd);
+    if (st->in.own_wfd)
+        close_fd(&st->in.wfd);
+    st->in.own_wfd = false;
+    free(st->in.buf);
+    st->in.buf = NULL;
     for (size_t i = 0; i < c->n_cg_join; i++)
         close_fd(&c->cg_join[i]);
     c->n_cg_join = 0;

@@ -323,23 +323,33 @@ def test_library_caller_finds_the_sigterm_pending():
 # ---- the caller's terminal ----------------------------------------------------------------
 
 
-def run_on_pty(args):
+def run_on_pty(args, feed=None, stdout_pty=True):
     """agentjail with stdin, stdout and stderr on a fresh pty (its
-    controlling terminal); returns (output, exit status, the pty's rdev)."""
+    controlling terminal; stdout a pipe unless stdout_pty); feed is typed
+    after a second. Returns (terminal output, stdout pipe output, exit
+    status, the pty slave's (st_dev, st_rdev), its termios before and
+    after)."""
     import pty
+    import select
+    import termios
     master, slave = pty.openpty()
-    rdev = os.fstat(slave).st_rdev
+    st = os.fstat(slave)
+    before = termios.tcgetattr(slave)
 
     def ctty():
         os.setsid()
-        fcntl.ioctl(0, __import__("termios").TIOCSCTTY, 0)
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    p = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, preexec_fn=ctty)
-    os.close(slave)
+    p = subprocess.Popen(args, stdin=slave, stdout=slave if stdout_pty else subprocess.PIPE, stderr=slave,
+                         preexec_fn=ctty)
     out = b""
     end = time.monotonic() + 60
+    fed = feed is None
+    start = time.monotonic()
     while time.monotonic() < end:
-        import select
+        if not fed and time.monotonic() - start > 1.0:
+            os.write(master, feed)
+            fed = True
         r, _, _ = select.select([master], [], [], 0.2)
         if r:
             try:
@@ -351,21 +361,51 @@ def run_on_pty(args):
             out += chunk
         elif p.poll() is not None:
             break
+    piped = p.stdout.read().decode(errors="replace") if not stdout_pty else ""
     p.wait(timeout=30)
+    after = termios.tcgetattr(slave)
+    os.close(slave)
     os.close(master)
-    return out.decode(errors="replace"), p.returncode, rdev
+    return out.decode(errors="replace"), piped, p.returncode, (st.st_dev, st.st_rdev), before, after
+
+
+def tty_fds(text):
+    """fd -> (isatty, (st_dev, st_rdev)) from aj-try tty-info's detail."""
+    return {int(fd): (tty == "1", (os.makedev(int(dmaj), int(dmin)), os.makedev(int(rmaj), int(rmin))))
+            for fd, tty, rmaj, rmin, dmaj, dmin in re.findall(r"fd(\d)=tty:(\d),rdev:(\d+):(\d+),dev:(\d+):(\d+)", text)}
 
 
 def test_payload_never_gets_the_callers_terminal():
-    """agentjail on a pty: the payload's fds 0-2 are not that pty (device
-    numbers differ), so TIOCSTI cannot reach it; its output still arrives
-    on the pty (through the supervisor). Control: a host process on the
-    same kind of pty sees it as fds 0-2 and its own TIOCSTI works."""
-    out, rc, rdev = run_on_pty([helper("aj-try"), "tty-info"])
-    m = re.search(r"fd0=tty:1,rdev:(\d+):(\d+)", out)
-    assert m and os.makedev(int(m.group(1)), int(m.group(2))) == rdev and "sti0=ok" in out, out
-    out, rc, rdev = run_on_pty([AJ_BIN, "run"] + try_args() + ["--", TRY, "tty-info"])
+    """agentjail on a pty: the payload's fds 0-2 are a terminal of its own
+    (a private devpts instance: not the caller's device), so nothing it does
+    to them (TIOCSTI is refused anyway) reaches the caller's terminal; its
+    output arrives on the caller's pty, and what is typed there reaches it.
+    The caller's terminal settings are the same after the run. Control: a
+    host process on the same kind of pty has the pty itself as fds 0-2, and
+    its TIOCSTI works."""
+    out, _, rc, dev, _, _ = run_on_pty([helper("aj-try"), "tty-info"])
+    fds = tty_fds(out)
+    assert fds.get(0) == (True, dev) and "sti0=ok" in out, out
+    out, _, rc, dev, before, after = run_on_pty([AJ_BIN, "run"] + try_args() + ["--", TRY, "tty-info"])
     assert '"probe":"tty-info"' in out, out  # the output reached the caller's terminal
-    for fd, tty, maj, mnr in re.findall(r"fd(\d)=tty:(\d),rdev:(\d+):(\d+)", out):
-        assert os.makedev(int(maj), int(mnr)) != rdev, "payload fd %s is the caller's pty: %s" % (fd, out)
+    fds = tty_fds(out)
+    assert len(fds) == 3, out
+    for fd, (tty, d) in fds.items():
+        assert d != dev, "payload fd %d is the caller's pty: %s" % (fd, out)
+        assert tty, "payload fd %d is not a terminal (it gets a pty of its own): %s" % (fd, out)
     assert "sti0=ok" not in out and "sti1=ok" not in out and "sti2=ok" not in out, out
+    assert before == after, "the caller's terminal settings changed: %r -> %r" % (before, after)
+    # Input typed on the caller's terminal reaches the payload, echoed by its pty.
+    out, _, rc, _, before, after = run_on_pty([AJ_BIN, "run", "--", "sh", "-c", "read x; echo got:$x"],
+                                              feed=b"hello\r")
+    assert "got:hello" in out and rc == 0, out
+    assert before == after
+
+
+def test_terminal_stdin_with_piped_stdout_is_dev_null():
+    """stdin a terminal, stdout a pipe (not interactive): the payload's
+    stdin is /dev/null (character device 1:3), never the caller's pty."""
+    out, piped, rc, dev, _, _ = run_on_pty([AJ_BIN, "run"] + try_args() + ["--", TRY, "tty-info"], stdout_pty=False)
+    fds = tty_fds(piped)
+    assert fds and fds[0] == (False, (fds[0][1][0], os.makedev(1, 3))), piped
+    assert all(d != dev for _, d in fds.values()), piped
