@@ -97,6 +97,10 @@ def main():
                 cpu, text = supervisor_cpu_ms(base + cpus + flags + ["--events", ev, "--result", res, "--"] + cmd)
                 m = re.search(r"attempts=(\d+)", text)
                 attempts = int(m.group(1)) if m else 0
+                if not os.path.exists(ev) or not os.path.exists(res):
+                    print("event_flood: the %s run did not start (this agentjail lacks a flag?)" % name,
+                          file=sys.stderr)
+                    return 1
                 with open(ev) as f:
                     lines = sum(1 for _ in f)
                 with open(res) as f:
