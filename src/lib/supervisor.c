@@ -2587,8 +2587,8 @@ static int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_err
 
 /* The caller's mask back, and with it what the run kept from the caller:
  * the signals that ended it were read from our signalfd and would be lost,
- * so they are raised again in this thread while still blocked. With the
- * caller's mask they are then delivered (a CLI that does not block them
+ * so they are sent again to the process while still blocked here. With
+ * the caller's mask they are then delivered (a CLI that does not block them
  * dies of them, as it would have without us) or stay pending for the
  * caller to see. A SIGPIPE that our writes to a gone reader caused is
  * consumed; one the caller had pending before is left alone. */
@@ -2606,9 +2606,11 @@ static void restore_signals(struct sandbox *sb)
         for (int i = 0; i < 2 && sigtimedwait(&one, NULL, &zero) == SIGPIPE; i++)
             ;
     }
+    /* To the process, as they came: in a server whose signal thread
+     * (sigwait) is the only one that takes them, that thread gets them. */
     for (size_t i = 0; i < AJ_ARRAY_SIZE(ending); i++)
         if (sigismember(&sb->st.got_signals, ending[i]) == 1)
-            (void)pthread_kill(pthread_self(), ending[i]);
+            (void)kill(getpid(), ending[i]);
     (void)pthread_sigmask(SIG_SETMASK, &sb->c.orig_mask, NULL);
 }
 
