@@ -3,6 +3,7 @@
  * on failure, mirror the payload's exit status. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ enum {
     OPT_ON_ESCAPE,
     OPT_ALERT_CMD,
     OPT_ALERT_TIMEOUT,
+    OPT_EVENT_BUDGET,
     OPT_NO_DECOYS,
     OPT_DECOY_CLOUD,
     OPT_HELP,
@@ -84,6 +86,7 @@ static const struct option run_options[] = {
     {"on-escape", required_argument, NULL, OPT_ON_ESCAPE},
     {"alert-cmd", required_argument, NULL, OPT_ALERT_CMD},
     {"alert-timeout", required_argument, NULL, OPT_ALERT_TIMEOUT},
+    {"event-budget", required_argument, NULL, OPT_EVENT_BUDGET},
     {"no-decoys", no_argument, NULL, OPT_NO_DECOYS},
     {"decoy-cloud", no_argument, NULL, OPT_DECOY_CLOUD},
     {"help", no_argument, NULL, OPT_HELP},
@@ -133,6 +136,8 @@ static void run_usage(FILE *f)
           "                            high-severity event, with the event JSON on stdin\n"
           "                            (from /: give CMD absolute paths)\n"
           "  --alert-timeout DURATION  kill the alert command after this (default 10s)\n"
+          "  --event-budget N          write at most N attempt events per run, then summarise\n"
+          "                            once a second (events_suppressed; default 1000)\n"
           "  --no-decoys               no docker.sock / Kubernetes token / device decoys\n"
           "  --decoy-cloud             also plant cloud credential decoys (env, ~/.aws)\n"
           "\n"
@@ -199,6 +204,7 @@ int aj_cmd_run(int argc, char **argv)
     struct aj_result res;
     struct aj_error err = {0};
     const char *result_path = NULL, *events_path = NULL;
+    sigset_t ending, old_mask;
     int opt, r, code;
     uint64_t v;
 
@@ -315,6 +321,9 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_ALERT_TIMEOUT:
             r = aj_policy_set_alert_timeout(&pol, optarg, &err);
             break;
+        case OPT_EVENT_BUDGET:
+            r = aj_policy_set_event_budget(&pol, optarg, &err);
+            break;
         case OPT_NO_DECOYS:
             pol.decoys = false;
             break;
@@ -352,6 +361,15 @@ int aj_cmd_run(int argc, char **argv)
     if (result_path && aj_result_check_path(&pol, result_path, &err) < 0)
         goto usage_error;
 
+    /* A SIGTERM or ^C that ends the run is left pending for us by the
+     * library: blocked here until the result is written, then delivered
+     * (we exit as signalled, as a shell expects). */
+    sigemptyset(&ending);
+    sigaddset(&ending, SIGINT);
+    sigaddset(&ending, SIGTERM);
+    sigaddset(&ending, SIGHUP);
+    sigaddset(&ending, SIGQUIT);
+    (void)sigprocmask(SIG_BLOCK, &ending, &old_mask);
     {
         struct aj_run_options opts = {.events_path = events_path};
         r = aj_run_ex(&pol, argv + optind, &opts, &res, &err);
@@ -372,6 +390,10 @@ int aj_cmd_run(int argc, char **argv)
         }
     }
     aj_policy_clear(&pol);
+    (void)fflush(NULL);
+    /* Delivered now if one came (default action: we die of it); ignored
+     * ones (nohup) are discarded and the exit status says 128+N. */
+    (void)sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (r < 0)
         return res.exit_code ? res.exit_code : AJ_EXIT_SETUP;
     code = res.exit_code;

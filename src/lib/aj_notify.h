@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "aj_audit.h"
@@ -32,6 +33,13 @@ void aj_notify_clear(struct aj_notify *n);
  * is gone. The caller is held in the kernel until aj_notify_answer: the
  * supervisor can record it, and end the run, before it goes on. */
 int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **ret_ev, enum aj_severity *ret_sev);
+/* The same without building an event (the event budget is spent): the
+ * notification is taken and pending an answer, and *ret_nr and *ret_arch say
+ * what the call was, for the summary's counts. Cheap: one ioctl. */
+int aj_notify_receive_bare(struct aj_notify *n, int *ret_nr, uint32_t *ret_arch);
+/* The name of a system call of the native ABI, for summaries; NULL when
+ * unknown. Caller frees. */
+char *aj_notify_syscall_name(int nr, uint32_t arch);
 /* EPERM; a foreign-ABI caller is also killed with SIGSYS, as the kernel's
  * own filter would. */
 void aj_notify_answer(struct aj_notify *n);

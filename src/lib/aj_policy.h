@@ -93,6 +93,10 @@ struct aj_policy {
     enum aj_on_escape on_escape;
     char *alert_cmd;            /* run on the host at the first high-severity event */
     uint64_t alert_timeout_ms;
+    /* Events of the budgeted kinds (escape attempts, canaries, ...) written
+     * per run; past it they are counted and summarised once a second
+     * (events_suppressed), and the events file's growth is capped. */
+    uint64_t event_budget;
 };
 
 enum aj_limit_bit {
@@ -107,6 +111,8 @@ enum aj_limit_bit {
 #define AJ_DEFAULT_MEMORY_MAX   (2ULL << 30)
 #define AJ_DEFAULT_PIDS_MAX     1024ULL
 #define AJ_DEFAULT_ALERT_TIMEOUT_MS 10000ULL
+#define AJ_DEFAULT_EVENT_BUDGET 1000ULL
+#define AJ_MAX_EVENT_BUDGET     1000000ULL
 
 AJ_EXPORT void aj_policy_init(struct aj_policy *pol);
 AJ_EXPORT void aj_policy_clear(struct aj_policy *pol);
@@ -135,6 +141,8 @@ AJ_EXPORT int aj_policy_set_file_size(struct aj_policy *pol, const char *value, 
 AJ_EXPORT int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj_error *err);
 AJ_EXPORT int aj_policy_set_on_escape(struct aj_policy *pol, const char *value, struct aj_error *err);
 AJ_EXPORT int aj_policy_set_alert_timeout(struct aj_policy *pol, const char *value, struct aj_error *err);
+/* 1..1000000 events per run. */
+AJ_EXPORT int aj_policy_set_event_budget(struct aj_policy *pol, const char *value, struct aj_error *err);
 
 AJ_EXPORT int aj_policy_add_bind_paths(struct aj_policy *pol, const char *host, const char *sandbox,
                                        bool rw, struct aj_error *err);

@@ -15,6 +15,7 @@
 
 static const char *const type_names[AJ_EV_COUNT] = {
     "start", "exit", "escape_attempt", "canary", "net_denied", "net_allowed", "limit", "error",
+    "events_suppressed",
 };
 
 const char *aj_event_type_name(enum aj_event_type t)
@@ -166,6 +167,56 @@ void aj_audit_technique(json_t *ev, const char *id)
         }
 }
 
+void aj_audit_set_budget(struct aj_audit *a, uint64_t budget)
+{
+    a->budget = budget;
+    a->byte_cap = 0;
+    if (budget && budget <= (UINT64_MAX - AJ_AUDIT_SUMMARY_BYTES - AJ_AUDIT_RESERVE_BYTES) / AJ_AUDIT_BYTES_PER_EVENT)
+        a->byte_cap = budget * AJ_AUDIT_BYTES_PER_EVENT + AJ_AUDIT_SUMMARY_BYTES + AJ_AUDIT_RESERVE_BYTES;
+}
+
+/* What a run always reports, whatever the payload floods: its start, its
+ * end, the limit that ended it, and the summaries themselves. */
+static bool budgeted(enum aj_event_type type)
+{
+    return type != AJ_EV_START && type != AJ_EV_EXIT && type != AJ_EV_LIMIT && type != AJ_EV_EVENTS_SUPPRESSED;
+}
+
+bool aj_audit_over_budget(const struct aj_audit *a, enum aj_event_type type)
+{
+    return a->budget && budgeted(type) && a->budget_used >= a->budget;
+}
+
+void aj_audit_suppress(struct aj_audit *a, enum aj_event_type type)
+{
+    if ((unsigned)type >= AJ_EV_COUNT)
+        return;
+    a->counts[type]++;
+    a->suppressed[type]++;
+    a->suppressed_total++;
+}
+
+uint64_t aj_audit_suppressed_pending(const struct aj_audit *a)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < AJ_EV_COUNT; i++)
+        n += a->suppressed[i];
+    return n;
+}
+
+/* Past the byte cap nothing more is written, except the end of the run
+ * (exit, final summary) in the reserve kept for it. */
+static bool fits(const struct aj_audit *a, enum aj_event_type type, size_t n)
+{
+    uint64_t cap = a->byte_cap;
+
+    if (!cap)
+        return true;
+    if (type != AJ_EV_EXIT && type != AJ_EV_EVENTS_SUPPRESSED)
+        cap -= AJ_AUDIT_RESERVE_BYTES;
+    return a->bytes <= cap && n <= cap - a->bytes;
+}
+
 bool aj_audit_emit(struct aj_audit *a, json_t *ev, enum aj_event_type type, enum aj_severity sev)
 {
     bool first = false;
@@ -173,21 +224,35 @@ bool aj_audit_emit(struct aj_audit *a, json_t *ev, enum aj_event_type type, enum
 
     if (!ev)
         return false;
-    if ((unsigned)type < AJ_EV_COUNT)
-        a->counts[type]++;
     if (sev >= AJ_SEV_HIGH && !a->first_high) {
         a->first_high = json_incref(ev);
         first = true;
+    }
+    if (aj_audit_over_budget(a, type)) {
+        aj_audit_suppress(a, type);
+        json_decref(ev);
+        return first;
     }
     if (a->fd >= 0) {
         line = json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
         if (line) {
             size_t n = strlen(line);
             line[n] = '\n'; /* json_dumps leaves room for the NUL we replace */
+            if (!fits(a, type, n + 1)) {
+                free(line);
+                aj_audit_suppress(a, type);
+                json_decref(ev);
+                return first;
+            }
             (void)aj_write_all(a->fd, line, n + 1);
+            a->bytes += n + 1;
             free(line);
         }
     }
+    if ((unsigned)type < AJ_EV_COUNT)
+        a->counts[type]++;
+    if (budgeted(type))
+        a->budget_used++;
     json_decref(ev);
     return first;
 }

@@ -365,6 +365,32 @@ int aj_notify_receive(struct aj_notify *n, const struct aj_audit *a, json_t **re
     return 1;
 }
 
+int aj_notify_receive_bare(struct aj_notify *n, int *ret_nr, uint32_t *ret_arch)
+{
+    struct seccomp_notif *req = n->req;
+
+    memset(req, 0, sizeof(*req));
+    /* ENOENT: the caller died between poll and receive (see above). */
+    if (ioctl(n->fd, SECCOMP_IOCTL_NOTIF_RECV, req) < 0)
+        return errno == ENOENT || errno == EINTR ? 0 : -errno;
+    n->pending = true;
+    n->foreign = req->data.arch != AUDIT_ARCH_X86_64 || (req->data.nr & __X32_SYSCALL_BIT);
+    *ret_nr = req->data.nr;
+    *ret_arch = req->data.arch;
+    return 1;
+}
+
+char *aj_notify_syscall_name(int nr, uint32_t arch)
+{
+    if (arch == AUDIT_ARCH_X86_64 && !(nr & __X32_SYSCALL_BIT))
+        return seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, nr);
+    if (arch == AUDIT_ARCH_I386)
+        return seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86, nr);
+    if (arch == AUDIT_ARCH_X86_64)
+        return seccomp_syscall_resolve_num_arch(SCMP_ARCH_X32, nr);
+    return NULL;
+}
+
 void aj_notify_answer(struct aj_notify *n)
 {
     struct seccomp_notif *req = n->req;

@@ -31,6 +31,7 @@ void aj_policy_init(struct aj_policy *pol)
     pol->pids_max = AJ_DEFAULT_PIDS_MAX;
     pol->decoys = true;
     pol->alert_timeout_ms = AJ_DEFAULT_ALERT_TIMEOUT_MS;
+    pol->event_budget = AJ_DEFAULT_EVENT_BUDGET;
 }
 
 static void free_strv(char **v, size_t n)
@@ -590,6 +591,16 @@ int aj_policy_set_alert_timeout(struct aj_policy *pol, const char *value, struct
         return aj_err(err, 0, "--alert-timeout: '%s' is not a duration within 1ms..1h (e.g. 10s)",
                       value ? value : "");
     pol->alert_timeout_ms = v;
+    return 0;
+}
+
+int aj_policy_set_event_budget(struct aj_policy *pol, const char *value, struct aj_error *err)
+{
+    uint64_t v;
+    if (aj_parse_u64(value, AJ_MAX_EVENT_BUDGET, &v) < 0 || v == 0)
+        return aj_err(err, 0, "--event-budget: '%s' is not a number of events within 1..%llu", value ? value : "",
+                      (unsigned long long)AJ_MAX_EVENT_BUDGET);
+    pol->event_budget = v;
     return 0;
 }
 

@@ -158,7 +158,7 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     fmt_size(buf, sizeof(buf), pol->tmp_size);
     fmt_duration(tmp, sizeof(tmp), pol->alert_timeout_ms);
     root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s, s:b, s:b}, s:{s:o, s:o}, s:{s:s}, s:o, "
-                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b, s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s}}",
+                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b, s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s, s:I}}",
                      "version", AJ_POLICY_VERSION,
                      "filesystem", "binds", binds, "tmpfs", tmpfs, "tmp_size", buf, "workdir",
                      pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR, "noexec_tmp", pol->noexec_tmp,
@@ -175,7 +175,8 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
                      "seccomp", "filter", "default",
                      "detection", "decoys", pol->decoys, "cloud_decoys", pol->cloud_decoys, "on_escape",
                      pol->on_escape == AJ_ON_ESCAPE_KILL ? "kill" : "deny", "alert_cmd",
-                     pol->alert_cmd ? json_string(pol->alert_cmd) : json_null(), "alert_timeout", tmp);
+                     pol->alert_cmd ? json_string(pol->alert_cmd) : json_null(), "alert_timeout", tmp,
+                     "event_budget", (json_int_t)pol->event_budget);
     /* json_pack took the references (also on failure). */
     binds = tmpfs = envset = pass = NULL;
     if (!root)
@@ -895,7 +896,8 @@ static int load_bool(struct loader *L, const char *path, const json_t *v, bool *
 
 static int load_detection(struct loader *L, const json_t *d)
 {
-    static const char *const keys[] = {"decoys", "cloud_decoys", "on_escape", "alert_cmd", "alert_timeout", NULL};
+    static const char *const keys[] = {"decoys",        "cloud_decoys",  "on_escape", "alert_cmd",
+                                       "alert_timeout", "event_budget", NULL};
     json_t *v;
     int r = open_group(L, "detection", d, keys);
 
@@ -928,6 +930,15 @@ static int load_detection(struct loader *L, const json_t *d)
         r = aj_policy_set_alert_timeout(L->pol, buf, L->err);
         if (r < 0)
             return setter_failed(L, "detection.alert_timeout", r);
+    }
+    if ((v = json_object_get(d, "event_budget"))) {
+        char buf[64];
+        if ((r = scalar_text(L, "detection.event_budget", v, false, "a number of events like 1000", buf,
+                             sizeof(buf))) < 0)
+            return r;
+        r = aj_policy_set_event_budget(L->pol, buf, L->err);
+        if (r < 0)
+            return setter_failed(L, "detection.event_budget", r);
     }
     return 0;
 }
@@ -1330,6 +1341,11 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
     if (!a->alert_cmd != !b->alert_cmd || (a->alert_cmd && strcmp(a->alert_cmd, b->alert_cmd)))
         addf(&t, "detection.alert_cmd: A %s, B %s\n", a->alert_cmd ? a->alert_cmd : "none",
              b->alert_cmd ? b->alert_cmd : "none");
+    if (a->event_budget != b->event_budget)
+        addf(&t, "detection.event_budget: A %llu, B %llu (%s writes more events per run; past the budget attempts "
+                 "are counted and summarised)\n",
+             (unsigned long long)a->event_budget, (unsigned long long)b->event_budget,
+             a->event_budget > b->event_budget ? "A" : "B");
     if (t.oom) {
         free(t.s);
         *ret_oom = true;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -32,9 +33,11 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +65,7 @@ enum aj_msg_type {
     AJ_MSG_RUN,      /* pool → parked payload: its command (struct aj_run_msg) */
     AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
     AJ_MSG_ARMED,    /* supervisor → init: the decoys are leased (wstatus: how many failed) */
+    AJ_MSG_PTY,      /* init → supervisor: the master of the payload's own pty */
 };
 
 /* A pooled run's command: this header, argc then envc NUL-terminated
@@ -122,6 +126,11 @@ struct run_ctx {
     uint32_t layers;      /* accumulated on the sandbox side */
     struct aj_decoy_files decoys;
     unsigned skip;        /* AJ_SKIP_*: layers left out on purpose (tests of verify) */
+    /* The caller's stdin and stdout are a terminal: the payload gets a pty
+     * of its own instead (see child_make_pty), as its 0 and 1 (and 2 with
+     * pty_err); init's own 0-2 are /dev/null meanwhile. */
+    bool want_pty, pty_err;
+    int pty_slave;
 };
 
 /* AGENTJAIL_UNSAFE_SKIP_LAYER=seccomp|landlock: leave one layer out, so
@@ -373,8 +382,22 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
     uint32_t ll_layers = 0;
     int e, r;
 
-    if (sigprocmask(SIG_SETMASK, &c->orig_mask, NULL) < 0)
-        child_fail(c, &err, 125);
+    /* The payload starts with every signal at its default and none
+     * blocked: SIG_IGN survives execve, so a caller that ignores SIGINT or
+     * SIGTERM (nohup, a server) would hand that on, and a pooled payload
+     * would inherit the mask of whoever created the pool. Handlers are
+     * reset by execve anyway; setting SIG_DFL is async-signal-safe. */
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        if (sig != SIGKILL && sig != SIGSTOP)
+            (void)sigaction(sig, &dfl, NULL); /* EINVAL for glibc's own (32, 33): handled at exec */
+    }
+    {
+        sigset_t none;
+        sigemptyset(&none);
+        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+            child_fail(c, &err, 125);
+    }
     /* A new session: no controlling terminal of the host, so TIOCSTI on an
      * inherited tty fails in the kernel too (CVE-2017-5226), and the
      * payload cannot signal the caller's process group. */
@@ -383,6 +406,16 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_NEW_SESSION;
+    if (c->pty_slave >= 0) {
+        /* Its own pty as its controlling terminal: ^C, job control and
+         * window size work, on a terminal that is the sandbox's. */
+        if (ioctl(c->pty_slave, TIOCSCTTY, 0) < 0 || dup2(c->pty_slave, STDIN_FILENO) < 0 ||
+            dup2(c->pty_slave, STDOUT_FILENO) < 0 || (c->pty_err && dup2(c->pty_slave, STDERR_FILENO) < 0)) {
+            aj_err(&err, errno, "take the payload's terminal");
+            child_fail(c, &err, 125);
+        }
+        (void)close(c->pty_slave);
+    }
     if (c->degraded && !c->rootless) {
         /* No user namespace: become this run's own unprivileged host user. */
         if (aj_sys_setgroups_none() < 0 || prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 ||
@@ -539,13 +572,22 @@ static void scrub_cmdline(void)
         memcpy((void *)start, name, sizeof(name));
 }
 
-/* Close every fd but 0-2 and keep: init must not hold what agentjail's
- * caller leaked to it either. */
-static int close_all_but(int keep)
+/* Close every fd but 0-2, keep and keep2 (-1: none): init must not hold
+ * what agentjail's caller leaked to it either. */
+static int close_all_but(int keep, int keep2)
 {
-    if (keep > 3 && aj_sys_close_range(3, (unsigned)keep - 1, 0) < 0)
-        return -errno;
-    if (aj_sys_close_range((unsigned)keep + 1, ~0U, 0) < 0)
+    int lo = keep2 >= 0 && keep2 < keep ? keep2 : keep, hi = keep2 > keep ? keep2 : keep;
+    unsigned from = 3;
+
+    for (int k = 0; k < 2; k++) {
+        int fd = k == 0 ? lo : hi;
+        if (fd < 3)
+            continue;
+        if ((unsigned)fd > from && aj_sys_close_range(from, (unsigned)fd - 1, 0) < 0)
+            return -errno;
+        from = (unsigned)fd + 1;
+    }
+    if (aj_sys_close_range(from, ~0U, 0) < 0)
         return -errno;
     return 0;
 }
@@ -597,6 +639,39 @@ static int wait_armed(int sock)
         n = read(sock, &m, sizeof(m));
     while (n < 0 && errno == EINTR);
     return n == (ssize_t)sizeof(m) && m.type == AJ_MSG_ARMED ? 0 : -1;
+}
+
+/* The payload's own terminal, when the caller's is one (never the
+ * caller's: that is the host's, with its input queue, job control and
+ * scrollback). A devpts instance of the sandbox's own, made with
+ * fsopen/fsmount and never attached anywhere (devpts may be mounted in a
+ * user namespace; every mount is a new instance since 4.7): its ptmx gives
+ * the master, which goes to the supervisor to relay, and TIOCGPTPEER the
+ * slave (4.13), kept for the payload. No path to either exists in the
+ * sandbox. System calls only: this is init, between clone and exec. */
+static int child_make_pty(struct run_ctx *c, struct aj_error *err)
+{
+    struct aj_sync_msg m = {.type = AJ_MSG_PTY};
+    int fsfd, mfd = -1, master = -1, unlock = 0, r = 0;
+
+    fsfd = aj_sys_fsopen("devpts", AJ_FSOPEN_CLOEXEC);
+    if (fsfd < 0)
+        return aj_err(err, errno, "a terminal for the payload: fsopen devpts");
+    if (aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "ptmxmode", "0600", 0) < 0 ||
+        aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "mode", "0600", 0) < 0 ||
+        aj_sys_fsconfig(fsfd, AJ_FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+        (mfd = aj_sys_fsmount(fsfd, AJ_FSMOUNT_CLOEXEC, AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NOEXEC)) < 0 ||
+        (master = openat(mfd, "ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0 || ioctl(master, TIOCSPTLCK, &unlock) < 0 ||
+        (c->pty_slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0)
+        r = aj_err(err, errno, "a terminal for the payload (devpts)");
+    else if (send_fds(c->sock, &m, &master, 1) < 0)
+        r = aj_err(err, errno, "hand the terminal to the supervisor");
+    if (master >= 0)
+        (void)close(master);
+    if (mfd >= 0)
+        (void)close(mfd);
+    (void)close(fsfd);
+    return r;
 }
 
 static __attribute__((noreturn)) void init_main(struct run_ctx *c)
@@ -668,6 +743,10 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
         child_fail(c, &err, 125);
     if (aj_netns_child_setup(pol, &err) < 0)
         child_fail(c, &err, 125);
+    /* Before the nesting limits: fsmount makes an anonymous mount
+     * namespace, which counts against them. */
+    if (c->want_pty && child_make_pty(c, &err) < 0)
+        child_fail(c, &err, 125);
     /* The last namespace init itself creates is behind us: from here on,
      * none can be created inside. */
     if (aj_userns_child_nesting_forbid(nest_fds, &err) < 0)
@@ -710,7 +789,7 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     c->layers |= AJ_LAYER_KEYRING;
     /* Before the payload exists (c->argv is a copy, not this memory). */
     scrub_cmdline();
-    if (close_all_but(c->sock) < 0) {
+    if (close_all_but(c->sock, c->pty_slave) < 0) {
         aj_err(&err, errno, "close inherited fds");
         child_fail(c, &err, 125);
     }
@@ -727,6 +806,8 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
     }
     if (payload == 0)
         payload_main(c);
+    if (c->pty_slave >= 0) /* the payload's alone: its exit is the master's hangup */
+        (void)close(c->pty_slave);
 
     /* init keeps no privilege while the payload runs, and is not dumpable:
      * the payload (same uid) cannot open /proc/1/mem, /proc/1/fd or
@@ -950,14 +1031,34 @@ static void kill_orphans(const struct prior_children *prior, pid_t keep)
 
 /* ---- the supervisor's event loop ------------------------------------------------ */
 
+/* How the relay writes to the caller's fd without ever blocking on it: a
+ * stalled reader must not suspend the supervisor (deadlines, cgroup
+ * checks, seccomp notifications), and O_NONBLOCK is a property of the open
+ * file description, which the caller shares: it is never set on theirs. */
+enum relay_how {
+    RELAY_PLAIN,    /* a regular file (or similar): write() does not wait on a reader */
+    RELAY_NONBLOCK, /* wfd is a non-blocking description of its own (a reopened pipe or tty) */
+    RELAY_SOCKET,   /* send(MSG_DONTWAIT) */
+    RELAY_CHUNKED,  /* no way around blocking mode: PIPE_BUF bytes at a time, only after POLLOUT */
+};
+
+#define RELAY_BUF_SIZE (64 * 1024)
+
 /* One captured output stream (stdout or stderr) with its byte budget. */
 struct out_stream {
     int rfd;          /* read end, -1 once EOF */
     int wfd_child;    /* what the sandbox gets as this fd, or -1 for ours as it is */
     bool owns_w;      /* wfd_child is our pipe's write end (closed after clone) */
     int dest;         /* our own fd 1 or 2 */
+    int wfd;          /* what the relay writes to: dest, or its reopening (own_wfd) */
+    bool own_wfd;
+    enum relay_how how;
+    bool dest_gone;   /* the reader went away (EPIPE): output is counted, then dropped */
+    char *buf;        /* RELAY_BUF_SIZE bytes read from the payload, not yet written */
+    size_t head, len;
     uint64_t bytes;   /* written by the payload */
     bool truncated;
+    bool no_limit;    /* the caller's terminal input: not the payload's output */
 };
 
 /* The alert hook: run once, on the host, outside the sandbox, at the first
@@ -978,6 +1079,13 @@ struct supervise_state {
     pid_t pid;
     int pidfd, sock, sigfd;
     struct out_stream out[2];
+    /* pty mode (run_ctx.want_pty): out[0] reads the payload's pty master
+     * (stdout, and stderr with pty_err), in relays the caller's terminal
+     * to it, which is in raw mode meanwhile (saved_tio). */
+    bool pty, pty_err;
+    struct out_stream in;
+    bool tio_saved;
+    struct termios saved_tio;
     struct aj_notify notify;     /* fd -1 until the payload hands it over */
     int decoy_sock;
     struct {
@@ -1000,7 +1108,27 @@ struct supervise_state {
     uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
     const char *unsafe_skipped;
     struct rusage ru;
+    sigset_t got_signals;  /* every run-ending signal received, for the caller */
+    /* The event budget's summaries (see emit_summary). */
+    uint64_t last_summary_ms;
+    struct {
+        int nr;
+        uint32_t arch;
+        uint64_t n;
+    } supp_calls[16];            /* suppressed escape attempts by system call, since the last summary */
+    size_t n_supp_calls;
+    uint64_t supp_calls_other;   /* ... beyond the 16 distinct calls the table holds */
+    uint64_t flood_window;       /* past the budget: the current FLOOD_WINDOW_MS slot */
+    unsigned flood_taken;        /* notifications taken in it */
 };
+
+/* Past the event budget, notifications are taken at FLOOD_PER_WINDOW per
+ * FLOOD_WINDOW_MS at most (2,000 a second): the rest wait in the kernel,
+ * their callers blocked (killably) until their turn. A flood then costs
+ * the supervisor a bounded share of a CPU, whatever the payload's thread
+ * count, and each attempt is still answered (EPERM). */
+#define FLOOD_WINDOW_MS 10
+#define FLOOD_PER_WINDOW 20
 
 static void end_run(struct supervise_state *st, enum aj_status why);
 
@@ -1102,6 +1230,78 @@ static void emit(struct supervise_state *st, json_t *ev, enum aj_event_type type
         start_alert(st, st->audit->first_high);
 }
 
+/* A suppressed escape attempt, for the summary's per-call counts. */
+static void count_suppressed_call(struct supervise_state *st, int nr, uint32_t arch)
+{
+    for (size_t i = 0; i < st->n_supp_calls; i++)
+        if (st->supp_calls[i].nr == nr && st->supp_calls[i].arch == arch) {
+            st->supp_calls[i].n++;
+            return;
+        }
+    if (st->n_supp_calls < AJ_ARRAY_SIZE(st->supp_calls))
+        st->supp_calls[st->n_supp_calls++] = (typeof(st->supp_calls[0])){.nr = nr, .arch = arch, .n = 1};
+    else
+        st->supp_calls_other++;
+}
+
+/* Past the event budget: one events_suppressed event a second at most,
+ * with what was counted but not written since the last one; final: the
+ * run's last, with the totals, if anything was ever suppressed. */
+static void emit_summary(struct supervise_state *st, bool final)
+{
+    struct aj_audit *a = st->audit;
+    uint64_t now = aj_now_ms();
+    json_t *ev, *kinds, *calls;
+
+    if (final ? a->suppressed_total == 0 : aj_audit_suppressed_pending(a) == 0)
+        return;
+    if (!final && st->last_summary_ms && now - st->last_summary_ms < 1000)
+        return;
+    st->last_summary_ms = now;
+    ev = aj_audit_event(a, AJ_EV_EVENTS_SUPPRESSED, AJ_SEV_MEDIUM);
+    kinds = json_object();
+    calls = json_object();
+    for (int i = 0; kinds && i < AJ_EV_COUNT; i++)
+        if (a->suppressed[i])
+            (void)json_object_set_new(kinds, aj_event_type_name((enum aj_event_type)i),
+                                      json_integer((json_int_t)a->suppressed[i]));
+    for (size_t i = 0; calls && i < st->n_supp_calls; i++) {
+        char *name = aj_notify_syscall_name(st->supp_calls[i].nr, st->supp_calls[i].arch);
+        char key[64];
+        if (name)
+            snprintf(key, sizeof(key), "%s", name);
+        else
+            snprintf(key, sizeof(key), "nr %d", st->supp_calls[i].nr);
+        free(name);
+        (void)json_object_set_new(calls, key, json_integer((json_int_t)st->supp_calls[i].n));
+    }
+    if (calls && st->supp_calls_other)
+        (void)json_object_set_new(calls, "other", json_integer((json_int_t)st->supp_calls_other));
+    if (ev) {
+        (void)json_object_set_new(ev, "suppressed", kinds ? kinds : json_object());
+        (void)json_object_set_new(ev, "syscalls", calls ? calls : json_object());
+        (void)json_object_set_new(ev, "suppressed_total", json_integer((json_int_t)a->suppressed_total));
+        (void)json_object_set_new(ev, "event_budget", json_integer((json_int_t)a->budget));
+        (void)json_object_set_new(ev, "final", json_boolean(final));
+        kinds = calls = NULL;
+    }
+    json_decref(kinds);
+    json_decref(calls);
+    memset(a->suppressed, 0, sizeof(a->suppressed));
+    st->n_supp_calls = 0;
+    st->supp_calls_other = 0;
+    (void)aj_audit_emit(a, ev, AJ_EV_EVENTS_SUPPRESSED, AJ_SEV_MEDIUM);
+}
+
+/* The budget is spent and the run's first high-severity event (the alert
+ * hook's) is recorded: a further event of this type would only be
+ * counted, so the supervisor need not build it. With --on-escape kill the
+ * first attempt ends the run anyway. */
+static bool fast_path(const struct supervise_state *st, enum aj_event_type type)
+{
+    return aj_audit_over_budget(st->audit, type) && st->audit->first_high && st->pol->on_escape != AJ_ON_ESCAPE_KILL;
+}
+
 static void emit_start(struct supervise_state *st)
 {
     json_t *ev = aj_audit_event(st->audit, AJ_EV_START, AJ_SEV_INFO), *argv = json_array(), *layers = json_array();
@@ -1187,6 +1387,39 @@ static void fail_unarmed_decoys(struct supervise_state *st, const struct aj_erro
         aj_cgroup_kill(st->cg);
 }
 
+/* The payload's pty master arrived (see child_make_pty): its output is
+ * stdout's stream, the caller's terminal input goes to it, the window size
+ * is copied, and the caller's terminal is put in raw mode (only when we
+ * are its foreground: a background job must not change the terminal of
+ * the shell in front), so that ^C, ^Z and line editing are the payload's
+ * pty's business. Restored in sb_cleanup, on every path. */
+static void pty_attach(struct supervise_state *st, int master)
+{
+    struct winsize ws;
+    int fl = fcntl(master, F_GETFL);
+
+    if (fl >= 0)
+        (void)fcntl(master, F_SETFL, fl | O_NONBLOCK); /* our own description */
+    st->out[0].rfd = master;
+    if (ioctl(st->out[0].dest, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+        (void)ioctl(master, TIOCSWINSZ, &ws);
+    st->in.buf = malloc(RELAY_BUF_SIZE);
+    st->in.wfd = fcntl(master, F_DUPFD_CLOEXEC, 3);
+    if (!st->in.buf || st->in.wfd < 0)
+        return; /* no input, output still relayed */
+    st->in.own_wfd = true;
+    st->in.how = RELAY_NONBLOCK;
+    st->in.no_limit = true;
+    /* The caller's stdin, read through a non-blocking description of our own. */
+    st->in.rfd = open("/proc/self/fd/0", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (st->in.rfd >= 0 && tcgetpgrp(STDIN_FILENO) == getpgrp() && tcgetattr(STDIN_FILENO, &st->saved_tio) == 0) {
+        struct termios raw = st->saved_tio;
+        cfmakeraw(&raw);
+        if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
+            st->tio_saved = true;
+    }
+}
+
 static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg, int *fds, int nfds)
 {
     if (msg->type == AJ_MSG_ERROR && !st->have_child_err) {
@@ -1206,6 +1439,9 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
          * the one that tears that mount down, an RCU grace period (~10 ms)
          * on the supervisor's path. */
         finish_decoys(st);
+    } else if (msg->type == AJ_MSG_PTY && nfds == 1 && st->pty && st->out[0].rfd < 0) {
+        pty_attach(st, fds[0]);
+        fds[0] = -1;
     } else if (msg->type == AJ_MSG_LISTENER && nfds == 1 && st->notify.fd < 0) {
         st->notify.fd = fds[0];
         fds[0] = -1;
@@ -1308,13 +1544,94 @@ static void end_run(struct supervise_state *st, enum aj_status why)
         }
 }
 
-/* Relay what is there; past the budget, discard, flag and end the run: a
- * flood must cost the supervisor bounded memory and time. */
+/* The run's deadline: start + timeout in 64 bits, saturating (a timeout
+ * near UINT64_MAX must not wrap into the past). 0: none. */
+static uint64_t run_deadline(uint64_t start, uint64_t timeout_ms)
+{
+    if (!timeout_ms)
+        return 0;
+    return timeout_ms > UINT64_MAX - start ? UINT64_MAX : start + timeout_ms;
+}
+
+/* The poll timeout that also wakes us at deadline: the time left is
+ * 64-bit arithmetic, clamped to what poll's int can hold. A timeout above
+ * INT_MAX ms once turned negative here, and poll then waited forever: no
+ * cgroup checks, no cpu-time limit, no timed anything. */
+static int clamp_poll_timeout(int timeout, uint64_t deadline)
+{
+    uint64_t now = aj_now_ms(), left = now >= deadline ? 0 : deadline - now;
+
+    if (left > (uint64_t)INT_MAX)
+        left = INT_MAX;
+    if (timeout < 0 || (uint64_t)timeout > left)
+        return (int)left;
+    return timeout;
+}
+
+/* The caller's reader is gone: from now on output is counted and dropped. */
+static void drop_output(struct out_stream *o)
+{
+    o->dest_gone = true;
+    o->head = 0;
+    o->len = 0;
+}
+
+/* Write what the buffer holds, as far as the destination takes it now.
+ * writable: poll said POLLOUT (the only time RELAY_CHUNKED may write). A
+ * reader that went away (EPIPE; SIGPIPE is blocked during the run, see
+ * sb_block_signals) is that reader's business: the payload's accounting
+ * goes on, its output is dropped. */
+static void flush_output(struct out_stream *o, bool writable)
+{
+    while (o->len > 0 && !o->dest_gone) {
+        size_t want = o->len;
+        ssize_t n;
+
+        if (o->how == RELAY_CHUNKED) {
+            if (!writable)
+                return;
+            if (want > PIPE_BUF)
+                want = PIPE_BUF;
+            writable = false; /* one chunk per POLLOUT */
+        }
+        if (o->how == RELAY_SOCKET)
+            n = send(o->wfd, o->buf + o->head, want, MSG_DONTWAIT | MSG_NOSIGNAL);
+        else
+            n = write(o->wfd, o->buf + o->head, want);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return;
+            drop_output(o); /* EPIPE, or an fd that stopped working */
+            return;
+        }
+        o->head += (size_t)n;
+        o->len -= (size_t)n;
+    }
+    if (o->len == 0 || o->dest_gone) {
+        o->head = 0;
+        o->len = 0;
+    }
+}
+
+/* Take what the payload wrote, as far as the buffer has room (a full
+ * buffer leaves it in the pipe: the payload then waits, the supervisor
+ * does not); past the budget, discard, flag and end the run: a flood must
+ * cost the supervisor bounded memory and time. */
 static void pump_output(struct supervise_state *st, struct out_stream *o)
 {
-    char buf[65536];
-    ssize_t n = read(o->rfd, buf, sizeof(buf));
+    size_t room;
+    ssize_t n;
 
+    if (o->len > 0 && o->head + o->len == RELAY_BUF_SIZE) {
+        memmove(o->buf, o->buf + o->head, o->len);
+        o->head = 0;
+    }
+    room = RELAY_BUF_SIZE - o->head - o->len;
+    if (room == 0)
+        return;
+    n = read(o->rfd, o->buf + o->head + o->len, room);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (n <= 0) {
@@ -1322,16 +1639,160 @@ static void pump_output(struct supervise_state *st, struct out_stream *o)
         o->rfd = -1;
         return;
     }
-    if (o->bytes < st->pol->output_limit) {
-        uint64_t room = st->pol->output_limit - o->bytes;
-        /* The consumer of our own stdout may be gone: that is its business,
-         * the payload's accounting goes on. */
-        (void)aj_write_all(o->dest, buf, (size_t)n < room ? (size_t)n : (size_t)room);
+    uint64_t limit = o->no_limit ? 0 : st->pol->output_limit;
+
+    if (!limit || o->bytes < limit) {
+        uint64_t keep = limit ? limit - o->bytes : (uint64_t)n;
+        o->len += (size_t)n < keep ? (size_t)n : (size_t)keep;
     }
     o->bytes += (uint64_t)n;
-    if (o->bytes > st->pol->output_limit && !o->truncated) {
+    if (limit && o->bytes > limit && !o->truncated) {
         o->truncated = true;
         end_run(st, AJ_STATUS_OUTPUT_LIMIT);
+    }
+    if (o->dest_gone)
+        drop_output(o);
+    else if (o->how != RELAY_CHUNKED)
+        flush_output(o, false);
+}
+
+/* How to write to the caller's fd dest without blocking (see relay_how).
+ * A pipe or a terminal is opened again through /proc/self/fd, which gives
+ * a description of our own that can be non-blocking; a pipe whose reader
+ * is gone cannot be opened so (ENXIO): nothing will read the output. */
+static int relay_open_dest(struct out_stream *o, struct aj_error *err)
+{
+    struct stat s;
+    int fl;
+
+    o->wfd = o->dest;
+    o->how = RELAY_PLAIN;
+    if (fstat(o->dest, &s) < 0)
+        return aj_err(err, errno, "output fd %d", o->dest);
+    if (S_ISSOCK(s.st_mode)) {
+        o->how = RELAY_SOCKET;
+        return 0;
+    }
+    if (!S_ISFIFO(s.st_mode) && !S_ISCHR(s.st_mode))
+        return 0;
+    fl = fcntl(o->dest, F_GETFL);
+    if (fl >= 0 && (fl & O_NONBLOCK)) {
+        o->how = RELAY_NONBLOCK; /* the caller made it so */
+        return 0;
+    }
+    o->how = RELAY_CHUNKED;
+    /* Only pipes and terminals: opening some other character device can
+     * have effects of its own (a tape rewinds, a watchdog arms). */
+    if (S_ISFIFO(s.st_mode) || isatty(o->dest)) {
+        char path[64];
+        int fd;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", o->dest);
+        fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd >= 0) {
+            o->wfd = fd;
+            o->own_wfd = true;
+            o->how = RELAY_NONBLOCK;
+        } else if (errno == ENXIO && S_ISFIFO(s.st_mode)) {
+            drop_output(o);
+        }
+    }
+    return 0;
+}
+
+/* Signals from the signalfd: decoy lease breaks, and the ones that end
+ * the run (each kept in got_signals for the caller, see sb_cleanup). */
+static void on_lease_break(struct supervise_state *st, int fd);
+
+static void read_signals(struct supervise_state *st)
+{
+    struct signalfd_siginfo si;
+
+    while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if ((int)si.ssi_signo == SIG_DECOY) {
+            on_lease_break(st, (int)si.ssi_fd);
+            continue;
+        }
+        (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
+        if (!st->interrupted) {
+            st->interrupted = (int)si.ssi_signo;
+            (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+            if (st->cg)
+                aj_cgroup_kill(st->cg);
+        }
+    }
+}
+
+/* Relay what is left after the run, until every pipe is at EOF and every
+ * buffer is written, but never wait on a stalled reader past the run's
+ * deadline (the run then ends as a timeout), nor past a short grace when
+ * the run was already ended by a limit or a signal, nor past a signal. */
+#define RELAY_GRACE_MS 1000
+
+static void finish_output(struct supervise_state *st, uint64_t deadline)
+{
+    uint64_t grace = 0;
+
+    for (;;) {
+        struct pollfd p[5];
+        int np = 0, timeout = -1, idx[2][2] = {{-1, -1}, {-1, -1}};
+        bool busy = false;
+        uint64_t until;
+
+        for (int i = 0; i < 2; i++) {
+            struct out_stream *o = &st->out[i];
+            if (o->dest_gone)
+                drop_output(o);
+            if (o->rfd >= 0 && o->len < RELAY_BUF_SIZE) {
+                idx[i][0] = np;
+                p[np++] = (struct pollfd){.fd = o->rfd, .events = POLLIN};
+            }
+            if (o->len > 0 && o->how != RELAY_PLAIN) {
+                idx[i][1] = np;
+                p[np++] = (struct pollfd){.fd = o->wfd, .events = POLLOUT};
+            }
+            busy |= o->rfd >= 0 || o->len > 0;
+        }
+        if (!busy)
+            return;
+        if ((st->limit != AJ_STATUS_OK || st->interrupted) && !grace)
+            grace = aj_now_ms() + RELAY_GRACE_MS;
+        until = grace ? grace : deadline;
+        if (until) {
+            if (aj_now_ms() >= until) {
+                /* A reader that stalls past the deadline: the run did not
+                 * finish in time. What is left is dropped. */
+                if (!grace)
+                    end_run(st, AJ_STATUS_TIMEOUT);
+                for (int i = 0; i < 2; i++) {
+                    if (st->out[i].rfd >= 0)
+                        (void)close(st->out[i].rfd);
+                    st->out[i].rfd = -1;
+                    st->out[i].len = st->out[i].head = 0;
+                }
+                return;
+            }
+            timeout = clamp_poll_timeout(-1, until);
+        }
+        p[np++] = (struct pollfd){.fd = st->sigfd, .events = POLLIN};
+        if (poll(p, (nfds_t)np, timeout) < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        if (p[np - 1].revents & POLLIN)
+            read_signals(st);
+        for (int i = 0; i < 2; i++) {
+            struct out_stream *o = &st->out[i];
+            if (idx[i][0] >= 0 && p[idx[i][0]].revents)
+                pump_output(st, o);
+            if (idx[i][1] >= 0 && (p[idx[i][1]].revents & (POLLERR | POLLHUP)) && o->how != RELAY_SOCKET) {
+                drop_output(o); /* the pipe's reader is gone */
+            } else if (idx[i][1] >= 0 && p[idx[i][1]].revents) {
+                flush_output(o, true);
+            }
+            if (o->how == RELAY_PLAIN)
+                flush_output(o, true);
+        }
     }
 }
 
@@ -1353,7 +1814,7 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
-enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_NOTIFY, PF_DSOCK, PF_COUNT };
+enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_IN, PF_NOTIFY, PF_DSOCK, PF_OUT_W, PF_ERR_W, PF_IN_W, PF_COUNT };
 
 /* Every message the sandbox side queued before this moment: the payload
  * sends READY (and with it the start event) before it execs, so draining
@@ -1372,8 +1833,40 @@ static void on_notify(struct supervise_state *st)
 {
     json_t *ev = NULL;
     enum aj_severity sev = AJ_SEV_HIGH;
-    int r = aj_notify_receive(&st->notify, st->audit, &ev, &sev);
+    int r;
 
+    if (fast_path(st, AJ_EV_ESCAPE_ATTEMPT)) {
+        /* A flood (unshare in a loop from many threads): one ioctl to take
+         * it, a count, one to refuse it. Nothing is read from the caller.
+         * While more are queued, take them here (up to the window's quota,
+         * see FLOOD_PER_WINDOW) rather than through the whole poll set
+         * each time. */
+        for (int batch = 0; batch < FLOOD_PER_WINDOW; batch++) {
+            struct pollfd p = {.fd = st->notify.fd, .events = POLLIN};
+            uint64_t window = aj_now_ms() / FLOOD_WINDOW_MS;
+            int nr = -1;
+            uint32_t arch = 0;
+            if (window != st->flood_window) {
+                st->flood_window = window;
+                st->flood_taken = 0;
+            }
+            if (st->flood_taken >= FLOOD_PER_WINDOW)
+                return; /* the rest wait for the next window (see supervise) */
+            if (batch > 0 && (poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN)))
+                return;
+            st->flood_taken++;
+            r = aj_notify_receive_bare(&st->notify, &nr, &arch);
+            if (r <= 0)
+                break;
+            aj_audit_suppress(st->audit, AJ_EV_ESCAPE_ATTEMPT);
+            count_suppressed_call(st, nr, arch);
+            aj_notify_answer(&st->notify);
+        }
+        if (r > 0)
+            return;
+    } else {
+        r = aj_notify_receive(&st->notify, st->audit, &ev, &sev);
+    }
     if (r < 0) {
         /* The listener is gone (every process of the filter exited). */
         aj_notify_clear(&st->notify);
@@ -1413,6 +1906,13 @@ static void on_decoy_socket(struct supervise_state *st)
 
     if (c < 0)
         return;
+    if (fast_path(st, AJ_EV_CANARY)) {
+        /* Connects in a loop count against the budget too: past it, each
+         * is counted and closed, unread. */
+        (void)close(c);
+        aj_audit_suppress(st->audit, AJ_EV_CANARY);
+        return;
+    }
     drain_msgs(st);
     /* The client writes its request right after connecting: give it a
      * moment, so the event can say what it wanted. With --on-escape kill
@@ -1461,7 +1961,7 @@ static void on_lease_break(struct supervise_state *st, int fd)
 
 static int supervise(struct supervise_state *st, uint64_t start, struct aj_error *err)
 {
-    uint64_t deadline = st->pol->timeout_ms ? start + st->pol->timeout_ms : 0;
+    uint64_t deadline = run_deadline(start, st->pol->timeout_ms);
     uint64_t last_cg_check = 0;
     bool watch_cgroup = st->cg && st->cg->created &&
                         (st->cg->limits & (AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT) ||
@@ -1472,22 +1972,44 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             [PF_SOCK] = {.fd = st->sock, .events = POLLIN},
             [PF_PIDFD] = {.fd = st->pidfd, .events = POLLIN},
             [PF_SIG] = {.fd = st->sigfd, .events = POLLIN},
-            [PF_OUT] = {.fd = st->out[0].rfd, .events = POLLIN},
-            [PF_ERR] = {.fd = st->out[1].rfd, .events = POLLIN},
             [PF_NOTIFY] = {.fd = st->notify.fd, .events = POLLIN},
             [PF_DSOCK] = {.fd = st->decoy_sock, .events = POLLIN},
         };
         int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
         int r;
 
-        if (deadline && st->limit == AJ_STATUS_OK) {
-            uint64_t now = aj_now_ms();
-            int left = now >= deadline ? 0 : (int)(deadline - now);
-            if (timeout < 0 || left < timeout)
-                timeout = left;
+        /* Output: read while the buffer has room, write while it holds
+         * something and the reader takes it. A full buffer leaves the
+         * payload waiting on its pipe, never the supervisor. */
+        for (int i = 0; i < 3; i++) {
+            struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
+            pfd[PF_OUT + i] = (struct pollfd){.fd = o->rfd >= 0 && o->len < RELAY_BUF_SIZE ? o->rfd : -1,
+                                              .events = POLLIN};
+            pfd[PF_OUT_W + i] = (struct pollfd){
+                .fd = o->len > 0 && !o->dest_gone && o->how != RELAY_PLAIN ? o->wfd : -1, .events = POLLOUT};
         }
+
+        if (deadline && st->limit == AJ_STATUS_OK)
+            timeout = clamp_poll_timeout(timeout, deadline);
         if (st->alert.pid > 0 && (timeout < 0 || timeout > 50))
             timeout = 50; /* watch the hook's deadline */
+        if (st->notify.fd >= 0 && fast_path(st, AJ_EV_ESCAPE_ATTEMPT) && st->flood_taken >= FLOOD_PER_WINDOW) {
+            /* This window's quota is spent: not polled until the next. */
+            uint64_t now = aj_now_ms();
+            if (now / FLOOD_WINDOW_MS == st->flood_window) {
+                int wait = (int)(FLOOD_WINDOW_MS - now % FLOOD_WINDOW_MS);
+                pfd[PF_NOTIFY].fd = -1;
+                if (timeout < 0 || wait < timeout)
+                    timeout = wait;
+            }
+        }
+        if (aj_audit_suppressed_pending(st->audit)) {
+            /* The next events_suppressed summary is due a second after the last. */
+            uint64_t now = aj_now_ms(), due = st->last_summary_ms + 1000;
+            int wait = now >= due ? 0 : (int)(due - now);
+            if (timeout < 0 || wait < timeout)
+                timeout = wait;
+        }
         for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
             if (st->dconn[i].fd >= 0 && (timeout < 0 || timeout > 20))
                 timeout = 20; /* a decoy connection's request */
@@ -1509,6 +2031,7 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
             }
         }
         check_alert(st, false);
+        emit_summary(st, false);
         if (pfd[PF_SOCK].revents & (POLLIN | POLLHUP | POLLERR))
             drain_msgs(st);
         if (pfd[PF_NOTIFY].revents & POLLIN)
@@ -1520,22 +2043,18 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         if (pfd[PF_DSOCK].revents & POLLIN)
             on_decoy_socket(st);
         check_dconns(st, false);
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 3; i++) {
+            struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
+            short w = pfd[PF_OUT_W + i].revents;
+            if (w & (POLLERR | POLLHUP) && o->how != RELAY_SOCKET)
+                drop_output(o); /* the reader of the caller's pipe (or the pty) is gone */
+            else if (w)
+                flush_output(o, true);
             if (pfd[PF_OUT + i].revents & (POLLIN | POLLHUP | POLLERR))
-                pump_output(st, &st->out[i]);
-        if (pfd[PF_SIG].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-                if ((int)si.ssi_signo == SIG_DECOY) {
-                    on_lease_break(st, (int)si.ssi_fd);
-                } else if (!st->interrupted) {
-                    st->interrupted = (int)si.ssi_signo;
-                    (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
-                    if (st->cg)
-                        aj_cgroup_kill(st->cg);
-                }
-            }
+                pump_output(st, o);
         }
+        if (pfd[PF_SIG].revents & POLLIN)
+            read_signals(st);
         if (pfd[PF_PIDFD].revents & POLLIN) {
             pid_t w;
             do
@@ -1567,16 +2086,8 @@ static int supervise(struct supervise_state *st, uint64_t start, struct aj_error
         }
     }
     /* Everything inside is dead now (pid namespace, or orphans killed):
-     * drain what is left in the pipes until EOF. */
-    for (int i = 0; i < 2; i++) {
-        if (st->out[i].rfd >= 0) {
-            int fl = fcntl(st->out[i].rfd, F_GETFL);
-            if (fl >= 0)
-                (void)fcntl(st->out[i].rfd, F_SETFL, fl & ~O_NONBLOCK);
-        }
-        while (st->out[i].rfd >= 0)
-            pump_output(st, &st->out[i]);
-    }
+     * relay what is left in the pipes until EOF. */
+    finish_output(st, deadline);
     return 0;
 }
 
@@ -1678,17 +2189,39 @@ static int setup_output(const struct aj_policy *pol, const struct aj_run_options
                         struct aj_error *err)
 {
     for (int i = 0; i < 2; i++) {
-        int p[2];
+        int p[2], r;
         int dest = i == 0 ? (opts && opts->stdout_fd > 0 ? opts->stdout_fd : 1)
                           : (opts && opts->stderr_fd > 0 ? opts->stderr_fd : 2);
-        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest};
-        if (!pol->output_limit) {
+        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest, .wfd = -1};
+        if (st->pty && (i == 0 || st->pty_err)) {
+            /* The payload's pty carries it (see pty_attach): stdout's
+             * stream reads the master when it comes; stderr has none. */
+            if (i == 1)
+                continue;
+            st->out[i].buf = malloc(RELAY_BUF_SIZE);
+            if (!st->out[i].buf)
+                return aj_err(err, ENOMEM, "output buffer");
+            r = relay_open_dest(&st->out[i], err);
+            if (r < 0)
+                return r;
+            continue;
+        }
+        /* A terminal is never handed to the sandbox (it would be the
+         * host's: TIOCSTI, job control, the scrollback): its output is
+         * relayed like a captured stream, without a budget. */
+        if (!pol->output_limit && !isatty(dest)) {
             /* No budget: the sandbox writes to the destination directly
              * (init makes it its fd 1/2). */
             if (dest != i + 1)
                 st->out[i].wfd_child = dest;
             continue;
         }
+        st->out[i].buf = malloc(RELAY_BUF_SIZE);
+        if (!st->out[i].buf)
+            return aj_err(err, ENOMEM, "output buffer");
+        r = relay_open_dest(&st->out[i], err);
+        if (r < 0)
+            return r;
         if (pipe2(p, O_CLOEXEC) < 0)
             return aj_err(err, errno, "pipe for output capture");
         st->out[i].rfd = p[0];
@@ -1756,20 +2289,22 @@ struct sandbox {
     int netns_userns_fd;  /* init's user namespace, opened before it changes ids */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
     bool audit_open, mask_set, in_cgroup;
+    bool sigpipe_was_pending; /* the caller's own SIGPIPE, pending before the run: not ours to consume */
     uint64_t start;
 };
 
 static void sb_init(struct sandbox *sb, const struct aj_policy *pol)
 {
     memset(sb, 0, sizeof(*sb));
-    sb->c = (struct run_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1};
+    sb->c = (struct run_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1, .pty_slave = -1};
     sb->lease = (struct aj_uid_lease){.lock_fd = -1};
     sb->audit = (struct aj_audit){.fd = -1};
     sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
                                       .sock = -1, .sigfd = -1, .decoy_sock = -1,
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
-    sb->st.out[0] = sb->st.out[1] = (struct out_stream){.rfd = -1, .wfd_child = -1};
+    sb->st.out[0] = sb->st.out[1] = sb->st.in = (struct out_stream){.rfd = -1, .wfd_child = -1, .wfd = -1};
+    sigemptyset(&sb->st.got_signals);
     sb->st.notify.fd = -1;
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
@@ -1793,8 +2328,21 @@ static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_err
     sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGQUIT);
     sigaddset(&mask, SIG_DECOY);
-    if (sigprocmask(SIG_BLOCK, &mask, ret_old) < 0)
-        return aj_err(err, errno, "sigprocmask");
+    {
+        /* Blocked in this thread for the run, but not read from the
+         * signalfd: a write to a caller's pipe whose reader is gone gives
+         * EPIPE, not a SIGPIPE that would kill the caller's whole process
+         * (sb_cleanup consumes the one we caused); a write to the caller's
+         * terminal from a background job is not stopped by SIGTTOU. The
+         * process-wide dispositions are the caller's and stay untouched. */
+        sigset_t run_mask = mask, pend;
+        sigaddset(&run_mask, SIGPIPE);
+        sigaddset(&run_mask, SIGTTOU);
+        sigaddset(&run_mask, SIGTTIN); /* a background read of the terminal: EIO, not a stop */
+        sb->sigpipe_was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
+        if (pthread_sigmask(SIG_BLOCK, &run_mask, ret_old) != 0)
+            return aj_err(err, EINVAL, "sigprocmask");
+    }
     sb->mask_set = true;
     sb->st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sb->st.sigfd < 0)
@@ -2035,11 +2583,30 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         c->in_fd = c->out_fd = c->err_fd = sb->null_fd;
         c->orig_mask = *base_mask;
     } else {
+        int od = opts && opts->stdout_fd > 0 ? opts->stdout_fd : STDOUT_FILENO;
+        int ed = opts && opts->stderr_fd > 0 ? opts->stderr_fd : STDERR_FILENO;
+        /* Interactive (stdin and stdout a terminal): the payload gets a pty
+         * of its own. Not degraded: devpts needs the user namespace. */
+        c->want_pty = st->pty = !pol->allow_degraded && isatty(STDIN_FILENO) && isatty(od);
+        c->pty_err = st->pty_err = c->want_pty && isatty(ed);
         r = setup_output(pol, opts, st, err);
         if (r < 0)
             return r;
         c->out_fd = st->out[0].wfd_child;
         c->err_fd = st->out[1].wfd_child;
+        if (isatty(STDIN_FILENO)) {
+            /* Never the caller's terminal (see setup_output): stdin is
+             * /dev/null instead, for init, and for the payload unless it
+             * has its own pty. */
+            sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (sb->null_fd < 0)
+                return aj_err(err, errno, "open /dev/null");
+            c->in_fd = sb->null_fd;
+            if (c->want_pty)
+                c->out_fd = sb->null_fd;
+            if (c->pty_err)
+                c->err_fd = sb->null_fd;
+        }
         if (pol->output_limit)
             res->layers |= AJ_LAYER_OUTPUT_LIMIT;
         r = sb_block_signals(sb, &c->orig_mask, err);
@@ -2194,10 +2761,20 @@ static int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run
         }
     }
     fds[0] = STDIN_FILENO;
+    if (isatty(STDIN_FILENO)) {
+        /* Never the caller's terminal (see setup_output). */
+        sb->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (sb->null_fd < 0) {
+            free(buf);
+            return aj_err(err, errno, "open /dev/null");
+        }
+        fds[0] = sb->null_fd;
+    }
     for (int i = 0; i < 2; i++)
         fds[1 + i] = st->out[i].wfd_child >= 0 ? st->out[i].wfd_child : st->out[i].dest;
     r = send_with_fds(st->sock, buf, len, fds, 3);
     free(buf);
+    close_fd(&sb->null_fd);
     for (int i = 0; i < 2; i++) {
         if (st->out[i].owns_w)
             close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
@@ -2235,6 +2812,35 @@ static int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_err
     return 0;
 }
 
+/* The caller's mask back, and with it what the run kept from the caller:
+ * the signals that ended it were read from our signalfd and would be lost,
+ * so they are sent again to the process while still blocked here. With
+ * the caller's mask they are then delivered (a CLI that does not block them
+ * dies of them, as it would have without us) or stay pending for the
+ * caller to see. A SIGPIPE that our writes to a gone reader caused is
+ * consumed; one the caller had pending before is left alone. */
+static void restore_signals(struct sandbox *sb)
+{
+    static const int ending[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    sigset_t pend;
+
+    if (!sb->sigpipe_was_pending && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
+        sigset_t one;
+        struct timespec zero = {0, 0};
+        sigemptyset(&one);
+        sigaddset(&one, SIGPIPE);
+        /* Thread- and process-directed: at most one of each. */
+        for (int i = 0; i < 2 && sigtimedwait(&one, NULL, &zero) == SIGPIPE; i++)
+            ;
+    }
+    /* To the process, as they came: in a server whose signal thread
+     * (sigwait) is the only one that takes them, that thread gets them. */
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(ending); i++)
+        if (sigismember(&sb->st.got_signals, ending[i]) == 1)
+            (void)kill(getpid(), ending[i]);
+    (void)pthread_sigmask(SIG_SETMASK, &sb->c.orig_mask, NULL);
+}
+
 /* Kill what is left, report the end, release everything. With keep_cg the
  * cgroup directories are handed back (emptied and killed) for the caller to
  * remove later, off the run's path. */
@@ -2246,6 +2852,9 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
 
     if (st->pid > 0)
         kill_and_reap(st->pid, st->pidfd);
+    if (st->tio_saved) /* the caller's terminal as it was */
+        (void)tcsetattr(STDIN_FILENO, TCSADRAIN, &st->saved_tio);
+    st->tio_saved = false;
     if (sb->netns_helper > 0)
         kill_and_reap(sb->netns_helper, -1);
     sb->netns_helper = 0;
@@ -2258,13 +2867,13 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         close_fd(&st->decoy_files[i]);
     if (st->sigfd >= 0) {
+        /* Lease breaks are dropped; a SIGTERM or ^C that came at the end is
+         * the caller's (re-raised below). */
         struct signalfd_siginfo si;
         while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-            ;
+            if ((int)si.ssi_signo != SIG_DECOY)
+                (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
     }
-    if (sb->mask_set)
-        (void)sigprocmask(SIG_SETMASK, &c->orig_mask, NULL);
-    sb->mask_set = false;
     if (st->subreaper_set)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
     if (res) {
@@ -2276,6 +2885,7 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
         if (!res->wall_ms)
             res->wall_ms = aj_now_ms() - sb->start;
         if (sb->audit_open) {
+            emit_summary(st, true);
             emit_end(st, res);
             check_alert(st, true); /* the hook finishes (or is killed) before we return */
         }
@@ -2306,7 +2916,18 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
         close_fd(&st->out[i].rfd);
         if (st->out[i].owns_w)
             close_fd(&st->out[i].wfd_child);
+        if (st->out[i].own_wfd)
+            close_fd(&st->out[i].wfd);
+        st->out[i].own_wfd = false;
+        free(st->out[i].buf);
+        st->out[i].buf = NULL;
     }
+    close_fd(&st->in.rfd);
+    if (st->in.own_wfd)
+        close_fd(&st->in.wfd);
+    st->in.own_wfd = false;
+    free(st->in.buf);
+    st->in.buf = NULL;
     for (size_t i = 0; i < c->n_cg_join; i++)
         close_fd(&c->cg_join[i]);
     c->n_cg_join = 0;
@@ -2316,6 +2937,10 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
     free_envp(c->envp);
     free_envp(c->argv);
     c->envp = c->argv = NULL;
+    /* Last, with everything released: the caller's signal mask back. */
+    if (sb->mask_set)
+        restore_signals(sb);
+    sb->mask_set = false;
 }
 
 /* What every run starts with: an id, the policy's hash, the events file. */
@@ -2334,8 +2959,10 @@ static int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, 
 {
     int r = aj_audit_open(&sb->audit, sb->c.pol, opts ? opts->events_path : NULL, res->sandbox_id,
                           res->policy_sha256, err);
-    if (r == 0)
+    if (r == 0) {
         sb->audit_open = true;
+        aj_audit_set_budget(&sb->audit, sb->c.pol->event_budget);
+    }
     return r;
 }
 

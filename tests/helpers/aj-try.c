@@ -44,6 +44,7 @@
 #include <linux/tiocl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -2321,6 +2322,112 @@ static void p_mount_list(int argc, char **argv)
     report(true, r < 0 ? errno : 0, "%s reached the kernel (reachability)", g_probe);
 }
 
+/* ---- issue 12, relay: event floods and the terminal ------------------------------ */
+
+struct flood {
+    uint64_t until_ms;
+    uint64_t attempts, permitted;
+};
+
+static uint64_t flood_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void *flood_thread(void *arg)
+{
+    struct flood *f = arg;
+    uint64_t n = 0, ok = 0;
+
+    /* The raw call: a refused unshare changes nothing, and one that the
+     * kernel allowed would only affect this throw-away process. */
+    while (flood_now_ms() < f->until_ms) {
+        if (syscall(SYS_unshare, CLONE_NEWUSER) == 0)
+            ok++;
+        n++;
+    }
+    __atomic_fetch_add(&f->attempts, n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&f->permitted, ok, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+/* unshare-flood THREADS MS: unshare(CLONE_NEWUSER) in a loop from THREADS
+ * threads for MS milliseconds (the event-budget attack). */
+static void p_unshare_flood(int argc, char **argv)
+{
+    struct flood f = {0};
+    pthread_t t[64];
+    long threads, ms;
+
+    if (argc != 2 || (threads = strtol(argv[0], NULL, 10)) < 1 || threads > 64 || (ms = strtol(argv[1], NULL, 10)) < 1)
+        usage("unshare-flood THREADS MS");
+    f.until_ms = flood_now_ms() + (uint64_t)ms;
+    for (long i = 0; i < threads; i++)
+        if (pthread_create(&t[i], NULL, flood_thread, &f) != 0)
+            usage("pthread_create");
+    for (long i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
+    report(f.permitted > 0, f.permitted ? 0 : EPERM, "attempts=%" PRIu64 " permitted=%" PRIu64, f.attempts,
+           f.permitted);
+}
+
+/* decoy-flood N: connect to /var/run/docker.sock N times. */
+static void p_decoy_flood(int argc, char **argv)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX, .sun_path = "/var/run/docker.sock"};
+    long n, ok = 0;
+
+    if (argc != 1 || (n = strtol(argv[0], NULL, 10)) < 1)
+        usage("decoy-flood N");
+    for (long i = 0; i < n; i++) {
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+            continue;
+        if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            ok++;
+        close(s);
+    }
+    report(ok > 0, ok ? 0 : errno, "connects=%ld", ok);
+}
+
+/* tty-info: for fds 0-2, whether each is a terminal and its device
+ * numbers; then TIOCSTI of one character on each terminal among them.
+ * detail: "fd0=tty:1,rdev:136:3,ino:N fd1=... sti0=EPERM ..." */
+static void p_tty_info(int argc, char **argv)
+{
+    char out[1024] = "";
+    size_t off = 0;
+    bool injected = false;
+
+    (void)argv;
+    if (argc != 0)
+        usage("tty-info");
+    for (int fd = 0; fd < 3; fd++) {
+        struct stat s;
+        if (fstat(fd, &s) < 0) {
+            off += (size_t)snprintf(out + off, sizeof(out) - off, "fd%d=closed ", fd);
+            continue;
+        }
+        off += (size_t)snprintf(out + off, sizeof(out) - off, "fd%d=tty:%d,rdev:%u:%u,dev:%u:%u,ino:%llu ", fd,
+                                isatty(fd), major(s.st_rdev), minor(s.st_rdev), major(s.st_dev), minor(s.st_dev),
+                                (unsigned long long)s.st_ino);
+    }
+    for (int fd = 0; fd < 3; fd++) {
+        char c = '#';
+        if (!isatty(fd))
+            continue;
+        if (ioctl(fd, TIOCSTI, &c) == 0) {
+            injected = true;
+            off += (size_t)snprintf(out + off, sizeof(out) - off, "sti%d=ok ", fd);
+        } else {
+            off += (size_t)snprintf(out + off, sizeof(out) - off, "sti%d=%s ", fd, errname(errno));
+        }
+    }
+    report(injected, 0, "%s", out);
+}
+
 /* ---- dispatch ---------------------------------------------------------------- */
 
 struct probe {
@@ -2359,6 +2466,9 @@ static const struct probe probes[] = {
     {"suid-mount", p_suid_mount},
     {"rlimit-core", p_rlimit_core},
     {"unshare", p_unshare},
+    {"unshare-flood", p_unshare_flood},
+    {"decoy-flood", p_decoy_flood},
+    {"tty-info", p_tty_info},
     {"clone", p_clone},
     {"clone3", p_clone3},
     {"setns", p_setns},

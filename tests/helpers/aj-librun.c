@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* aj-librun: one run through the library, as a server would make it, with
+ * what the CLI cannot set or show (issue 12's relay tests).
+ *
+ *   aj-librun [--timeout-ms N] [--cpu-time DURATION] [--block-signals]
+ *             [--ignore-signals] [--block-usr1] [--pool] [--events PATH] -- CMD...
+ *
+ * --timeout-ms sets the policy's timeout_ms directly (the CLI refuses more
+ * than 7 days); --block-signals blocks SIGINT and SIGTERM in the caller, as
+ * a server does, and the output then lists the signals pending after the
+ * run; --ignore-signals sets SIGINT, SIGTERM and SIGHUP to SIG_IGN and
+ * --block-usr1 blocks SIGUSR1, before anything else (a caller such as
+ * nohup or a server thread); --pool runs through a warm pool of one
+ * created after that. Prints one JSON object: {"status", "signal", "rc",
+ * "pending": [...], "escape_attempt": N}. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentjail.h"
+
+int main(int argc, char **argv)
+{
+    struct aj_policy pol;
+    struct aj_result res;
+    struct aj_error err = {0};
+    struct aj_run_options opts = {0};
+    struct aj_pool *pool = NULL;
+    bool block = false, pooled = false;
+    sigset_t set, pend;
+    int i = 1, r;
+
+    aj_policy_init(&pol);
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        uint64_t v;
+        if (strcmp(argv[i], "--timeout-ms") == 0 && i + 1 < argc && aj_parse_u64(argv[i + 1], UINT64_MAX, &v) == 0) {
+            pol.timeout_ms = v;
+            i++;
+        } else if (strcmp(argv[i], "--cpu-time") == 0 && i + 1 < argc) {
+            if (aj_policy_set_cpu_time(&pol, argv[++i], &err) < 0) {
+                fprintf(stderr, "aj-librun: %s\n", err.msg);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--events") == 0 && i + 1 < argc) {
+            opts.events_path = argv[++i];
+        } else if (strcmp(argv[i], "--block-signals") == 0) {
+            block = true;
+        } else if (strcmp(argv[i], "--ignore-signals") == 0) {
+            signal(SIGINT, SIG_IGN);
+            signal(SIGTERM, SIG_IGN);
+            signal(SIGHUP, SIG_IGN);
+        } else if (strcmp(argv[i], "--block-usr1") == 0) {
+            sigemptyset(&set);
+            sigaddset(&set, SIGUSR1);
+            sigprocmask(SIG_BLOCK, &set, NULL);
+        } else if (strcmp(argv[i], "--pool") == 0) {
+            pooled = true;
+        } else {
+            fprintf(stderr, "usage: aj-librun [--timeout-ms N] [--cpu-time D] [--block-signals] [--ignore-signals] "
+                            "[--block-usr1] [--pool] [--events PATH] -- CMD...\n");
+            return 2;
+        }
+    }
+    if (i >= argc - 1) {
+        fprintf(stderr, "aj-librun: no command\n");
+        return 2;
+    }
+    if (block) {
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        sigprocmask(SIG_BLOCK, &set, NULL);
+    }
+    if (pooled) {
+        if (aj_pool_new(&pol, 1, &pool, &err) < 0) {
+            fprintf(stderr, "aj-librun: %s\n", err.msg);
+            return 1;
+        }
+        r = aj_pool_run(pool, argv + i + 1, &opts, &res, &err);
+    } else {
+        r = aj_run_ex(&pol, argv + i + 1, &opts, &res, &err);
+    }
+    if (r < 0)
+        fprintf(stderr, "aj-librun: %s\n", err.msg);
+    sigemptyset(&pend);
+    sigpending(&pend);
+    printf("{\"status\": \"%s\", \"signal\": %d, \"rc\": %d, \"escape_attempt\": %llu, \"pending\": [", aj_status_name(res.status),
+           res.signal, r, (unsigned long long)res.event_counts[2]);
+    {
+        const char *sep = "";
+        for (int s = 1; s < 32; s++)
+            if (sigismember(&pend, s) == 1) {
+                printf("%s%d", sep, s);
+                sep = ", ";
+            }
+    }
+    printf("]}\n");
+    fflush(stdout);
+    aj_pool_free(pool);
+    aj_policy_clear(&pol);
+    return 0;
+}
