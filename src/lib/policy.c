@@ -629,7 +629,9 @@ int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err)
 
 static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t key_size, struct aj_error *err)
 {
-    const uint64_t week_ms = 7ULL * 24 * 3600 * 1000;
+    /* The CLI and policy files take up to 7 days; a library caller (a
+     * server's long-lived session) up to a year. Deadlines are 64-bit. */
+    const uint64_t year_ms = 366ULL * 24 * 3600 * 1000;
 
     if (pol->uid_base < 65536 || pol->uid_count == 0 || (uint64_t)pol->uid_base + pol->uid_count > 0xfffffffeULL)
         BAD_FIELD("identity.uid_range",
@@ -642,16 +644,16 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
         BAD_FIELD("network.mode", "network mode %d is not one of: none, loopback", (int)pol->network);
     if (pol->on_escape != AJ_ON_ESCAPE_DENY && pol->on_escape != AJ_ON_ESCAPE_KILL)
         BAD_FIELD("detection.on_escape", "on_escape %d is not one of: deny, kill", (int)pol->on_escape);
-    if (pol->timeout_ms > week_ms)
-        BAD_FIELD("limits.timeout", "timeout %" PRIu64 " ms is more than 7 days", pol->timeout_ms);
+    if (pol->timeout_ms > year_ms)
+        BAD_FIELD("limits.timeout", "timeout %" PRIu64 " ms is more than 366 days", pol->timeout_ms);
     if (pol->memory_max && (pol->memory_max < (4ULL << 20) || pol->memory_max > (1ULL << 50)))
         BAD_FIELD("limits.memory", "memory limit %" PRIu64 " bytes is not within 4M..1P", pol->memory_max);
     if (pol->pids_max && (pol->pids_max < 2 || pol->pids_max > 4194304))
         BAD_FIELD("limits.pids", "pids limit %" PRIu64 " is not within 2..4194304", pol->pids_max);
     if (pol->cpu_milli && (pol->cpu_milli < 10 || pol->cpu_milli > 1024000))
         BAD_FIELD("limits.cpus", "cpus %" PRIu32 "/1000 is not within 0.01..1024", pol->cpu_milli);
-    if (pol->cpu_time_ms > week_ms)
-        BAD_FIELD("limits.cpu_time", "cpu time %" PRIu64 " ms is more than 7 days", pol->cpu_time_ms);
+    if (pol->cpu_time_ms > year_ms)
+        BAD_FIELD("limits.cpu_time", "cpu time %" PRIu64 " ms is more than 366 days", pol->cpu_time_ms);
     if (pol->output_limit > (1ULL << 40))
         BAD_FIELD("limits.output", "output limit %" PRIu64 " bytes is more than 1T", pol->output_limit);
     if (pol->rlimit_fsize == 0 || pol->rlimit_fsize > (1ULL << 50))

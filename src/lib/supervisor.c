@@ -432,7 +432,7 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
          * process of the run. */
         if (redirect_output(c, &err) < 0)
             child_fail(c, &err, 125);
-        if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) == 0) {
+        if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) >= 0) { /* the new keyring's serial */
             c->layers |= AJ_LAYER_KEYRING;
         } else if (errno != EPERM && errno != ENOSYS) {
             aj_err(&err, errno, "join a fresh session keyring");
