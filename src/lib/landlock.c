@@ -184,9 +184,12 @@ int aj_landlock_child_apply_ex(const struct aj_policy *pol, int abi, bool degrad
     }
     /* /dev/null and friends: read and write the device nodes that exist. */
     {
+        /* The last two only in a full sandbox: there /dev/pts is the
+         * sandbox's own devpts and /dev/tty its own controlling terminal;
+         * in degraded mode they would be the host's. */
         static const char *const devs[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
-                                           "/dev/urandom"};
-        for (size_t i = 0; i < AJ_ARRAY_SIZE(devs); i++) {
+                                           "/dev/urandom", "/dev/tty", "/dev/pts"};
+        for (size_t i = 0; i < AJ_ARRAY_SIZE(devs) - (degraded ? 2 : 0); i++) {
             /* IOCTL_DEV: harmless on these nodes, and without it isatty()
              * and stty see EACCES instead of ENOTTY. */
             r = add_path_rule(ruleset, devs[i], LL_READ | AJ_LL_FS_WRITE_FILE | AJ_LL_FS_IOCTL_DEV,

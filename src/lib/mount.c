@@ -180,7 +180,7 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
     static const char *const system_paths[] = {"/usr",   "/bin",   "/sbin",  "/lib",
                                                "/lib32", "/lib64", "/libx32"};
     static const char *const dev_nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
-                                            "/dev/urandom"};
+                                            "/dev/urandom", "/dev/tty"};
     const char *host = pol->hostname ? pol->hostname : AJ_DEFAULT_HOSTNAME;
     struct aj_mount_plan plan = {0};
     size_t user_start;
@@ -649,6 +649,35 @@ static int setup_proc(int rootfd, struct aj_error *err)
     return 0;
 }
 
+/* /dev/pts: a devpts instance of the sandbox's own (every devpts mount is
+ * a new instance since 4.7), and /dev/ptmx pointing into it: os.openpty,
+ * pty.spawn, script and REPL drivers work, and no pty of the host (or of
+ * another sandbox) is there to open. TIOCSTI, TIOCLINUX and the other
+ * terminal-injection ioctls stay refused by the filter. */
+static int mount_devpts(int rootfd, int devfd, struct aj_error *err)
+{
+    _cleanup_close_ int fsfd = aj_sys_fsopen("devpts", AJ_FSOPEN_CLOEXEC);
+    _cleanup_close_ int mfd = -1;
+    int r;
+
+    if (fsfd < 0)
+        return errno == ENOSYS ? kernel_lacks(err, "fsopen", "5.2", "devpts") : aj_err(err, errno, "fsopen devpts");
+    if (aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "source", "devpts", 0) < 0 ||
+        aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "ptmxmode", "0666", 0) < 0 ||
+        aj_sys_fsconfig(fsfd, AJ_FSCONFIG_SET_STRING, "mode", "0620", 0) < 0 ||
+        aj_sys_fsconfig(fsfd, AJ_FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        return aj_err(err, errno, "create the sandbox's devpts");
+    mfd = aj_sys_fsmount(fsfd, AJ_FSMOUNT_CLOEXEC, AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NOEXEC);
+    if (mfd < 0)
+        return aj_err(err, errno, "fsmount devpts");
+    r = attach(mfd, rootfd, "dev/pts", false, err);
+    if (r < 0)
+        return r;
+    if (symlinkat("pts/ptmx", devfd, "ptmx") < 0)
+        return aj_err(err, errno, "symlink /dev/ptmx");
+    return 0;
+}
+
 static int setup_dev(const struct aj_mount_plan *plan, int rootfd, uint64_t shm_size, bool noexec,
                      struct aj_error *err)
 {
@@ -677,6 +706,9 @@ static int setup_dev(const struct aj_mount_plan *plan, int rootfd, uint64_t shm_
     for (size_t i = 0; i < AJ_ARRAY_SIZE(links); i++)
         if (symlinkat(links[i].target, devfd, links[i].name) < 0)
             return aj_err(err, errno, "symlink /dev/%s", links[i].name);
+    r = mount_devpts(rootfd, devfd, err);
+    if (r < 0)
+        return r;
     /* Private /dev/shm: POSIX shared memory of one sandbox is invisible to
      * every other sandbox and to the host. */
     return mount_tmpfs_at(rootfd, "dev/shm", shm_size, "1777", noexec, err);

@@ -487,7 +487,7 @@ def test_mountinfo_has_no_unnamed_host_path(hostdir):
     # Host filesystems appear only at the system paths and the named bind.
     for m, (root, fstype) in mounts.items():
         if m.startswith("/proc/") or m.startswith("/dev/"):
-            assert fstype in ("proc", "tmpfs", "devtmpfs"), (m, root, fstype)
+            assert fstype in ("proc", "tmpfs", "devtmpfs", "devpts"), (m, root, fstype)
         elif fstype not in ("tmpfs", "proc"):
             assert m in allowed - {"/", "/tmp", "/proc", "/dev", "/dev/shm", "/scratch"}, (m, root, fstype)
 
@@ -578,3 +578,37 @@ def test_scratch_space_is_executable_by_default(hostdir):
         f.write('{"version": 1, "filesystem": {"noexec_tmp": true}}')
     r = run_aj(["--policy", pol], ["sh", "-c", script.replace(" /scratch", "")])
     assert r.returncode == 0 and r.stdout.count("refused-") == 2, r
+
+
+def test_private_pty():
+    """A devpts instance of the sandbox's own: openpty, pty.fork and
+    script work; only the sandbox's own ptys are there (the host's
+    /dev/pts entries are not), and /dev/tty is the caller's own controlling
+    terminal, which a setsid()'d payload does not have."""
+    code = r"""
+import json, os, pty, time
+m, s = os.openpty()
+os.write(s, b'hi\n')
+out = {"echo": os.read(m, 10).decode(), "name": os.ttyname(s)}
+pid, fd = pty.fork()
+if pid == 0:
+    print('child', os.ttyname(0), flush=True); time.sleep(0.2); os._exit(0)
+out["child"] = os.read(fd, 100).decode().strip()
+os.waitpid(pid, 0)
+out["pts"] = sorted(os.listdir('/dev/pts'))
+out["ptmx"] = os.readlink('/dev/ptmx')
+try:
+    os.open('/dev/tty', os.O_RDWR); out["tty"] = "opened"
+except OSError as e:
+    out["tty"] = e.errno
+print(json.dumps(out))
+"""
+    r = run_aj([], [PY, "-c", code])
+    assert r.returncode == 0, r
+    out = json.loads(r.stdout)
+    assert out["echo"] == "hi\r\n" and out["name"] == "/dev/pts/0", out
+    assert out["child"].startswith("child /dev/pts/"), out
+    assert out["ptmx"] == "pts/ptmx" and set(out["pts"]) <= {"ptmx", "0", "1"}, out
+    assert out["tty"] == 6, out  # ENXIO: no controlling terminal
+    r = run_aj([], ["sh", "-c", "script -qc 'tty' /dev/null"])
+    assert r.returncode == 0 and r.stdout.strip().startswith("/dev/pts/"), r
