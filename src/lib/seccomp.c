@@ -179,6 +179,65 @@ static int rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned
 #define MFD_NOEXEC_SEAL_FLAG 0x0008U
 #define MFD_EXEC_FLAG 0x0010U
 
+/* socket() calls that the filter does not allow and that are no escape
+ * attempt: answered with what a kernel that lacks the family, type or
+ * protocol answers (net/socket.c __sock_create, net/ipv4/af_inet.c
+ * inet_create, net/netlink/af_netlink.c netlink_create), never with the
+ * ENOSYS default: programs probe for optional protocols and treat ENOSYS
+ * as "no socket() at all" (CPython's socket tests failed to import).
+ *  - inet/inet6 types with no protocol registered for them (SEQPACKET,
+ *    which is SCTP's; RDM; DCCP; 0 and 7..9): ESOCKTNOSUPPORT; types 11..15:
+ *    EINVAL; SOCK_PACKET (10) is an AF_PACKET socket in disguise
+ *    (__sock_create turns it into one): refused and reported like AF_PACKET.
+ *  - netlink protocols neither allowed (route) nor reported: EPROTONOSUPPORT.
+ *  - family 0 (AF_UNSPEC) and numbers past the last family: EAFNOSUPPORT.
+ * STREAM/DGRAM with another protocol: see the allow rules. */
+static int add_socket_errno_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, struct aj_error *err)
+{
+    static const int inet_families[] = {AF_INET, AF_INET6};
+    int r = 0;
+
+    for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
+        for (uint32_t type = 0; r == 0 && type <= 0xf; type++) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                                       SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, type)};
+            uint32_t action;
+            if (type == SOCK_STREAM || type == SOCK_DGRAM || type == SOCK_RAW)
+                continue; /* allowed by protocol, or reported (raw) */
+            if (type == SOCK_PACKET)
+                action = deny;
+            else if (type >= 11)
+                action = SCMP_ACT_ERRNO(EINVAL);
+            else
+                action = SCMP_ACT_ERRNO(ESOCKTNOSUPPORT);
+            r = rule(ctx, action, "socket", 2, a, err);
+        }
+    for (uint32_t proto = 1; r == 0 && proto < 32; proto++) {
+        bool taken = degraded && proto == NETLINK_KOBJECT_UEVENT; /* the degraded EPERM rules */
+        for (size_t i = 0; i < aj_seccomp_denied_netlink_count; i++)
+            taken |= (uint32_t)aj_seccomp_denied_netlink[i] == proto;
+        if (!taken) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                                       SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, proto)};
+            r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 2, a, err);
+        }
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                                   SCMP_A2_32(SCMP_CMP_GT, 31)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 2, a, err);
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNSPEC)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1, a, err);
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_GT, AJ_AF_LAST)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1, a, err);
+    }
+    return r;
+}
+
 static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, struct aj_error *err)
 {
     const uint32_t allow = SCMP_ACT_ALLOW;
@@ -279,6 +338,8 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
                                        SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW)};
             r = rule(ctx, deny, "socket", 2, a, err);
         }
+        if (r == 0)
+            r = add_socket_errno_rules(ctx, deny, degraded, err);
         if (degraded) {
             /* No network namespace: an inet socket would reach the host's
              * network, a unix one the host's services (/run/...). Only
@@ -315,16 +376,30 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
              * MPTCP, SCTP, ICMP and other protocol modules, attack surface
              * the payload has no use for. */
             for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
-                for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++)
-                    for (int pi = 0; r == 0 && pi < 2; pi++) {
-                        /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in
-                         * its high bits; compare the low nibble (the type). */
-                        uint32_t proto = pi == 0 ? 0 : inet_types[t] == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP;
+                for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
+                    /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in
+                     * its high bits; compare the low nibble (the type). The
+                     * protocol is an int to the kernel: its low 32 bits. */
+                    uint32_t named = inet_types[t] == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP;
+                    for (uint32_t proto = 0; r == 0 && proto <= named; proto++) {
                         struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
                                                    SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
-                                                   SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, proto)};
-                        r = rule(ctx, allow, "socket", 3, a, err);
+                                                   SCMP_A2_32(SCMP_CMP_EQ, proto)};
+                        /* Another protocol (SCTP, UDP-Lite, MPTCP, ICMP):
+                         * what a kernel without that protocol module says,
+                         * EPROTONOSUPPORT, not ENOSYS (which reads as "no
+                         * socket() at all" and made CPython's socket tests
+                         * fail to import). Disjoint rules: libseccomp does
+                         * not order overlapping ones. */
+                        r = rule(ctx, proto == 0 || proto == named ? allow : SCMP_ACT_ERRNO(EPROTONOSUPPORT),
+                                 "socket", 3, a, err);
                     }
+                    struct scmp_arg_cmp above[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
+                                                   SCMP_A2_32(SCMP_CMP_GT, named)};
+                    if (r == 0)
+                        r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 3, above, err);
+                }
         }
         if (r < 0)
             return r;
@@ -399,6 +474,19 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
             r = rule(ctx, deny, "mknod", 1, m, err);
             if (r == 0)
                 r = rule(ctx, deny, "mknodat", 1, mat, err);
+        }
+        /* The other file types: what the kernel says (fs/namei.c
+         * may_mknod), not ENOSYS: EPERM for a directory, EINVAL for a
+         * symlink or a type that does not exist. */
+        for (uint32_t t = 0x1000; r == 0 && t <= S_IFMT; t += 0x1000) {
+            struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, S_IFMT, t)};
+            struct scmp_arg_cmp mat[] = {SCMP_A2_64(SCMP_CMP_MASKED_EQ, S_IFMT, t)};
+            uint32_t action = SCMP_ACT_ERRNO(t == S_IFDIR ? EPERM : EINVAL);
+            if (t == S_IFIFO || t == S_IFREG || t == S_IFSOCK || t == S_IFCHR || t == S_IFBLK)
+                continue;
+            r = rule(ctx, action, "mknod", 1, m, err);
+            if (r == 0)
+                r = rule(ctx, action, "mknodat", 1, mat, err);
         }
         if (r < 0)
             return r;

@@ -1,0 +1,128 @@
+"""Refusals that must not crash harmless programs, and debuggers (issue 13,
+items 6 and 7).
+
+- socket() calls the filter does not allow, and that are no escape attempt,
+  answer what a kernel without the family, type or protocol answers
+  (EPROTONOSUPPORT, ESOCKTNOSUPPORT, EAFNOSUPPORT, EINVAL), never ENOSYS;
+  mknod of a directory or a non-existent type likewise (EPERM, EINVAL).
+- memfd_create without flags works and gives a sealed, non-executable memfd.
+- /tmp and /dev/shm are sized by the memory limit unless --tmp-size says.
+- ptrace (strace, gdb) works between the payload's own processes; init and
+  anything outside stay refused, with an event.
+
+Each sandbox outcome is compared with the same call on the host (the
+control), or with the condition lifted.
+"""
+import errno
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import IS_ROOT, must_skip, run_aj
+
+PY = "/usr/bin/python3"
+
+# socket(family, type, protocol) calls a harmless program makes: CPython's
+# test_socket probes SCTP, UDP-Lite and SEQPACKET; libraries probe MPTCP.
+SOCKET_CASES = [
+    ("AF_INET", "SOCK_DGRAM", 136),       # IPPROTO_UDPLITE
+    ("AF_INET6", "SOCK_DGRAM", 136),
+    ("AF_INET", "SOCK_STREAM", 132),      # IPPROTO_SCTP
+    ("AF_INET6", "SOCK_STREAM", 132),
+    ("AF_INET", "SOCK_SEQPACKET", 132),   # SCTP one-to-many
+    ("AF_INET6", "SOCK_SEQPACKET", 132),
+    ("AF_INET", "SOCK_SEQPACKET", 0),
+    ("AF_INET", "SOCK_STREAM", 262),      # IPPROTO_MPTCP
+    ("AF_INET", "SOCK_DGRAM", 1),         # ICMP ping socket
+    ("AF_INET", "SOCK_STREAM", 17),       # a protocol of another type
+    ("AF_INET", "SOCK_RDM", 0),
+    ("AF_INET", 12, 0),                   # no such type
+    ("AF_NETLINK", "SOCK_RAW", 15),       # NETLINK_KOBJECT_UEVENT
+    ("AF_NETLINK", "SOCK_RAW", 31),       # no such netlink protocol
+    ("AF_NETLINK", "SOCK_RAW", 40),
+    (0, "SOCK_STREAM", 0),                # AF_UNSPEC
+    (47, "SOCK_STREAM", 0),               # past the last family
+]
+ALLOWED_CASES = [
+    ("AF_INET", "SOCK_STREAM", 0), ("AF_INET", "SOCK_STREAM", 6),
+    ("AF_INET", "SOCK_DGRAM", 0), ("AF_INET", "SOCK_DGRAM", 17),
+    ("AF_INET6", "SOCK_STREAM", 6), ("AF_INET6", "SOCK_DGRAM", 17),
+    ("AF_UNIX", "SOCK_SEQPACKET", 0), ("AF_NETLINK", "SOCK_RAW", 0),
+]
+
+SOCKET_SCRIPT = r"""
+import errno, json, socket, sys
+out = []
+for fam, typ, proto in json.loads(sys.argv[1]):
+    fam = getattr(socket, fam) if isinstance(fam, str) else fam
+    typ = getattr(socket, typ) if isinstance(typ, str) else typ
+    try:
+        socket.socket(fam, typ, proto).close()
+        out.append("ok")
+    except OSError as e:
+        out.append(errno.errorcode.get(e.errno, str(e.errno)))
+print(json.dumps(out))
+"""
+
+
+def socket_outcomes(cases, inside):
+    cmd = [PY, "-c", SOCKET_SCRIPT, json.dumps(cases)]
+    if inside:
+        r = run_aj([], cmd)
+        assert r.returncode == 0, r
+        return json.loads(r.stdout.strip().splitlines()[-1]), r
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p
+    return json.loads(p.stdout), None
+
+
+def test_refused_sockets_answer_like_a_kernel_without_the_protocol():
+    inside, r = socket_outcomes(SOCKET_CASES + ALLOWED_CASES, True)
+    host, _ = socket_outcomes(SOCKET_CASES + ALLOWED_CASES, False)
+    n = len(SOCKET_CASES)
+    for case, got, control in zip(SOCKET_CASES, inside[:n], host[:n]):
+        assert got != "ENOSYS", (case, got)
+        assert got != "ok", (case, got)
+        if control not in ("ok", "EACCES"):
+            # The host kernel refuses it too (module absent): same answer.
+            assert got == control, (case, got, control)
+        else:
+            # The host has it (MPTCP, uevents; ICMP ping, EACCES outside
+            # ping_group_range): the answer of a kernel without it.
+            assert got in ("EPROTONOSUPPORT", "ESOCKTNOSUPPORT"), (case, got)
+    # Positive control: the ordinary sockets are made, inside and out.
+    assert inside[n:] == ["ok"] * len(ALLOWED_CASES), inside[n:]
+    assert host[n:] == ["ok"] * len(ALLOWED_CASES), host[n:]
+    # None of these is an escape attempt.
+    assert r.result["events"].get("escape_attempt", 0) == 0 and not r.result["escape_attempted"], r.result
+
+
+MKNOD_SCRIPT = r"""
+import errno, json, os, stat, sys
+d = sys.argv[1]
+out = []
+for mode in (stat.S_IFDIR, stat.S_IFLNK, 0o030000, stat.S_IFIFO):
+    p = os.path.join(d, "n%o" % mode)
+    try:
+        os.mknod(p, mode | 0o600)
+        os.unlink(p)
+        out.append("ok")
+    except OSError as e:
+        out.append(errno.errorcode[e.errno])
+print(json.dumps(out))
+"""
+
+
+def test_mknod_other_types_answer_like_the_kernel(tmp_path):
+    r = run_aj([], [PY, "-c", MKNOD_SCRIPT, "/tmp"])
+    assert r.returncode == 0, r
+    inside = json.loads(r.stdout.strip().splitlines()[-1])
+    d = tmp_path / "m"
+    d.mkdir()
+    p = subprocess.run([PY, "-c", MKNOD_SCRIPT, str(d)], capture_output=True, text=True, timeout=30)
+    host = json.loads(p.stdout)
+    assert host == ["EPERM", "EINVAL", "EINVAL", "ok"], host
+    assert inside == host, (inside, host)
