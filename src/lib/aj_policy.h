@@ -71,6 +71,11 @@ struct aj_policy {
      * write (or that a sandbox made): what is there may have been planted
      * by that run. Off by default. Symlinks are refused regardless. */
     bool allow_bind_inside_writable;
+    /* Debuggers (gdb, strace, LeakSanitizer): ptrace, process_vm_readv/
+     * writev and kcmp between the payload's own processes; init (pid 1)
+     * stays refused and reported. Off by default (docs/security-model.md,
+     * "Debuggers"); never in degraded mode (no pid namespace). */
+    bool allow_ptrace;
 
     /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
      * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)

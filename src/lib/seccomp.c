@@ -137,6 +137,22 @@ static const char *const self_only_syscalls[] = {
     "get_robust_list", "setpriority",
 };
 
+/* With policy.allow_ptrace (and a pid namespace): the debugging calls,
+ * for any process but init. In the sandbox's pid namespace a pid can only
+ * name one of its own processes; pid 1 is init, which holds the
+ * supervisor's socket. Landlock confines ptrace to the same domain as
+ * well, and the kernel (4.8+) runs the seccomp filter again after a
+ * tracer changes a tracee's system call. */
+static const char *const debug_syscalls[] = {"ptrace", "process_vm_readv", "process_vm_writev", "kcmp"};
+
+static bool is_debug(const char *name)
+{
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(debug_syscalls); i++)
+        if (strcmp(debug_syscalls[i], name) == 0)
+            return true;
+    return false;
+}
+
 static bool is_self_only(const char *name)
 {
     for (size_t i = 0; i < AJ_ARRAY_SIZE(self_only_syscalls); i++)
@@ -238,7 +254,8 @@ static int add_socket_errno_rules(scmp_filter_ctx ctx, uint32_t deny, bool degra
     return r;
 }
 
-static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, struct aj_error *err)
+static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, bool debug,
+                                 struct aj_error *err)
 {
     const uint32_t allow = SCMP_ACT_ALLOW;
     int r = 0;
@@ -439,6 +456,38 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
             return r;
     }
 
+    /* The debugging calls (policy.allow_ptrace): every target but init,
+     * whose pid (an int to the kernel: the low 32 bits) is refused and
+     * reported. ptrace's pid is argument 1, process_vm_*'s argument 0,
+     * kcmp compares two (arguments 0 and 1). Disjoint rules only. */
+    if (debug) {
+        struct scmp_arg_cmp pt_init[] = {SCMP_A1_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp pt_other[] = {SCMP_A1_32(SCMP_CMP_NE, 1)};
+        struct scmp_arg_cmp vm_init[] = {SCMP_A0_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp vm_other[] = {SCMP_A0_32(SCMP_CMP_NE, 1)};
+        struct scmp_arg_cmp k_first[] = {SCMP_A0_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp k_second[] = {SCMP_A0_32(SCMP_CMP_NE, 1), SCMP_A1_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp k_other[] = {SCMP_A0_32(SCMP_CMP_NE, 1), SCMP_A1_32(SCMP_CMP_NE, 1)};
+
+        r = rule(ctx, deny, "ptrace", 1, pt_init, err);
+        if (r == 0)
+            r = rule(ctx, allow, "ptrace", 1, pt_other, err);
+        for (int w = 0; r == 0 && w < 2; w++) {
+            const char *name = w ? "process_vm_writev" : "process_vm_readv";
+            r = rule(ctx, deny, name, 1, vm_init, err);
+            if (r == 0)
+                r = rule(ctx, allow, name, 1, vm_other, err);
+        }
+        if (r == 0)
+            r = rule(ctx, deny, "kcmp", 1, k_first, err);
+        if (r == 0)
+            r = rule(ctx, deny, "kcmp", 2, k_second, err);
+        if (r == 0)
+            r = rule(ctx, allow, "kcmp", 2, k_other, err);
+        if (r < 0)
+            return r;
+    }
+
     /* memfd_create: only sealed non-executable (MFD_NOEXEC_SEAL, 6.3). Landlock
      * does not cover memfds, so an executable one would let the payload run
      * a binary it wrote (fileless execution past the noexec mounts). */
@@ -521,9 +570,12 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
     _cleanup_close_ int memfd = -1;
     struct stat st;
     void *buf = NULL;
+    bool debug;
     int r;
 
-    (void)pol; /* same filter for every policy today; policy.seccomp comes later */
+    /* Without a pid namespace (degraded) a pid names any process of the
+     * uid: the debugging calls stay refused whatever the policy says. */
+    debug = pol && pol->allow_ptrace && !degraded;
     ctx = seccomp_init(DEFAULT_ACTION);
     if (!ctx)
         return aj_err(err, ENOMEM, "seccomp_init");
@@ -559,6 +611,8 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
         }
     }
     for (size_t i = 0; aj_seccomp_denied_syscalls[i]; i++) {
+        if (debug && is_debug(aj_seccomp_denied_syscalls[i]))
+            continue; /* conditional rules below */
         r = rule(ctx, deny, aj_seccomp_denied_syscalls[i], 0, NULL, err);
         if (r < 0)
             goto out;
@@ -573,7 +627,7 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
             goto out;
         }
     }
-    r = add_conditional_rules(ctx, deny, degraded, err);
+    r = add_conditional_rules(ctx, deny, degraded, debug, err);
     if (r < 0)
         goto out;
 
@@ -622,8 +676,10 @@ extern const size_t aj_seccomp_errno_len;
 
 int aj_seccomp_build(const struct aj_policy *pol, bool notify, struct aj_bpf *ret, struct aj_error *err)
 {
-    (void)err;
-    (void)pol; /* every policy uses the default filter until policy.seccomp grows options */
+    /* The precompiled program is the default policy's; seccomp.allow_ptrace
+     * changes it, and is compiled here (~2 ms). */
+    if (pol && pol->allow_ptrace)
+        return aj_seccomp_compile(pol, notify, false, ret, err);
     ret->insns = (struct sock_filter *)(notify ? aj_seccomp_notify_insns : aj_seccomp_errno_insns);
     ret->len = notify ? aj_seccomp_notify_len : aj_seccomp_errno_len;
     ret->owned = false;

@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -743,6 +744,14 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
             if (errno == EINTR)
                 continue;
             _exit(125);
+        }
+        if (WIFSTOPPED(st)) {
+            /* A child that called PTRACE_TRACEME (seccomp.allow_ptrace; an
+             * anti-debugging check does) made init its tracer: let it go,
+             * with the signal it stopped for, rather than take the stop
+             * for its end. */
+            (void)ptrace(PTRACE_DETACH, p, NULL, (void *)(uintptr_t)WSTOPSIG(st));
+            continue;
         }
         if (p == payload) {
             /* Returning kills every other process of the namespace. */

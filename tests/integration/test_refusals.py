@@ -126,3 +126,77 @@ def test_mknod_other_types_answer_like_the_kernel(tmp_path):
     host = json.loads(p.stdout)
     assert host == ["EPERM", "EINVAL", "EINVAL", "ok"], host
     assert inside == host, (inside, host)
+
+
+# ---- debuggers: seccomp.allow_ptrace / --allow-ptrace ------------------------------
+
+PTRACE_SCRIPT = r"""
+import ctypes, json, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+def call(req, pid):
+    r = libc.ptrace(req, pid, None, None)
+    return "ok" if r == 0 else os.strerror(ctypes.get_errno())
+out = {}
+kid = os.fork()
+if kid == 0:
+    time.sleep(30)
+    os._exit(0)
+out["seize_child"] = call(0x4206, kid)          # PTRACE_SEIZE
+os.kill(kid, signal.SIGKILL)
+os.waitpid(kid, 0)
+out["seize_init"] = call(0x4206, int(sys.argv[1]))
+print(json.dumps(out))
+"""
+
+
+
+def test_strace_traces_a_child_with_allow_ptrace():
+    if not shutil.which("strace"):
+        must_skip("strace is not installed (apt-get install strace)")
+    cmd = ["strace", "-f", "-e", "trace=execve", "/bin/true"]
+    r = run_aj(["--allow-ptrace"], cmd)
+    assert r.returncode == 0, r
+    assert 'execve("/bin/true"' in r.stderr and "+++ exited with 0 +++" in r.stderr, r
+    # Positive control: the default policy refuses it.
+    r = run_aj([], cmd)
+    assert r.returncode != 0 and "Operation not permitted" in r.stderr, r
+    # And on the host it works (the tool is sound).
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and 'execve("/bin/true"' in p.stderr, p
+
+
+def test_gdb_runs_a_program_with_allow_ptrace():
+    if not shutil.which("gdb"):
+        must_skip("gdb is not installed (apt-get install gdb)")
+    cmd = ["gdb", "-batch", "-ex", "run", "-ex", "info registers rip", "--args", "/bin/sh", "-c", "kill -SEGV $$"]
+    r = run_aj(["--allow-ptrace"], cmd, timeout=120)
+    assert "SIGSEGV" in r.stdout and "rip" in r.stdout, r
+    r = run_aj([], cmd, timeout=120)
+    assert "SIGSEGV" not in r.stdout, r
+
+
+def test_ptrace_of_init_refused_and_reported():
+    r = run_aj(["--allow-ptrace"], [PY, "-c", PTRACE_SCRIPT, "1"])
+    assert r.returncode == 0, r
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["seize_child"] == "ok", out                     # positive control
+    assert out["seize_init"] == "Operation not permitted", out
+    assert r.result["events"].get("escape_attempt", 0) == 1 and r.result["escape_attempted"], r.result
+    # Without the option a child cannot be traced either (and is reported).
+    r = run_aj([], [PY, "-c", PTRACE_SCRIPT, "1"])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"seize_child": "Operation not permitted", "seize_init": "Operation not permitted"}, out
+    # Host control: the same process can seize its own child there.
+    p = subprocess.run([PY, "-c", PTRACE_SCRIPT, str(os.getpid())], capture_output=True, text=True, timeout=60)
+    assert json.loads(p.stdout)["seize_child"] == "ok", p
+
+
+def test_traceme_under_init_does_not_end_the_run():
+    """A child of init that calls PTRACE_TRACEME (an anti-debugging check)
+    makes init its tracer; its next signal must not end the run."""
+    script = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "print('traceme', libc.ptrace(0, 0, None, None))\n"
+              "os.kill(os.getpid(), 28)\nprint('still running')\n")
+    r = run_aj(["--allow-ptrace"], [PY, "-c", script])
+    assert r.returncode == 0 and "traceme 0" in r.stdout and "still running" in r.stdout, r

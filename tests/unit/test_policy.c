@@ -808,6 +808,7 @@ static void test_sha256_covers_every_field(void **state)
         case 21: what = "allow_unscoped_signals"; pol.allow_unscoped_signals = !pol.allow_unscoped_signals; break;
         case 22: what = "allow_no_decoys"; pol.allow_no_decoys = !pol.allow_no_decoys; break;
         case 23: what = "allow_no_landlock"; pol.allow_no_landlock = !pol.allow_no_landlock; break;
+        case 24: what = "allow_ptrace"; pol.allow_ptrace = !pol.allow_ptrace; break;
         default:
             break;
         }
