@@ -155,7 +155,10 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
         json_decref(limits);
         goto fail;
     }
-    fmt_size(buf, sizeof(buf), pol->tmp_size);
+    if (pol->tmp_size == AJ_TMP_SIZE_AUTO)
+        snprintf(buf, sizeof(buf), "auto");
+    else
+        fmt_size(buf, sizeof(buf), pol->tmp_size);
     fmt_duration(tmp, sizeof(tmp), pol->alert_timeout_ms);
     root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s, s:b, s:b}, s:{s:o, s:o}, s:{s:s}, s:o, "
                      "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b, s:b}, s:{s:s, s:b}, s:{s:b, s:b, s:s, s:o, s:s}}",
@@ -686,10 +689,12 @@ static int load_filesystem(struct loader *L, const json_t *fs)
     if ((v = json_object_get(fs, "tmp_size"))) {
         char buf[64];
         uint64_t n;
-        if ((r = scalar_text(L, "filesystem.tmp_size", v, false, "a size like \"64M\"", buf, sizeof(buf))) < 0)
+        if ((r = scalar_text(L, "filesystem.tmp_size", v, false, "a size like \"64M\" or \"auto\"", buf, sizeof(buf))) < 0)
             return r;
-        if (aj_parse_size(buf, &n) < 0 || n < 4096)
-            return fail_at(L, "filesystem.tmp_size", true, "'%s' is not a size of at least 4K (e.g. 64M)", buf);
+        if (strcmp(buf, "auto") == 0)
+            n = AJ_TMP_SIZE_AUTO;
+        else if (aj_parse_size(buf, &n) < 0 || n < 4096)
+            return fail_at(L, "filesystem.tmp_size", true, "'%s' is not a size of at least 4K (e.g. 64M) or \"auto\"", buf);
         L->pol->tmp_size = n;
     }
     if ((v = json_object_get(fs, "workdir")) && (r = load_string(L, "filesystem.workdir", v, &L->pol->workdir)) < 0)
@@ -1252,7 +1257,14 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
     }
     if (a->n_tmpfs != b->n_tmpfs)
         addf(&t, "filesystem.tmpfs: A has %zu, B has %zu extra tmpfs mounts\n", a->n_tmpfs, b->n_tmpfs);
-    diff_limit(&t, "filesystem.tmp_size", a->tmp_size, b->tmp_size, fmt_size);
+    if (a->tmp_size != b->tmp_size) {
+        char sa[32] = "auto", sb[32] = "auto";
+        if (a->tmp_size != AJ_TMP_SIZE_AUTO)
+            fmt_size(sa, sizeof(sa), a->tmp_size);
+        if (b->tmp_size != AJ_TMP_SIZE_AUTO)
+            fmt_size(sb, sizeof(sb), b->tmp_size);
+        addf(&t, "filesystem.tmp_size: A %s, B %s (auto: half the memory limit, at least 64M)\n", sa, sb);
+    }
     if (a->allow_ptrace != b->allow_ptrace)
         addf(&t, "seccomp.allow_ptrace: A %s, B %s (%s is weaker: its processes may trace and rewrite each other)\n",
              a->allow_ptrace ? "true" : "false", b->allow_ptrace ? "true" : "false", a->allow_ptrace ? "A" : "B");

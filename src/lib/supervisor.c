@@ -2030,6 +2030,9 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     r = setup_cgroup(pol, res, &sb->cg, err);
     if (r < 0)
         return r;
+    /* tmp_size "auto": /tmp and /dev/shm by the memory limit, now that
+     * whether a cgroup enforces it is known. */
+    aj_mount_plan_set_scratch_size(&c->plan, aj_policy_tmp_size(pol, (sb->cg.limits & AJ_LAYER_MEMORY_LIMIT) != 0));
     if (sb->cg.created) {
         r = aj_cgroup_open_join_fds(&sb->cg, c->cg_join, &c->n_cg_join, err);
         if (r < 0)

@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from conftest import IS_ROOT, must_skip, run_aj
+from conftest import CG_LIMITS, IS_ROOT, cgroup_limits_only, must_skip, run_aj
 
 PY = "/usr/bin/python3"
 
@@ -200,3 +200,65 @@ def test_traceme_under_init_does_not_end_the_run():
               "os.kill(os.getpid(), 28)\nprint('still running')\n")
     r = run_aj(["--allow-ptrace"], [PY, "-c", script])
     assert r.returncode == 0 and "traceme 0" in r.stdout and "still running" in r.stdout, r
+
+
+# ---- /tmp and /dev/shm sized by the memory limit ---------------------------------
+
+FILL_SCRIPT = r"""
+import errno, os, sys
+path, mib = sys.argv[1], int(sys.argv[2])
+chunk = b"x" * (1 << 20)
+done = 0
+try:
+    with open(path, "wb") as f:
+        for done in range(1, mib + 1):
+            f.write(chunk)
+            f.flush()
+    print("wrote", mib)
+except OSError as e:
+    print("stopped", done, errno.errorcode[e.errno])
+"""
+
+
+def fill(args, path, mib):
+    r = run_aj(args, [PY, "-c", FILL_SCRIPT, path, str(mib)], timeout=120)
+    return r, r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+
+
+def test_dev_shm_holds_200M_under_a_2G_memory_limit():
+    """joblib memory-maps arrays in /dev/shm: the default must hold ordinary
+    data. With a 2G limit, /tmp and /dev/shm get half of it each."""
+    cgroup_limits_only("the default size follows the memory limit a cgroup enforces")
+    r, last = fill(["--memory", "2G"], "/dev/shm/big", 200)
+    assert r.returncode == 0 and last == "wrote 200", r
+    r = run_aj(["--memory", "2G"], ["df", "-k", "/tmp", "/dev/shm"])
+    sizes = [int(l.split()[1]) for l in r.stdout.splitlines()[1:]]
+    assert sizes == [1 << 20, 1 << 20], r.stdout
+    # Positive control: an explicit --tmp-size still bounds it.
+    r, last = fill(["--memory", "2G", "--tmp-size", "64M"], "/dev/shm/big", 200)
+    assert last.startswith("stopped") and last.endswith("ENOSPC"), r
+    assert int(last.split()[1]) <= 65, r
+
+
+def test_auto_tmp_size_stays_within_the_memory_limit():
+    cgroup_limits_only("the default size follows the memory limit a cgroup enforces")
+    # Half of 256M: the write stops at the tmpfs size, inside the limit.
+    r, last = fill(["--memory", "256M"], "/dev/shm/big", 200)
+    assert last.startswith("stopped") and last.endswith("ENOSPC"), r
+    assert 100 <= int(last.split()[1]) <= 129, r
+    # A tmpfs larger than the limit is still bounded by the cgroup: its
+    # pages are charged to it (the write fails or the writer is killed).
+    r, last = fill(["--memory", "256M", "--tmp-size", "1G"], "/dev/shm/big", 400)
+    assert last != "wrote 400", r
+
+
+def test_tmp_size_without_memory_limit_keeps_64M(tmp_path):
+    """Where no cgroup bounds memory, a bigger tmpfs would be host memory."""
+    pol = tmp_path / "nomem.json"
+    pol.write_text('{"version": 1, "limits": {"memory": null}}')
+    os.chmod(tmp_path, 0o755)
+    os.chmod(pol, 0o644)
+    r = run_aj(["--policy", str(pol)], ["df", "-k", "/tmp", "/dev/shm"])
+    assert r.returncode == 0, r
+    sizes = [int(l.split()[1]) for l in r.stdout.splitlines()[1:]]
+    assert sizes == [65536, 65536], r.stdout
