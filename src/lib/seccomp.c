@@ -255,7 +255,7 @@ static int add_socket_errno_rules(scmp_filter_ctx ctx, uint32_t deny, bool degra
 }
 
 static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, bool debug,
-                                 struct aj_error *err)
+                                 bool memfd_sealed, struct aj_error *err)
 {
     const uint32_t allow = SCMP_ACT_ALLOW;
     int r = 0;
@@ -490,8 +490,24 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
 
     /* memfd_create: only sealed non-executable (MFD_NOEXEC_SEAL, 6.3). Landlock
      * does not cover memfds, so an executable one would let the payload run
-     * a binary it wrote (fileless execution past the noexec mounts). */
-    {
+     * a binary it wrote (fileless execution past the noexec mounts). Where
+     * the sandbox's pid namespace has vm.memfd_noexec=2 (memfd_sealed), the
+     * kernel gives a call without flags MFD_NOEXEC_SEAL itself: those are
+     * allowed too (CPython's os.memfd_create(name) passes none); MFD_EXEC
+     * stays EPERM (the kernel would say EACCES). */
+    if (memfd_sealed) {
+        struct scmp_arg_cmp plain[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG, 0)};
+        struct scmp_arg_cmp sealed[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG,
+                                                   MFD_NOEXEC_SEAL_FLAG)};
+        struct scmp_arg_cmp exec[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_EXEC_FLAG, MFD_EXEC_FLAG)};
+        r = rule(ctx, allow, "memfd_create", 1, plain, err);
+        if (r == 0)
+            r = rule(ctx, allow, "memfd_create", 1, sealed, err);
+        if (r == 0)
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "memfd_create", 1, exec, err);
+        if (r < 0)
+            return r;
+    } else {
         struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG,
                                               MFD_NOEXEC_SEAL_FLAG)};
         r = rule(ctx, allow, "memfd_create", 1, m, err);
@@ -562,6 +578,12 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
 int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, struct aj_bpf *ret,
                        struct aj_error *err)
 {
+    return aj_seccomp_compile_ex(pol, notify, degraded, false, ret, err);
+}
+
+int aj_seccomp_compile_ex(const struct aj_policy *pol, bool notify, bool degraded, bool memfd_sealed,
+                          struct aj_bpf *ret, struct aj_error *err)
+{
     /* With monitoring, every escape-indicative call goes to the supervisor,
      * which records it and answers EPERM (or kills); without, the kernel
      * answers EPERM itself. Benign syscalls take the same path either way. */
@@ -627,7 +649,7 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
             goto out;
         }
     }
-    r = add_conditional_rules(ctx, deny, degraded, debug, err);
+    r = add_conditional_rules(ctx, deny, degraded, debug, memfd_sealed, err);
     if (r < 0)
         goto out;
 
@@ -673,6 +695,20 @@ extern const struct sock_filter aj_seccomp_notify_insns[];
 extern const size_t aj_seccomp_notify_len;
 extern const struct sock_filter aj_seccomp_errno_insns[];
 extern const size_t aj_seccomp_errno_len;
+extern const struct sock_filter aj_seccomp_notify_memfd_insns[];
+extern const size_t aj_seccomp_notify_memfd_len;
+
+int aj_seccomp_build_memfd_sealed(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
+                                  struct aj_error *err)
+{
+    if (!notify || (pol && pol->allow_ptrace))
+        return aj_seccomp_compile_ex(pol, notify, false, true, ret, err);
+    ret->insns = (struct sock_filter *)aj_seccomp_notify_memfd_insns;
+    ret->len = aj_seccomp_notify_memfd_len;
+    ret->owned = false;
+    ret->notify = notify;
+    return 0;
+}
 
 int aj_seccomp_build(const struct aj_policy *pol, bool notify, struct aj_bpf *ret, struct aj_error *err)
 {

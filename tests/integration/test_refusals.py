@@ -262,3 +262,57 @@ def test_tmp_size_without_memory_limit_keeps_64M(tmp_path):
     assert r.returncode == 0, r
     sizes = [int(l.split()[1]) for l in r.stdout.splitlines()[1:]]
     assert sizes == [65536, 65536], r.stdout
+
+
+# ---- memfd_create without flags: sealed by vm.memfd_noexec -----------------------
+
+MEMFD_SCRIPT = r"""
+import os, fcntl, errno, json
+out = {}
+try:
+    fd = os.memfd_create("x")
+except OSError as e:
+    print(json.dumps({"create": errno.errorcode[e.errno]}))
+    raise SystemExit(0)
+out["create"] = "ok"
+out["exec_sealed"] = bool(fcntl.fcntl(fd, 1034) & 0x20)   # F_GET_SEALS & F_SEAL_EXEC
+with open("/bin/true", "rb") as f:
+    os.write(fd, f.read())
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execve(fd, ["true"], {})
+    except OSError as e:
+        os._exit(100 + e.errno)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+out["fexecve"] = "ok" if code == 0 else errno.errorcode.get(code - 100, str(code))
+try:
+    os.memfd_create("y", 0x10)  # MFD_EXEC
+    out["mfd_exec"] = "ok"
+except OSError as e:
+    out["mfd_exec"] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+def test_plain_memfd_create_is_sealed_not_refused():
+    if not os.path.exists("/proc/sys/vm/memfd_noexec"):
+        must_skip("no vm.memfd_noexec (Linux before 6.3): memfd_create without MFD_NOEXEC_SEAL stays EPERM")
+    r = run_aj([], [PY, "-c", MEMFD_SCRIPT])
+    assert r.returncode == 0, r
+    inside = json.loads(r.stdout.strip().splitlines()[-1])
+    if not IS_ROOT:
+        # Only the host's root can write the pid namespace's sysctl: a
+        # rootless run keeps the refusal (docs/security-model.md).
+        assert inside == {"create": "EPERM"}, inside
+        return
+    assert inside == {"create": "ok", "exec_sealed": True, "fexecve": "EACCES", "mfd_exec": "EPERM"}, inside
+    # Control: on this host (vm.memfd_noexec=0) the same memfd executes.
+    with open("/proc/sys/vm/memfd_noexec") as f:
+        if f.read().strip() != "0":
+            must_skip("vm.memfd_noexec is not 0 on the host: no executable memfd for the control")
+    p = subprocess.run([PY, "-c", MEMFD_SCRIPT], capture_output=True, text=True, timeout=30)
+    assert json.loads(p.stdout) == {"create": "ok", "exec_sealed": False, "fexecve": "ok", "mfd_exec": "ok"}, p
+    # The host's own value is untouched by the run.
+    with open("/proc/sys/vm/memfd_noexec") as f:
+        assert f.read().strip() == "0"
