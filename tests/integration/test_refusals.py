@@ -316,3 +316,13 @@ def test_plain_memfd_create_is_sealed_not_refused():
     # The host's own value is untouched by the run.
     with open("/proc/sys/vm/memfd_noexec") as f:
         assert f.read().strip() == "0"
+
+
+def test_allow_ptrace_has_no_effect_in_degraded_mode():
+    """Without a pid namespace a pid names any process of the uid: the
+    debugging calls stay refused whatever the policy says."""
+    from conftest import nouserns
+    r = run_aj(["--allow-degraded", "--allow-ptrace"], [PY, "-c", PTRACE_SCRIPT, "1"], prefix=nouserns())
+    assert r.returncode == 0 and r.result["degraded"] is True, r
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"seize_child": "Operation not permitted", "seize_init": "Operation not permitted"}, out
