@@ -1931,23 +1931,40 @@ static __attribute__((noreturn)) void degraded_child_main(struct run_ctx *c)
  * the user namespace, writes the value. Before GO: no payload exists yet.
  * Best effort: the payload reads the value back and keeps the strict
  * filter if it is not 2. Raw clones and async-signal-safe calls only: the
- * supervisor may be multithreaded (see init's payload clone). */
+ * supervisor may be multithreaded (see init's payload clone).
+ * The writer takes the namespace's last pid (clone3 set_tid, which the
+ * host's root may choose), not the next one: the payload stays pid 2
+ * (set_tid does not move the namespace's pid cursor). */
 static void set_memfd_noexec(pid_t init_pid)
 {
-    char path[64];
+    char path[64], buf[32] = "";
+    long pid_max = 0;
     pid_t helper;
     int fd, st;
 
+    fd = open("/proc/sys/kernel/pid_max", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, buf, sizeof(buf) - 1) > 0)
+            pid_max = strtol(buf, NULL, 10);
+        (void)close(fd);
+    }
+    if (pid_max < 300)
+        return;
     (void)snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)init_pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
     helper = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
     if (helper == 0) {
-        pid_t writer;
+        pid_t writer, tid = (pid_t)(pid_max - 1);
+        struct aj_clone_args args = {
+            .exit_signal = SIGCHLD,
+            .set_tid = (uint64_t)(uintptr_t)&tid,
+            .set_tid_size = 1,
+        };
         if (setns(fd, CLONE_NEWPID) < 0)
             _exit(1);
-        writer = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
+        writer = (pid_t)syscall(__NR_clone3, &args, sizeof(args));
         if (writer == 0) {
             int w = open("/proc/sys/vm/memfd_noexec", O_WRONLY | O_CLOEXEC);
             _exit(w >= 0 && write(w, "2\n", 2) == 2 ? 0 : 1);
