@@ -28,6 +28,7 @@ enum {
     OPT_UID_RANGE,
     OPT_TMP_SIZE,
     OPT_NOEXEC_TMP,
+    OPT_ALLOW_PTRACE,
     OPT_ALLOW_DEGRADED,
     OPT_ALLOW_NO_LANDLOCK,
     OPT_ALLOW_UNSCOPED_SIGNALS,
@@ -68,6 +69,7 @@ static const struct option run_options[] = {
     {"uid-range", required_argument, NULL, OPT_UID_RANGE},
     {"tmp-size", required_argument, NULL, OPT_TMP_SIZE},
     {"noexec-tmp", no_argument, NULL, OPT_NOEXEC_TMP},
+    {"allow-ptrace", no_argument, NULL, OPT_ALLOW_PTRACE},
     {"allow-degraded", no_argument, NULL, OPT_ALLOW_DEGRADED},
     {"allow-no-landlock", no_argument, NULL, OPT_ALLOW_NO_LANDLOCK},
     {"allow-unscoped-signals", no_argument, NULL, OPT_ALLOW_UNSCOPED_SIGNALS},
@@ -103,9 +105,12 @@ static void run_usage(FILE *f)
           "  --bind-ro HOST[:SANDBOX]  read-only bind of a host path (default SANDBOX=HOST)\n"
           "  --bind-rw HOST[:SANDBOX]  writable bind of a host path\n"
           "  --tmpfs PATH[:SIZE]       private tmpfs (noexec), default size 64M\n"
-          "  --tmp-size SIZE           size of /tmp and /dev/shm (default 64M)\n"
+          "  --tmp-size SIZE           size of /tmp and /dev/shm (default: half the memory\n"
+          "                            limit, at least 64M; 64M without a memory cgroup)\n"
           "  --noexec-tmp              files written to /tmp, /dev/shm and --tmpfs cannot be\n"
           "                            executed (noexec, and no Landlock execute right)\n"
+          "  --allow-ptrace            debuggers (gdb, strace, LeakSanitizer): ptrace between\n"
+          "                            the sandbox's own processes (init stays refused)\n"
           "  --workdir PATH            working directory inside (default /tmp)\n"
           "  --env NAME=VALUE          set a variable (the environment starts empty\n"
           "                            but for PATH and HOME=/tmp)\n"
@@ -275,6 +280,9 @@ int aj_cmd_run(int argc, char **argv)
             break;
         case OPT_NOEXEC_TMP:
             pol.noexec_tmp = true;
+            break;
+        case OPT_ALLOW_PTRACE:
+            pol.allow_ptrace = true;
             break;
         case OPT_ALLOW_UNSCOPED_SIGNALS:
             pol.allow_unscoped_signals = true;

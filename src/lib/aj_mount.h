@@ -33,6 +33,7 @@ struct aj_mnt_entry {
      * sandbox side binds only an object with this identity. */
     struct aj_devino id;
     bool absent;   /* optional and missing: skipped */
+    bool scratch;  /* TMPFS: the default /tmp, sized like /dev/shm (shm_size) */
 };
 
 /* Everything the sandbox side needs, prepared by the supervisor (malloc is
@@ -41,6 +42,7 @@ struct aj_mount_plan {
     struct aj_mnt_entry *entries;
     size_t n;
     int *src_fds; /* child-side scratch: one slot per entry */
+    uint64_t shm_size; /* /dev/shm, and /tmp unless --tmpfs lists it */
 };
 
 int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, struct aj_error *err);
@@ -49,6 +51,9 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
  * read-only (the allow-list in mount.c). */
 bool aj_mount_is_host_etc(const char *path);
 void aj_mount_plan_clear(struct aj_mount_plan *plan);
+/* The size of /dev/shm and of the default /tmp (policy tmp_size "auto":
+ * known only once the memory cgroup is; see aj_policy_tmp_size). */
+void aj_mount_plan_set_scratch_size(struct aj_mount_plan *plan, uint64_t size);
 /* Entries added after the plan is built are set up last, in order. */
 int aj_mount_plan_add_tmpfs(struct aj_mount_plan *plan, const char *dst, uint64_t size, const char *mode,
                             struct aj_error *err);

@@ -33,7 +33,8 @@ struct aj_tmpfs {
 };
 
 #define AJ_DEFAULT_TIMEOUT_MS   0ULL            /* 0: no wall-clock limit */
-#define AJ_DEFAULT_TMP_SIZE     (64ULL << 20)   /* /tmp and /dev/shm tmpfs */
+#define AJ_DEFAULT_TMP_SIZE     (64ULL << 20)   /* --tmpfs; /tmp and /dev/shm without a memory limit */
+#define AJ_TMP_SIZE_AUTO        0ULL            /* tmp_size: half the memory limit (aj_policy_tmp_size) */
 #define AJ_DEFAULT_UID          1000U
 #define AJ_DEFAULT_GID          1000U
 #define AJ_DEFAULT_UID_BASE     0x60000000U     /* root mode: host uids for runs */
@@ -56,7 +57,7 @@ struct aj_policy {
     char *workdir;
     char *hostname;
     uint64_t timeout_ms;
-    uint64_t tmp_size;
+    uint64_t tmp_size;          /* /tmp and /dev/shm; AJ_TMP_SIZE_AUTO: by the memory limit */
     enum aj_network network;
     uint32_t uid, gid;          /* inside the sandbox */
     uint32_t uid_base, uid_count; /* root mode: host uid/gid range for runs */
@@ -71,6 +72,11 @@ struct aj_policy {
      * write (or that a sandbox made): what is there may have been planted
      * by that run. Off by default. Symlinks are refused regardless. */
     bool allow_bind_inside_writable;
+    /* Debuggers (gdb, strace, LeakSanitizer): ptrace, process_vm_readv/
+     * writev and kcmp between the payload's own processes; init (pid 1)
+     * stays refused and reported. Off by default (docs/security-model.md,
+     * "Debuggers"); never in degraded mode (no pid namespace). */
+    bool allow_ptrace;
 
     /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
      * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)
@@ -115,6 +121,12 @@ enum aj_limit_bit {
 #define AJ_MAX_EVENT_BUDGET     1000000ULL
 
 AJ_EXPORT void aj_policy_init(struct aj_policy *pol);
+/* The size /tmp and /dev/shm get: tmp_size if set; else ("auto") half the
+ * memory limit when a cgroup enforces it (tmpfs pages are charged to it,
+ * so both full still fit), at least AJ_DEFAULT_TMP_SIZE; without an
+ * enforced memory limit, AJ_DEFAULT_TMP_SIZE (a tmpfs nothing bounds
+ * would be host memory). */
+AJ_EXPORT uint64_t aj_policy_tmp_size(const struct aj_policy *pol, bool memory_enforced);
 AJ_EXPORT void aj_policy_clear(struct aj_policy *pol);
 
 /* Flag-shaped setters: each validates its own argument and reports the

@@ -25,6 +25,15 @@ AJ_EXPORT int aj_seccomp_build(const struct aj_policy *pol, bool notify, struct 
  * without a network namespace, socket() is refused altogether). */
 AJ_EXPORT int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, struct aj_bpf *ret,
                                  struct aj_error *err);
+/* memfd_sealed: the sandbox's pid namespace has vm.memfd_noexec=2 (plain
+ * memfd_create calls get a sealed, non-executable memfd from the kernel),
+ * so memfd_create without flags is allowed; MFD_EXEC stays refused. */
+AJ_EXPORT int aj_seccomp_compile_ex(const struct aj_policy *pol, bool notify, bool degraded, bool memfd_sealed,
+                                    struct aj_bpf *ret, struct aj_error *err);
+/* aj_seccomp_build's program for a sandbox whose pid namespace has
+ * vm.memfd_noexec=2. */
+AJ_EXPORT int aj_seccomp_build_memfd_sealed(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
+                                            struct aj_error *err);
 AJ_EXPORT void aj_seccomp_clear(struct aj_bpf *bpf);
 /* Sandbox side: needs no_new_privs set already. Returns the listener fd
  * for a notify filter, 0 otherwise, or -errno. */

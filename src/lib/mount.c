@@ -175,6 +175,14 @@ static int cmp_entry_dst(const void *a, const void *b)
     return strcmp(((const struct aj_mnt_entry *)a)->dst, ((const struct aj_mnt_entry *)b)->dst);
 }
 
+void aj_mount_plan_set_scratch_size(struct aj_mount_plan *plan, uint64_t size)
+{
+    plan->shm_size = size;
+    for (size_t i = 0; i < plan->n; i++)
+        if (plan->entries[i].kind == AJ_MNT_TMPFS && plan->entries[i].scratch)
+            plan->entries[i].size = size;
+}
+
 int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, struct aj_error *err)
 {
     static const char *const system_paths[] = {"/usr",   "/bin",   "/sbin",  "/lib",
@@ -249,12 +257,14 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
     if (r == 0 && !tmp_listed) {
         r = plan_add(&plan, AJ_MNT_TMPFS, NULL, "/tmp", true, false, err);
         if (r == 0) {
-            plan.entries[plan.n - 1].size = pol->tmp_size;
+            plan.entries[plan.n - 1].size = aj_policy_tmp_size(pol, false);
             plan.entries[plan.n - 1].noexec = pol->noexec_tmp;
+            plan.entries[plan.n - 1].scratch = true;
         }
     }
     if (r < 0)
         goto fail;
+    plan.shm_size = aj_policy_tmp_size(pol, false);
     qsort(plan.entries + user_start, plan.n - user_start, sizeof(*plan.entries), cmp_entry_dst);
     plan.src_fds = calloc(plan.n, sizeof(int));
     if (!plan.src_fds) {
@@ -1039,7 +1049,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
     r = setup_proc(rootfd, err);
     if (r < 0)
         goto out;
-    r = setup_dev(plan, rootfd, pol->tmp_size, pol->noexec_tmp, err);
+    r = setup_dev(plan, rootfd, plan->shm_size, pol->noexec_tmp, err);
     if (r < 0)
         goto out;
 

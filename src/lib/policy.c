@@ -19,7 +19,7 @@ void aj_policy_init(struct aj_policy *pol)
 {
     memset(pol, 0, sizeof(*pol));
     pol->timeout_ms = AJ_DEFAULT_TIMEOUT_MS;
-    pol->tmp_size = AJ_DEFAULT_TMP_SIZE;
+    pol->tmp_size = AJ_TMP_SIZE_AUTO; /* sized by the memory limit */
     pol->network = AJ_NET_LOOPBACK; /* private lo: nothing leaves, local servers work */
     pol->uid = AJ_DEFAULT_UID;
     pol->gid = AJ_DEFAULT_GID;
@@ -32,6 +32,15 @@ void aj_policy_init(struct aj_policy *pol)
     pol->decoys = true;
     pol->alert_timeout_ms = AJ_DEFAULT_ALERT_TIMEOUT_MS;
     pol->event_budget = AJ_DEFAULT_EVENT_BUDGET;
+}
+
+uint64_t aj_policy_tmp_size(const struct aj_policy *pol, bool memory_enforced)
+{
+    if (pol->tmp_size != AJ_TMP_SIZE_AUTO)
+        return pol->tmp_size;
+    if (memory_enforced && pol->memory_max / 2 > AJ_DEFAULT_TMP_SIZE)
+        return pol->memory_max / 2;
+    return AJ_DEFAULT_TMP_SIZE;
 }
 
 static void free_strv(char **v, size_t n)
@@ -660,7 +669,7 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
         BAD_FIELD("limits.file_size", "file size limit %" PRIu64 " bytes is not within 1..1P", pol->rlimit_fsize);
     if (pol->rlimit_nofile < 16 || pol->rlimit_nofile > 1048576)
         BAD_FIELD("limits.open_files", "open files limit must be within 16..1048576");
-    if (pol->tmp_size < 4096 || pol->tmp_size > (1ULL << 50))
+    if (pol->tmp_size != AJ_TMP_SIZE_AUTO && (pol->tmp_size < 4096 || pol->tmp_size > (1ULL << 50)))
         BAD_FIELD("filesystem.tmp_size", "tmp size must be within 4K..1P");
     if (pol->alert_timeout_ms == 0 || pol->alert_timeout_ms > 3600ULL * 1000)
         BAD_FIELD("detection.alert_timeout", "alert timeout %" PRIu64 " ms is not within 1ms..1h",

@@ -155,10 +155,13 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
         json_decref(limits);
         goto fail;
     }
-    fmt_size(buf, sizeof(buf), pol->tmp_size);
+    if (pol->tmp_size == AJ_TMP_SIZE_AUTO)
+        snprintf(buf, sizeof(buf), "auto");
+    else
+        fmt_size(buf, sizeof(buf), pol->tmp_size);
     fmt_duration(tmp, sizeof(tmp), pol->alert_timeout_ms);
     root = json_pack("{s:i, s:{s:o, s:o, s:s, s:s, s:b, s:b}, s:{s:o, s:o}, s:{s:s}, s:o, "
-                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b, s:b}, s:{s:s}, s:{s:b, s:b, s:s, s:o, s:s, s:I}}",
+                     "s:{s:I, s:I, s:s, s:{s:I, s:I}}, s:{s:b, s:b, s:b, s:b}, s:{s:s, s:b}, s:{s:b, s:b, s:s, s:o, s:s, s:I}}",
                      "version", AJ_POLICY_VERSION,
                      "filesystem", "binds", binds, "tmpfs", tmpfs, "tmp_size", buf, "workdir",
                      pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR, "noexec_tmp", pol->noexec_tmp,
@@ -172,7 +175,7 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
                      "degraded", "allow", pol->allow_degraded, "without_landlock", pol->allow_no_landlock,
                      "without_signal_scope", pol->allow_unscoped_signals,
                      "without_decoys", pol->allow_no_decoys,
-                     "seccomp", "filter", "default",
+                     "seccomp", "filter", "default", "allow_ptrace", pol->allow_ptrace,
                      "detection", "decoys", pol->decoys, "cloud_decoys", pol->cloud_decoys, "on_escape",
                      pol->on_escape == AJ_ON_ESCAPE_KILL ? "kill" : "deny", "alert_cmd",
                      pol->alert_cmd ? json_string(pol->alert_cmd) : json_null(), "alert_timeout", tmp,
@@ -687,10 +690,12 @@ static int load_filesystem(struct loader *L, const json_t *fs)
     if ((v = json_object_get(fs, "tmp_size"))) {
         char buf[64];
         uint64_t n;
-        if ((r = scalar_text(L, "filesystem.tmp_size", v, false, "a size like \"64M\"", buf, sizeof(buf))) < 0)
+        if ((r = scalar_text(L, "filesystem.tmp_size", v, false, "a size like \"64M\" or \"auto\"", buf, sizeof(buf))) < 0)
             return r;
-        if (aj_parse_size(buf, &n) < 0 || n < 4096)
-            return fail_at(L, "filesystem.tmp_size", true, "'%s' is not a size of at least 4K (e.g. 64M)", buf);
+        if (strcmp(buf, "auto") == 0)
+            n = AJ_TMP_SIZE_AUTO;
+        else if (aj_parse_size(buf, &n) < 0 || n < 4096)
+            return fail_at(L, "filesystem.tmp_size", true, "'%s' is not a size of at least 4K (e.g. 64M) or \"auto\"", buf);
         L->pol->tmp_size = n;
     }
     if ((v = json_object_get(fs, "workdir")) && (r = load_string(L, "filesystem.workdir", v, &L->pol->workdir)) < 0)
@@ -1009,7 +1014,7 @@ static int load_root(struct loader *L, const json_t *root)
     if ((v = json_object_get(root, "detection")) && (r = load_detection(L, v)) < 0)
         return r;
     if ((v = json_object_get(root, "seccomp"))) {
-        static const char *const skeys[] = {"filter", NULL};
+        static const char *const skeys[] = {"filter", "allow_ptrace", NULL};
         json_t *f;
         if ((r = open_group(L, "seccomp", v, skeys)) < 0)
             return r;
@@ -1017,6 +1022,11 @@ static int load_root(struct loader *L, const json_t *root)
          * about what is enforced, and its hash changes if that ever does. */
         if ((f = json_object_get(v, "filter")) && (!json_is_string(f) || strcmp(json_string_value(f), "default") != 0))
             return fail_at(L, "seccomp.filter", true, "the only filter is \"default\" (see docs/security-model.md)");
+        if ((f = json_object_get(v, "allow_ptrace"))) {
+            if (!json_is_boolean(f))
+                return fail_at(L, "seccomp.allow_ptrace", true, "expected a boolean, got %s", type_name(f));
+            L->pol->allow_ptrace = json_is_true(f);
+        }
     }
     return 0;
 }
@@ -1258,7 +1268,17 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
     }
     if (a->n_tmpfs != b->n_tmpfs)
         addf(&t, "filesystem.tmpfs: A has %zu, B has %zu extra tmpfs mounts\n", a->n_tmpfs, b->n_tmpfs);
-    diff_limit(&t, "filesystem.tmp_size", a->tmp_size, b->tmp_size, fmt_size);
+    if (a->tmp_size != b->tmp_size) {
+        char sa[32] = "auto", sb[32] = "auto";
+        if (a->tmp_size != AJ_TMP_SIZE_AUTO)
+            fmt_size(sa, sizeof(sa), a->tmp_size);
+        if (b->tmp_size != AJ_TMP_SIZE_AUTO)
+            fmt_size(sb, sizeof(sb), b->tmp_size);
+        addf(&t, "filesystem.tmp_size: A %s, B %s (auto: half the memory limit, at least 64M)\n", sa, sb);
+    }
+    if (a->allow_ptrace != b->allow_ptrace)
+        addf(&t, "seccomp.allow_ptrace: A %s, B %s (%s is weaker: its processes may trace and rewrite each other)\n",
+             a->allow_ptrace ? "true" : "false", b->allow_ptrace ? "true" : "false", a->allow_ptrace ? "A" : "B");
     if (a->noexec_tmp != b->noexec_tmp)
         addf(&t, "filesystem.noexec_tmp: A %s, B %s (%s is weaker: files written to scratch space can be executed)\n",
              a->noexec_tmp ? "true" : "false", b->noexec_tmp ? "true" : "false", a->noexec_tmp ? "B" : "A");

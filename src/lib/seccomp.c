@@ -137,6 +137,22 @@ static const char *const self_only_syscalls[] = {
     "get_robust_list", "setpriority",
 };
 
+/* With policy.allow_ptrace (and a pid namespace): the debugging calls,
+ * for any process but init. In the sandbox's pid namespace a pid can only
+ * name one of its own processes; pid 1 is init, which holds the
+ * supervisor's socket. Landlock confines ptrace to the same domain as
+ * well, and the kernel (4.8+) runs the seccomp filter again after a
+ * tracer changes a tracee's system call. */
+static const char *const debug_syscalls[] = {"ptrace", "process_vm_readv", "process_vm_writev", "kcmp"};
+
+static bool is_debug(const char *name)
+{
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(debug_syscalls); i++)
+        if (strcmp(debug_syscalls[i], name) == 0)
+            return true;
+    return false;
+}
+
 static bool is_self_only(const char *name)
 {
     for (size_t i = 0; i < AJ_ARRAY_SIZE(self_only_syscalls); i++)
@@ -179,7 +195,67 @@ static int rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned
 #define MFD_NOEXEC_SEAL_FLAG 0x0008U
 #define MFD_EXEC_FLAG 0x0010U
 
-static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, struct aj_error *err)
+/* socket() calls that the filter does not allow and that are no escape
+ * attempt: answered with what a kernel that lacks the family, type or
+ * protocol answers (net/socket.c __sock_create, net/ipv4/af_inet.c
+ * inet_create, net/netlink/af_netlink.c netlink_create), never with the
+ * ENOSYS default: programs probe for optional protocols and treat ENOSYS
+ * as "no socket() at all" (CPython's socket tests failed to import).
+ *  - inet/inet6 types with no protocol registered for them (SEQPACKET,
+ *    which is SCTP's; RDM; DCCP; 0 and 7..9): ESOCKTNOSUPPORT; types 11..15:
+ *    EINVAL; SOCK_PACKET (10) is an AF_PACKET socket in disguise
+ *    (__sock_create turns it into one): refused and reported like AF_PACKET.
+ *  - netlink protocols neither allowed (route) nor reported: EPROTONOSUPPORT.
+ *  - family 0 (AF_UNSPEC) and numbers past the last family: EAFNOSUPPORT.
+ * STREAM/DGRAM with another protocol: see the allow rules. */
+static int add_socket_errno_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, struct aj_error *err)
+{
+    static const int inet_families[] = {AF_INET, AF_INET6};
+    int r = 0;
+
+    for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
+        for (uint32_t type = 0; r == 0 && type <= 0xf; type++) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                                       SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, type)};
+            uint32_t action;
+            if (type == SOCK_STREAM || type == SOCK_DGRAM || type == SOCK_RAW)
+                continue; /* allowed by protocol, or reported (raw) */
+            if (type == SOCK_PACKET)
+                action = deny;
+            else if (type >= 11)
+                action = SCMP_ACT_ERRNO(EINVAL);
+            else
+                action = SCMP_ACT_ERRNO(ESOCKTNOSUPPORT);
+            r = rule(ctx, action, "socket", 2, a, err);
+        }
+    for (uint32_t proto = 1; r == 0 && proto < 32; proto++) {
+        bool taken = degraded && proto == NETLINK_KOBJECT_UEVENT; /* the degraded EPERM rules */
+        for (size_t i = 0; i < aj_seccomp_denied_netlink_count; i++)
+            taken |= (uint32_t)aj_seccomp_denied_netlink[i] == proto;
+        if (!taken) {
+            struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                                       SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, proto)};
+            r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 2, a, err);
+        }
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_NETLINK),
+                                   SCMP_A2_32(SCMP_CMP_GT, 31)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 2, a, err);
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNSPEC)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1, a, err);
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_32(SCMP_CMP_GT, AJ_AF_LAST)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1, a, err);
+    }
+    return r;
+}
+
+static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, bool debug,
+                                 bool memfd_sealed, struct aj_error *err)
 {
     const uint32_t allow = SCMP_ACT_ALLOW;
     int r = 0;
@@ -279,6 +355,8 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
                                        SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW)};
             r = rule(ctx, deny, "socket", 2, a, err);
         }
+        if (r == 0)
+            r = add_socket_errno_rules(ctx, deny, degraded, err);
         if (degraded) {
             /* No network namespace: an inet socket would reach the host's
              * network, a unix one the host's services (/run/...). Only
@@ -315,16 +393,30 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
              * MPTCP, SCTP, ICMP and other protocol modules, attack surface
              * the payload has no use for. */
             for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
-                for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++)
-                    for (int pi = 0; r == 0 && pi < 2; pi++) {
-                        /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in
-                         * its high bits; compare the low nibble (the type). */
-                        uint32_t proto = pi == 0 ? 0 : inet_types[t] == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP;
+                for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
+                    /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in
+                     * its high bits; compare the low nibble (the type). The
+                     * protocol is an int to the kernel: its low 32 bits. */
+                    uint32_t named = inet_types[t] == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP;
+                    for (uint32_t proto = 0; r == 0 && proto <= named; proto++) {
                         struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
                                                    SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
-                                                   SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, proto)};
-                        r = rule(ctx, allow, "socket", 3, a, err);
+                                                   SCMP_A2_32(SCMP_CMP_EQ, proto)};
+                        /* Another protocol (SCTP, UDP-Lite, MPTCP, ICMP):
+                         * what a kernel without that protocol module says,
+                         * EPROTONOSUPPORT, not ENOSYS (which reads as "no
+                         * socket() at all" and made CPython's socket tests
+                         * fail to import). Disjoint rules: libseccomp does
+                         * not order overlapping ones. */
+                        r = rule(ctx, proto == 0 || proto == named ? allow : SCMP_ACT_ERRNO(EPROTONOSUPPORT),
+                                 "socket", 3, a, err);
                     }
+                    struct scmp_arg_cmp above[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
+                                                   SCMP_A2_32(SCMP_CMP_GT, named)};
+                    if (r == 0)
+                        r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 3, above, err);
+                }
         }
         if (r < 0)
             return r;
@@ -364,10 +456,58 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
             return r;
     }
 
+    /* The debugging calls (policy.allow_ptrace): every target but init,
+     * whose pid (an int to the kernel: the low 32 bits) is refused and
+     * reported. ptrace's pid is argument 1, process_vm_*'s argument 0,
+     * kcmp compares two (arguments 0 and 1). Disjoint rules only. */
+    if (debug) {
+        struct scmp_arg_cmp pt_init[] = {SCMP_A1_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp pt_other[] = {SCMP_A1_32(SCMP_CMP_NE, 1)};
+        struct scmp_arg_cmp vm_init[] = {SCMP_A0_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp vm_other[] = {SCMP_A0_32(SCMP_CMP_NE, 1)};
+        struct scmp_arg_cmp k_first[] = {SCMP_A0_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp k_second[] = {SCMP_A0_32(SCMP_CMP_NE, 1), SCMP_A1_32(SCMP_CMP_EQ, 1)};
+        struct scmp_arg_cmp k_other[] = {SCMP_A0_32(SCMP_CMP_NE, 1), SCMP_A1_32(SCMP_CMP_NE, 1)};
+
+        r = rule(ctx, deny, "ptrace", 1, pt_init, err);
+        if (r == 0)
+            r = rule(ctx, allow, "ptrace", 1, pt_other, err);
+        for (int w = 0; r == 0 && w < 2; w++) {
+            const char *name = w ? "process_vm_writev" : "process_vm_readv";
+            r = rule(ctx, deny, name, 1, vm_init, err);
+            if (r == 0)
+                r = rule(ctx, allow, name, 1, vm_other, err);
+        }
+        if (r == 0)
+            r = rule(ctx, deny, "kcmp", 1, k_first, err);
+        if (r == 0)
+            r = rule(ctx, deny, "kcmp", 2, k_second, err);
+        if (r == 0)
+            r = rule(ctx, allow, "kcmp", 2, k_other, err);
+        if (r < 0)
+            return r;
+    }
+
     /* memfd_create: only sealed non-executable (MFD_NOEXEC_SEAL, 6.3). Landlock
      * does not cover memfds, so an executable one would let the payload run
-     * a binary it wrote (fileless execution past the noexec mounts). */
-    {
+     * a binary it wrote (fileless execution past the noexec mounts). Where
+     * the sandbox's pid namespace has vm.memfd_noexec=2 (memfd_sealed), the
+     * kernel gives a call without flags MFD_NOEXEC_SEAL itself: those are
+     * allowed too (CPython's os.memfd_create(name) passes none); MFD_EXEC
+     * stays EPERM (the kernel would say EACCES). */
+    if (memfd_sealed) {
+        struct scmp_arg_cmp plain[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG, 0)};
+        struct scmp_arg_cmp sealed[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG,
+                                                   MFD_NOEXEC_SEAL_FLAG)};
+        struct scmp_arg_cmp exec[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_EXEC_FLAG, MFD_EXEC_FLAG)};
+        r = rule(ctx, allow, "memfd_create", 1, plain, err);
+        if (r == 0)
+            r = rule(ctx, allow, "memfd_create", 1, sealed, err);
+        if (r == 0)
+            r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "memfd_create", 1, exec, err);
+        if (r < 0)
+            return r;
+    } else {
         struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, MFD_NOEXEC_SEAL_FLAG | MFD_EXEC_FLAG,
                                               MFD_NOEXEC_SEAL_FLAG)};
         r = rule(ctx, allow, "memfd_create", 1, m, err);
@@ -400,6 +540,19 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
             if (r == 0)
                 r = rule(ctx, deny, "mknodat", 1, mat, err);
         }
+        /* The other file types: what the kernel says (fs/namei.c
+         * may_mknod), not ENOSYS: EPERM for a directory, EINVAL for a
+         * symlink or a type that does not exist. */
+        for (uint32_t t = 0x1000; r == 0 && t <= S_IFMT; t += 0x1000) {
+            struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, S_IFMT, t)};
+            struct scmp_arg_cmp mat[] = {SCMP_A2_64(SCMP_CMP_MASKED_EQ, S_IFMT, t)};
+            uint32_t action = SCMP_ACT_ERRNO(t == S_IFDIR ? EPERM : EINVAL);
+            if (t == S_IFIFO || t == S_IFREG || t == S_IFSOCK || t == S_IFCHR || t == S_IFBLK)
+                continue;
+            r = rule(ctx, action, "mknod", 1, m, err);
+            if (r == 0)
+                r = rule(ctx, action, "mknodat", 1, mat, err);
+        }
         if (r < 0)
             return r;
     }
@@ -425,6 +578,12 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
 int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, struct aj_bpf *ret,
                        struct aj_error *err)
 {
+    return aj_seccomp_compile_ex(pol, notify, degraded, false, ret, err);
+}
+
+int aj_seccomp_compile_ex(const struct aj_policy *pol, bool notify, bool degraded, bool memfd_sealed,
+                          struct aj_bpf *ret, struct aj_error *err)
+{
     /* With monitoring, every escape-indicative call goes to the supervisor,
      * which records it and answers EPERM (or kills); without, the kernel
      * answers EPERM itself. Benign syscalls take the same path either way. */
@@ -433,9 +592,12 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
     _cleanup_close_ int memfd = -1;
     struct stat st;
     void *buf = NULL;
+    bool debug;
     int r;
 
-    (void)pol; /* same filter for every policy today; policy.seccomp comes later */
+    /* Without a pid namespace (degraded) a pid names any process of the
+     * uid: the debugging calls stay refused whatever the policy says. */
+    debug = pol && pol->allow_ptrace && !degraded;
     ctx = seccomp_init(DEFAULT_ACTION);
     if (!ctx)
         return aj_err(err, ENOMEM, "seccomp_init");
@@ -471,6 +633,8 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
         }
     }
     for (size_t i = 0; aj_seccomp_denied_syscalls[i]; i++) {
+        if (debug && is_debug(aj_seccomp_denied_syscalls[i]))
+            continue; /* conditional rules below */
         r = rule(ctx, deny, aj_seccomp_denied_syscalls[i], 0, NULL, err);
         if (r < 0)
             goto out;
@@ -485,7 +649,7 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
             goto out;
         }
     }
-    r = add_conditional_rules(ctx, deny, degraded, err);
+    r = add_conditional_rules(ctx, deny, degraded, debug, memfd_sealed, err);
     if (r < 0)
         goto out;
 
@@ -531,11 +695,27 @@ extern const struct sock_filter aj_seccomp_notify_insns[];
 extern const size_t aj_seccomp_notify_len;
 extern const struct sock_filter aj_seccomp_errno_insns[];
 extern const size_t aj_seccomp_errno_len;
+extern const struct sock_filter aj_seccomp_notify_memfd_insns[];
+extern const size_t aj_seccomp_notify_memfd_len;
+
+int aj_seccomp_build_memfd_sealed(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
+                                  struct aj_error *err)
+{
+    if (!notify || (pol && pol->allow_ptrace))
+        return aj_seccomp_compile_ex(pol, notify, false, true, ret, err);
+    ret->insns = (struct sock_filter *)aj_seccomp_notify_memfd_insns;
+    ret->len = aj_seccomp_notify_memfd_len;
+    ret->owned = false;
+    ret->notify = notify;
+    return 0;
+}
 
 int aj_seccomp_build(const struct aj_policy *pol, bool notify, struct aj_bpf *ret, struct aj_error *err)
 {
-    (void)err;
-    (void)pol; /* every policy uses the default filter until policy.seccomp grows options */
+    /* The precompiled program is the default policy's; seccomp.allow_ptrace
+     * changes it, and is compiled here (~2 ms). */
+    if (pol && pol->allow_ptrace)
+        return aj_seccomp_compile(pol, notify, false, ret, err);
     ret->insns = (struct sock_filter *)(notify ? aj_seccomp_notify_insns : aj_seccomp_errno_insns);
     ret->len = notify ? aj_seccomp_notify_len : aj_seccomp_errno_len;
     ret->owned = false;

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -110,6 +111,9 @@ struct run_ctx {
     const char *path_env; /* PATH value used for the command search */
     struct aj_mount_plan plan;
     struct aj_bpf bpf;
+    /* The filter for a pid namespace with vm.memfd_noexec=2 (root mode,
+     * Linux 6.3+; see set_memfd_noexec): len 0 where it cannot be set. */
+    struct aj_bpf bpf_memfd;
     sigset_t orig_mask;
     int sock;             /* sandbox end of the sync socket */
     int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
@@ -375,6 +379,19 @@ static int set_own_uptime(int fd, struct aj_error *err)
     return 0;
 }
 
+static bool memfd_noexec_sealed(void)
+{
+    char buf[8] = "";
+    int fd = open("/proc/sys/vm/memfd_noexec", O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return false;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    return n > 0 && buf[0] == '2';
+}
+
 static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
@@ -448,6 +465,11 @@ static __attribute__((noreturn)) void payload_main(struct run_ctx *c)
         aj_err(&err, errno, "workdir %s", pol->workdir ? pol->workdir : AJ_DEFAULT_WORKDIR);
         child_fail(c, &err, 125);
     }
+    /* The kernel's own word on this pid namespace's vm.memfd_noexec (read
+     * here, before Landlock): 2 means a memfd_create without flags gets a
+     * sealed non-executable memfd, so the filter may let such calls by. */
+    if (!c->degraded && c->bpf_memfd.len && memfd_noexec_sealed())
+        c->bpf = c->bpf_memfd;
     if (aj_limits_child_apply_rlimits(pol, &err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_RLIMITS;
@@ -824,6 +846,14 @@ static __attribute__((noreturn)) void init_main(struct run_ctx *c)
             if (errno == EINTR)
                 continue;
             _exit(125);
+        }
+        if (WIFSTOPPED(st)) {
+            /* A child that called PTRACE_TRACEME (seccomp.allow_ptrace; an
+             * anti-debugging check does) made init its tracer: let it go,
+             * with the signal it stopped for, rather than take the stop
+             * for its end. */
+            (void)ptrace(PTRACE_DETACH, p, NULL, (void *)(uintptr_t)WSTOPSIG(st));
+            continue;
         }
         if (p == payload) {
             /* Returning kills every other process of the namespace. */
@@ -2440,6 +2470,67 @@ static __attribute__((noreturn)) void degraded_child_main(struct run_ctx *c)
  * then it runs only our code, in the host's network namespace, where its
  * user namespace gives it no privilege. The helper uses system calls only:
  * the supervisor may be multithreaded. */
+/* vm.memfd_noexec=2 in the sandbox's pid namespace (Linux 6.3+): every
+ * memfd_create there without MFD_NOEXEC_SEAL gets it from the kernel, and
+ * MFD_EXEC is refused. The kernel reads the writer's pid namespace and
+ * lets only the host's root write /proc/sys (init, a mapped uid, gets
+ * EACCES); so a child of ours joins init's pid namespace (setns affects
+ * its children only) and its own child, still the host's root and outside
+ * the user namespace, writes the value. Before GO: no payload exists yet.
+ * Best effort: the payload reads the value back and keeps the strict
+ * filter if it is not 2. Raw clones and async-signal-safe calls only: the
+ * supervisor may be multithreaded (see init's payload clone).
+ * The writer takes the namespace's last pid (clone3 set_tid, which the
+ * host's root may choose), not the next one: the payload stays pid 2
+ * (set_tid does not move the namespace's pid cursor). */
+static void set_memfd_noexec(pid_t init_pid)
+{
+    char path[64], buf[32] = "";
+    long pid_max = 0;
+    pid_t helper;
+    int fd, st;
+
+    fd = open("/proc/sys/kernel/pid_max", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, buf, sizeof(buf) - 1) > 0)
+            pid_max = strtol(buf, NULL, 10);
+        (void)close(fd);
+    }
+    if (pid_max < 300)
+        return;
+    (void)snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)init_pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    helper = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
+    if (helper == 0) {
+        pid_t writer, tid = (pid_t)(pid_max - 1);
+        struct aj_clone_args args = {
+            .exit_signal = SIGCHLD,
+            .set_tid = (uint64_t)(uintptr_t)&tid,
+            .set_tid_size = 1,
+        };
+        if (setns(fd, CLONE_NEWPID) < 0)
+            _exit(1);
+        writer = (pid_t)syscall(__NR_clone3, &args, sizeof(args));
+        if (writer == 0) {
+            int w = open("/proc/sys/vm/memfd_noexec", O_WRONLY | O_CLOEXEC);
+            _exit(w >= 0 && write(w, "2\n", 2) == 2 ? 0 : 1);
+        }
+        if (writer < 0)
+            _exit(1);
+        while (waitpid(writer, &st, 0) < 0)
+            if (errno != EINTR)
+                _exit(1);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+    }
+    (void)close(fd);
+    if (helper < 0)
+        return;
+    while (waitpid(helper, &st, 0) < 0 && errno == EINTR)
+        ;
+}
+
 static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
 {
     pid_t pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
@@ -2541,6 +2632,13 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     r = aj_seccomp_build(pol, true, &c->bpf, err);
     if (r < 0)
         return r;
+    /* vm.memfd_noexec is per pid namespace (6.3+), writable only by the
+     * host's root from inside it: root mode only (set_memfd_noexec). */
+    if (!c->rootless && geteuid() == 0 && access("/proc/sys/vm/memfd_noexec", F_OK) == 0) {
+        r = aj_seccomp_build_memfd_sealed(pol, true, &c->bpf_memfd, err);
+        if (r < 0)
+            return r;
+    }
     r = aj_mount_check_bind_submounts(pol, err);
     if (r < 0)
         return r;
@@ -2569,6 +2667,9 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     r = setup_cgroup(pol, res, &sb->cg, err);
     if (r < 0)
         return r;
+    /* tmp_size "auto": /tmp and /dev/shm by the memory limit, now that
+     * whether a cgroup enforces it is known. */
+    aj_mount_plan_set_scratch_size(&c->plan, aj_policy_tmp_size(pol, (sb->cg.limits & AJ_LAYER_MEMORY_LIMIT) != 0));
     if (sb->cg.created) {
         r = aj_cgroup_open_join_fds(&sb->cg, c->cg_join, &c->n_cg_join, err);
         if (r < 0)
@@ -2682,6 +2783,8 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
         if (ioctl(sb->netns_userns_fd, NS_GET_NSTYPE) != CLONE_NEWUSER)
             return aj_err(err, EINVAL, "%s is not a user namespace", path);
     }
+    if (!c->degraded && c->bpf_memfd.len)
+        set_memfd_noexec(st->pid);
     {
         struct aj_sync_msg go = {.type = AJ_MSG_GO};
         if (!c->degraded) {
@@ -2934,6 +3037,7 @@ static void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct 
     aj_userns_lease_release(&sb->lease);
     aj_mount_plan_clear(&c->plan);
     aj_seccomp_clear(&c->bpf);
+    aj_seccomp_clear(&c->bpf_memfd);
     free_envp(c->envp);
     free_envp(c->argv);
     c->envp = c->argv = NULL;

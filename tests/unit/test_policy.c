@@ -523,7 +523,7 @@ static void test_init_defaults(void **state)
     assert_int_equal(pol.n_env_pass, 0);
     assert_int_equal(pol.network, AJ_NET_LOOPBACK);
     assert_int_equal(pol.timeout_ms, AJ_DEFAULT_TIMEOUT_MS);
-    assert_int_equal(pol.tmp_size, AJ_DEFAULT_TMP_SIZE);
+    assert_int_equal(pol.tmp_size, AJ_TMP_SIZE_AUTO); /* sized by the memory limit */
     assert_int_equal(pol.uid, AJ_DEFAULT_UID);
     assert_int_equal(pol.gid, AJ_DEFAULT_GID);
     assert_int_equal(pol.rlimit_nofile, AJ_DEFAULT_NOFILE);
@@ -808,6 +808,7 @@ static void test_sha256_covers_every_field(void **state)
         case 21: what = "allow_unscoped_signals"; pol.allow_unscoped_signals = !pol.allow_unscoped_signals; break;
         case 22: what = "allow_no_decoys"; pol.allow_no_decoys = !pol.allow_no_decoys; break;
         case 23: what = "allow_no_landlock"; pol.allow_no_landlock = !pol.allow_no_landlock; break;
+        case 24: what = "allow_ptrace"; pol.allow_ptrace = !pol.allow_ptrace; break;
         default:
             break;
         }
