@@ -25,6 +25,10 @@ struct aj_bind {
     char *host;    /* absolute host path */
     char *sandbox; /* absolute path inside the sandbox */
     bool rw;
+    /* rw only: the host owner of the workspace's files (id-mapped mount,
+     * docs/policy.md "owner"); unset: the bind source's owner. */
+    bool owner_set;
+    uint32_t owner_uid, owner_gid;
 };
 
 struct aj_tmpfs {
