@@ -79,7 +79,7 @@ struct aj_result {
     char unsafe_skipped[16];             /* a layer left out on purpose (tests only) */
     bool has_rw_binds;                   /* the policy binds something writable */
     bool workspace_idmap;                /* ... and every writable bind is id-mapped */
-    char workspace_idmap_note[384];      /* why one is not (the first), or "" */
+    char workspace_idmap_note[512];      /* why one is not (the first), or "" */
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);

@@ -1953,7 +1953,7 @@ static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct
 
     for (size_t i = 0; r == 0 && i < c->plan.n; i++) {
         struct aj_mnt_entry *e = &c->plan.entries[i];
-        char why[sizeof(res->workspace_idmap_note)] = "";
+        char why[256] = "";
         struct stat st;
         uid_t wu;
         gid_t wg;
@@ -1987,7 +1987,7 @@ static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct
             if (ufd >= 0)
                 (void)close(ufd);
             if (q == -EOPNOTSUPP)
-                snprintf(why, sizeof(why), "%.300s", ierr.msg);
+                snprintf(why, sizeof(why), "%.250s", ierr.msg);
             else if (q < 0) {
                 *err = ierr;
                 r = aj_err_prefix(err, q, "id-mapped workspace");
@@ -2003,7 +2003,7 @@ static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct
             break;
         }
         if (!res->workspace_idmap_note[0])
-            snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note), "%s: %s", e->src, why);
+            snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note), "%.200s: %s", e->src, why);
     }
     /* The sandbox gets none of the resolved sources, only the trees. */
     aj_mount_plan_drop_hostfds(&c->plan);
