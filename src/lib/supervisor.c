@@ -1974,9 +1974,9 @@ static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct
                          : "rootless: id-mapped mounts need root, so files here that are not yours stay "
                            "read-only inside unless their mode lets anyone write");
         else if (wu == 0 || wg == 0)
-            snprintf(why, sizeof(why), "owned by root (uid %u, gid %u): not id-mapped, as what the sandbox writes "
-                     "would be root's on the host; chown it to a normal user, or set the bind's owner",
-                     (unsigned)wu, (unsigned)wg);
+            snprintf(why, sizeof(why), "%s root (uid %u, gid %u): not id-mapped, as what the sandbox writes "
+                     "would be root's on the host; chown it to a normal user and group, or set the bind's owner",
+                     wu == 0 ? "owned by" : "its group is", (unsigned)wu, (unsigned)wg);
         else if (wu - pol->uid_base < pol->uid_count)
             snprintf(why, sizeof(why), "owned by host uid %u, one of the per-run uids (a sandbox made it): not "
                      "id-mapped", (unsigned)wu);
