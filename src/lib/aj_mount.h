@@ -84,7 +84,8 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
  * host uid), nosuid and nodev. MOUNT_ATTR_IDMAP needs CAP_SYS_ADMIN in
  * the filesystem's user namespace, so the sandbox cannot make it itself.
  * Returns -EOPNOTSUPP when the kernel or a filesystem in the tree has no
- * id-mapped mounts (err says which). */
+ * id-mapped mounts, or agentjail lacks CAP_SYS_ADMIN over the host's
+ * mounts (a container); err says which. */
 int aj_mount_parent_idmap(struct aj_mnt_entry *e, int userns_fd, struct aj_error *err);
 /* Close the resolved sources (before the clone: the sandbox gets none). */
 void aj_mount_plan_drop_hostfds(struct aj_mount_plan *plan);

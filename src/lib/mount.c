@@ -960,29 +960,51 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
     return 0;
 }
 
+/* Why an id-mapped tree could not be made: the message alone (the caller
+ * names the bind), and -EOPNOTSUPP. */
+static int no_idmap(struct aj_error *err, const char *why, int errnum)
+{
+    if (errnum)
+        (void)aj_err(err, 0, "%s (%s)", why, strerrorname_np(errnum) ? strerrorname_np(errnum) : "?");
+    else
+        (void)aj_err(err, 0, "%s", why);
+    err->errnum = EOPNOTSUPP;
+    return -EOPNOTSUPP;
+}
+
 int aj_mount_parent_idmap(struct aj_mnt_entry *e, int userns_fd, struct aj_error *err)
 {
     struct aj_mount_attr a = {.attr_set = AJ_MOUNT_ATTR_IDMAP | AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV,
                               .userns_fd = (uint64_t)userns_fd};
     _cleanup_close_ int fd = -1;
+    int e2;
 
     if (e->hostfd < 0)
         return aj_err(err, EBADF, "bind source %s was not resolved", e->src);
     fd = aj_sys_open_tree(e->hostfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
-    if (fd < 0)
-        return errno == ENOSYS ? kernel_lacks(err, "open_tree", "5.2", e->src)
-                               : aj_err(err, errno, "bind source %s", e->src);
+    if (fd < 0) {
+        e2 = errno;
+        if (e2 == ENOSYS)
+            return no_idmap(err, "this kernel has no open_tree (Linux 5.2 or later)", 0);
+        if (e2 == EPERM)
+            return no_idmap(err, "cloning it needs CAP_SYS_ADMIN over the host's mounts, which agentjail lacks "
+                            "here (a container without it)", 0);
+        return no_idmap(err, "cloning it failed", e2);
+    }
     /* Recursive: a submount that cannot be id-mapped fails the whole
      * tree, never leaves part of the workspace with the run's own uid.
      * ENOSYS before 5.12; EINVAL from a filesystem without FS_ALLOW_IDMAP
      * (tmpfs before 6.3, overlayfs before 5.19, NFS, FUSE before 6.12). */
     if (aj_sys_mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a) < 0) {
-        int e2 = errno;
-        if (e2 == ENOSYS || e2 == EINVAL || e2 == EOPNOTSUPP || e2 == EPERM)
-            return aj_err(err, EOPNOTSUPP, "%s: %s", e->src,
-                          e2 == ENOSYS ? "this kernel has no id-mapped mounts (Linux 5.12 or later)"
-                                       : "its filesystem (or one mounted inside it) has no id-mapped mounts");
-        return aj_err(err, e2, "id-map %s", e->src);
+        e2 = errno;
+        if (e2 == ENOSYS)
+            return no_idmap(err, "this kernel has no id-mapped mounts (Linux 5.12 or later)", 0);
+        if (e2 == EINVAL || e2 == EOPNOTSUPP)
+            return no_idmap(err, "its filesystem (or one mounted inside it) has no id-mapped mounts", 0);
+        if (e2 == EPERM)
+            return no_idmap(err, "id-mapping it needs CAP_SYS_ADMIN in its filesystem's user namespace, which "
+                            "agentjail lacks here (a container without it)", 0);
+        return no_idmap(err, "id-mapping it failed", e2);
     }
     if (e->idmap_fd >= 0)
         (void)close(e->idmap_fd);

@@ -265,3 +265,39 @@ def test_rootless_note(hostdir):
     assert r.result["workspace_idmap"] is False
     assert "rootless" in r.result["workspace_idmap_note"], r.result
     assert os.lstat(os.path.join(w, "f")).st_uid == os.geteuid()
+
+
+def test_container_without_sys_admin_falls_back(hostdir):
+    """agentjail as root in a container without CAP_SYS_ADMIN (Docker's
+    --cap-drop ALL --cap-add SETUID,SETGID,LEASE): it cannot clone host
+    mounts, so the workspace is not id-mapped. The run still works as it
+    did before id-mapping, and the result names the missing capability.
+    Control: the same helper with every capability id-maps it."""
+    root_only("root mode in a container")
+    from conftest import AJ_BIN, ROOT, helper, must_skip
+    path = helper("aj-container")
+    if not os.access(path, os.X_OK):
+        must_skip("aj-container not built: " + path)
+    w = os.path.join(hostdir, "ws")
+    os.mkdir(w)
+    os.chown(w, *OWNER)
+    res = os.path.join(hostdir, "result.json")
+    profile = os.path.join(ROOT, "deploy", "docker", "seccomp.json")
+
+    def run(confine):
+        if os.path.exists(res):
+            os.unlink(res)
+        p = subprocess.run([path] + confine + ["--", AJ_BIN, "run", "--result", res, "--bind-rw", w + ":/ws", "--",
+                                               "sh", "-c", "stat -c %u /ws"],
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ, HOME="/tmp"))
+        with open(res) as f:
+            return p, json.load(f)
+
+    p, r = run(["--profile", profile, "--cap-drop", "ALL", "--cap-add", "SETUID,SETGID,LEASE"])
+    assert p.returncode == 0, p
+    assert r["workspace_idmap"] is False, r
+    assert "CAP_SYS_ADMIN" in r["workspace_idmap_note"] and r["workspace_idmap_note"].startswith(w + ": "), r
+    assert p.stdout.strip() == "65534", p       # the owner is not mapped
+    p, r = run(["--cap-add", "ALL"])
+    assert p.returncode == 0 and r["workspace_idmap"] is True, (p, r)
+    assert p.stdout.strip() == "1000", p
