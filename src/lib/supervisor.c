@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/nsfs.h>
+#include <sys/stat.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -50,7 +51,6 @@
 #include "aj_netns.h"
 #include "aj_seccomp.h"
 #include "aj_userns.h"
-#include <sys/stat.h>
 #include "aj_util.h"
 
 enum aj_msg_type {
@@ -1849,11 +1849,16 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
         memcpy(res->degraded_reason + off, why.msg, n);
         res->degraded_reason[off + n] = '\0';
     }
-    for (size_t i = 0; i < pol->n_binds; i++)
+    for (size_t i = 0; i < pol->n_binds; i++) {
         if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0)
             return aj_err(err, 0,
                           "degraded mode cannot remap %s to %s (no mount namespace); bind it at the same path",
                           pol->binds[i].host, pol->binds[i].sandbox);
+        if (pol->binds[i].owner_set)
+            return aj_err(err, 0, "degraded mode cannot id-map %s to its owner %u:%u (no mount namespace); "
+                          "drop the bind's \"owner\" to run degraded", pol->binds[i].host, pol->binds[i].owner_uid,
+                          pol->binds[i].owner_gid);
+    }
     if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
         return aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
     sb->st.subreaper_set = !was;
@@ -2156,7 +2161,7 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     sb->socks[0] = -1;
     close_fd(&sb->null_fd);
     aj_mount_plan_close_idmaps(&c->plan); /* init has its copies */
-    if (c->degraded && res->workspace_idmap) {
+    if (c->degraded && res->has_rw_binds) {
         res->workspace_idmap = false; /* no mount namespace to attach them in */
         snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note),
                  "degraded mode: no mount namespace, the writable binds are the host paths themselves");

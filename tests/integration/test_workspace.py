@@ -301,3 +301,30 @@ def test_container_without_sys_admin_falls_back(hostdir):
     p, r = run(["--cap-add", "ALL"])
     assert p.returncode == 0 and r["workspace_idmap"] is True, (p, r)
     assert p.stdout.strip() == "1000", p
+
+
+def test_degraded_mode_is_not_idmapped(ws, hostdir):
+    """Without namespaces (a host refusing them, --allow-degraded) there is
+    no mount to id-map: the result says so, and a policy that set the
+    owner is refused rather than run without it."""
+    root_only("root mode: id-mapping applies")
+    from conftest import nouserns
+    r = run_aj(["--allow-degraded", "--bind-rw", ws], ["true"], prefix=nouserns())
+    assert r.returncode == 0, r
+    assert r.result["degraded"] is True, r.result
+    assert r.result["workspace_idmap"] is False and "degraded" in r.result["workspace_idmap_note"], r.result
+    pol = os.path.join(hostdir, "policy.json")
+    with open(pol, "w") as f:
+        json.dump({"version": 1, "filesystem": {"binds": [
+            {"host": ws, "mode": "rw", "owner": "%d:%d" % OWNER}]}}, f)
+    r = run_aj(["--policy", pol, "--allow-degraded"], ["sh", "-c", "echo ran"], prefix=nouserns())
+    assert r.returncode == 125 and "ran" not in r.stdout, r
+    assert "id-map" in r.stderr, r.stderr   # no user namespace for the mapping either
+    # Network namespaces refused only: the tree is made, the run degrades,
+    # and degraded mode refuses the set owner before the payload runs.
+    r = run_aj(["--policy", pol, "--allow-degraded"], ["sh", "-c", "echo ran"], prefix=nouserns("--net-only"))
+    assert r.returncode == 125 and "ran" not in r.stdout, r
+    assert "degraded mode cannot id-map" in r.stderr, r.stderr
+    # Control: the same policy where namespaces work runs, id-mapped.
+    r = run_aj(["--policy", pol, "--allow-degraded"], ["sh", "-c", "echo ran"])
+    assert r.returncode == 0 and r.stdout == "ran\n" and r.result["workspace_idmap"] is True, r
