@@ -328,3 +328,29 @@ def test_degraded_mode_is_not_idmapped(ws, hostdir):
     # Control: the same policy where namespaces work runs, id-mapped.
     r = run_aj(["--policy", pol, "--allow-degraded"], ["sh", "-c", "echo ran"])
     assert r.returncode == 0 and r.stdout == "ran\n" and r.result["workspace_idmap"] is True, r
+
+
+def test_cli_bind_owner(hostdir):
+    """--bind-owner UID:GID sets the owner of the --bind-rw before it."""
+    root_only("per-run host uids exist in root mode only")
+    w = os.path.join(hostdir, "ws")
+    os.mkdir(w)
+    os.chown(w, 2345, 2346)
+    r = run_aj(["--bind-rw", w + ":/ws", "--bind-owner", "2345:2346"], ["sh", "-c", "touch /ws/f && stat -c %u /ws"])
+    assert r.returncode == 0 and r.stdout.strip() == "1000", r
+    assert r.result["workspace_idmap"] is True
+    st = os.lstat(os.path.join(w, "f"))
+    assert (st.st_uid, st.st_gid) == (2345, 2346)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--bind-owner", "1234:1234"], "there is none"),
+    (["--bind-ro", "/usr/share:/x", "--bind-owner", "1234:1234"], "there is none"),
+    (["--bind-rw", "W:/ws", "--bind-owner", "1234"], "is not UID:GID"),
+    (["--bind-rw", "W:/ws", "--bind-owner", "1234:0"], "root's"),
+    (["--bind-rw", "W:/ws", "--bind-owner", "1234:1234", "--bind-owner", "1234:1234"], "has an owner already"),
+])
+def test_cli_bind_owner_bad(hostdir, args, msg):
+    r = run_aj([hostdir + a[1:] if a.startswith("W:") else a for a in args], ["sh", "-c", "echo ran"])
+    assert r.returncode == 2 and "ran" not in r.stdout, r
+    assert msg in r.stderr, r.stderr
