@@ -15,6 +15,7 @@
 enum {
     OPT_BIND_RO = 256,
     OPT_BIND_RW,
+    OPT_BIND_OWNER,
     OPT_TMPFS,
     OPT_WORKDIR,
     OPT_ENV,
@@ -56,6 +57,7 @@ enum {
 static const struct option run_options[] = {
     {"bind-ro", required_argument, NULL, OPT_BIND_RO},
     {"bind-rw", required_argument, NULL, OPT_BIND_RW},
+    {"bind-owner", required_argument, NULL, OPT_BIND_OWNER},
     {"tmpfs", required_argument, NULL, OPT_TMPFS},
     {"workdir", required_argument, NULL, OPT_WORKDIR},
     {"env", required_argument, NULL, OPT_ENV},
@@ -103,7 +105,10 @@ static void run_usage(FILE *f)
           "  --policy FILE             start from a policy file (JSON, see docs/policy.md);\n"
           "                            flags override its values and add to its lists\n"
           "  --bind-ro HOST[:SANDBOX]  read-only bind of a host path (default SANDBOX=HOST)\n"
-          "  --bind-rw HOST[:SANDBOX]  writable bind of a host path\n"
+          "  --bind-rw HOST[:SANDBOX]  writable bind of a host path; id-mapped as root, so\n"
+          "                            its owner's files are the sandbox user's inside\n"
+          "  --bind-owner UID:GID      host owner of the --bind-rw just before it (default:\n"
+          "                            the directory's owner; never root)\n"
           "  --tmpfs PATH[:SIZE]       private tmpfs (noexec), default size 64M\n"
           "  --tmp-size SIZE           size of /tmp and /dev/shm (default: half the memory\n"
           "                            limit, at least 64M; 64M without a memory cgroup)\n"
@@ -212,6 +217,7 @@ int aj_cmd_run(int argc, char **argv)
     sigset_t ending, old_mask;
     int opt, r, code;
     uint64_t v;
+    ssize_t last_rw = -1; /* the --bind-rw a --bind-owner applies to */
 
     aj_policy_init(&pol);
     /* --profile, then --policy, then every other flag on top: the order
@@ -226,7 +232,25 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_BIND_RO:
         case OPT_BIND_RW:
             r = aj_policy_add_bind(&pol, optarg, opt == OPT_BIND_RW, &err);
+            last_rw = r == 0 && opt == OPT_BIND_RW ? (ssize_t)pol.n_binds - 1 : -1;
             break;
+        case OPT_BIND_OWNER: {
+            uint32_t ou, og;
+            if (last_rw < 0)
+                r = aj_err(&err, 0, "--bind-owner %s: it sets the owner of the --bind-rw just before it (e.g. "
+                           "--bind-rw /srv/ws:/ws --bind-owner 1000:1000), and there is none", optarg);
+            else if (pol.binds[last_rw].owner_set)
+                r = aj_err(&err, 0, "--bind-owner %s: --bind-rw %s has an owner already", optarg,
+                           pol.binds[last_rw].host);
+            else if (aj_parse_owner(optarg, &ou, &og) < 0)
+                r = aj_err(&err, 0, "--bind-owner: '%s' is not UID:GID (decimal host ids, e.g. 1000:1000)", optarg);
+            else {
+                pol.binds[last_rw].owner_set = true;
+                pol.binds[last_rw].owner_uid = ou;
+                pol.binds[last_rw].owner_gid = og;
+            }
+            break;
+        }
         case OPT_TMPFS:
             r = aj_policy_add_tmpfs(&pol, optarg, &err);
             break;

@@ -93,6 +93,7 @@ struct aj_clone_args {
 #define AJ_MOUNT_ATTR_NOSUID 0x00000002
 #define AJ_MOUNT_ATTR_NODEV 0x00000004
 #define AJ_MOUNT_ATTR_NOEXEC 0x00000008
+#define AJ_MOUNT_ATTR_IDMAP 0x00100000 /* Linux 5.12 */
 struct aj_mount_attr {
     __u64 attr_set;
     __u64 attr_clr;

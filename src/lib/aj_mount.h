@@ -34,6 +34,14 @@ struct aj_mnt_entry {
     struct aj_devino id;
     bool absent;   /* optional and missing: skipped */
     bool scratch;  /* TMPFS: the default /tmp, sized like /dev/shm (shm_size) */
+    /* Writable binds (supervisor side): the source as resolved (O_PATH,
+     * until aj_mount_plan_drop_hostfds), the owner the policy set, and
+     * the id-mapped detached tree made from it (aj_mount_parent_idmap),
+     * which the sandbox side attaches instead of cloning the source. */
+    int hostfd;
+    int idmap_fd;
+    bool owner_set;
+    uint32_t owner_uid, owner_gid;
 };
 
 /* Everything the sandbox side needs, prepared by the supervisor (malloc is
@@ -73,6 +81,21 @@ int aj_mount_check_bind_submounts(const struct aj_policy *pol, struct aj_error *
  * sets err->exit_hint to 2. */
 int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *pol, const struct aj_bindreg *reg,
                           uint32_t run_uid_base, uint32_t run_uid_count, struct aj_error *err);
+
+/* Supervisor side (root, the host's mount namespace), after
+ * aj_mount_plan_resolve: make e's id-mapped detached tree from its
+ * resolved source: a recursive clone (open_tree) with MOUNT_ATTR_IDMAP
+ * through userns_fd (whose map takes the workspace owner to the run's
+ * host uid), nosuid and nodev. MOUNT_ATTR_IDMAP needs CAP_SYS_ADMIN in
+ * the filesystem's user namespace, so the sandbox cannot make it itself.
+ * Returns -EOPNOTSUPP when the kernel or a filesystem in the tree has no
+ * id-mapped mounts, or agentjail lacks CAP_SYS_ADMIN over the host's
+ * mounts (a container); err says which. */
+int aj_mount_parent_idmap(struct aj_mnt_entry *e, int userns_fd, struct aj_error *err);
+/* Close the resolved sources (before the clone: the sandbox gets none). */
+void aj_mount_plan_drop_hostfds(struct aj_mount_plan *plan);
+/* Close the supervisor's copies of the id-mapped trees (after the clone). */
+void aj_mount_plan_close_idmaps(struct aj_mount_plan *plan);
 
 /* Sandbox side (pid 1 of the new pid namespace, in the new mount and user
  * namespaces, capabilities held): build the root and pivot into it. */

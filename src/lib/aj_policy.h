@@ -25,6 +25,10 @@ struct aj_bind {
     char *host;    /* absolute host path */
     char *sandbox; /* absolute path inside the sandbox */
     bool rw;
+    /* rw only: the host owner of the workspace's files (id-mapped mount,
+     * docs/policy.md "owner"); unset: the bind source's owner. */
+    bool owner_set;
+    uint32_t owner_uid, owner_gid;
 };
 
 struct aj_tmpfs {
@@ -194,5 +198,7 @@ AJ_EXPORT int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65],
 
 /* Strict number parsing shared by every caller (no atoi, no sscanf). */
 AJ_EXPORT int aj_parse_u64(const char *s, uint64_t max, uint64_t *ret);
+/* "UID:GID", decimal, each below 4294967295. -EINVAL otherwise. */
+AJ_EXPORT int aj_parse_owner(const char *s, uint32_t *ret_uid, uint32_t *ret_gid);
 AJ_EXPORT int aj_parse_size(const char *s, uint64_t *ret);        /* 512, 64K, 512M, 1G */
 AJ_EXPORT int aj_parse_duration_ms(const char *s, uint64_t *ret); /* 10, 10s, 500ms, 2m */

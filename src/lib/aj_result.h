@@ -77,6 +77,9 @@ struct aj_result {
     uint64_t event_counts[8];            /* by enum aj_event_type */
     bool escape_attempted;               /* any escape_attempt or canary event */
     char unsafe_skipped[16];             /* a layer left out on purpose (tests only) */
+    bool has_rw_binds;                   /* the policy binds something writable */
+    bool workspace_idmap;                /* ... and every writable bind is id-mapped */
+    char workspace_idmap_note[512];      /* why one is not (the first), or "" */
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);

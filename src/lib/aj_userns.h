@@ -29,6 +29,12 @@ void aj_userns_lease_release(struct aj_uid_lease *lease);
 int aj_userns_parent_write_maps(pid_t child, uid_t inside_uid, gid_t inside_gid, uid_t host_uid,
                                 gid_t host_gid, bool rootless, struct aj_error *err);
 
+/* Supervisor side, root: a user namespace mapping disk_uid/disk_gid (the
+ * owner of a workspace) to host_uid/host_gid (the run's), one id each,
+ * for an id-mapped mount (aj_mount_parent_idmap). Returns its fd. */
+int aj_userns_parent_idmap_ns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid, gid_t host_gid,
+                              struct aj_error *err);
+
 /* Sandbox side, after the maps exist: drop the host's supplementary groups
  * (root mode) and switch to the inside ids, keeping capabilities for the
  * rest of the setup. */

@@ -48,6 +48,7 @@ static int plan_push(struct aj_mount_plan *plan, struct aj_mnt_entry e, struct a
         return aj_err(err, ENOMEM, "mount plan");
     }
     plan->entries = ne;
+    e.hostfd = e.idmap_fd = -1;
     plan->entries[plan->n++] = e;
     return 0;
 }
@@ -240,6 +241,11 @@ int aj_mount_plan_build(const struct aj_policy *pol, struct aj_mount_plan *ret, 
     for (size_t i = 0; r == 0 && i < pol->n_binds; i++) {
         r = plan_add(&plan, AJ_MNT_BIND, pol->binds[i].host, pol->binds[i].sandbox, pol->binds[i].rw,
                      false, err);
+        if (r == 0 && pol->binds[i].rw && pol->binds[i].owner_set) {
+            plan.entries[plan.n - 1].owner_set = true;
+            plan.entries[plan.n - 1].owner_uid = pol->binds[i].owner_uid;
+            plan.entries[plan.n - 1].owner_gid = pol->binds[i].owner_gid;
+        }
         /* A bind at /tmp is the user's /tmp: the default tmpfs on top of it
          * would silently hide it (and catch every write meant for it). */
         if (strcmp(pol->binds[i].sandbox, "/tmp") == 0)
@@ -315,6 +321,8 @@ void aj_mount_plan_clear(struct aj_mount_plan *plan)
 {
     if (!plan)
         return;
+    aj_mount_plan_drop_hostfds(plan);
+    aj_mount_plan_close_idmaps(plan);
     for (size_t i = 0; i < plan->n; i++) {
         free(plan->entries[i].src);
         free(plan->entries[i].dst);
@@ -796,6 +804,16 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
             continue;
         if (e->absent)
             continue; /* optional, and missing when the supervisor looked */
+        if (e->idmap_fd >= 0) {
+            /* Made by the supervisor from the source it resolved (the
+             * workspace's id-mapped tree, with nosuid and nodev): this
+             * process's copy of the fd is attached as it is. */
+            plan->src_fds[i] = e->idmap_fd;
+            r = check_bind_source(e->idmap_fd, e->src, err);
+            if (r < 0)
+                return r;
+            continue;
+        }
         /* The supervisor resolved the source (aj_mount_plan_resolve); here
          * it is resolved again, also without following a symlink, and
          * bound only if it is the very object the supervisor checked: a
@@ -944,6 +962,13 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
         r = check_bind_source(fd, e->src, err);
         if (r < 0)
             return r; /* a setup error (125), as when the sandbox side finds it */
+        if (e->rw && e->hostfd < 0) {
+            /* The workspace's id-mapped tree is cloned from this very fd
+             * (aj_mount_parent_idmap): never resolved by path again. */
+            e->hostfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+            if (e->hostfd < 0)
+                return aj_err(err, errno, "bind source %s", e->src);
+        }
         if (pol->allow_bind_inside_writable)
             continue;
         /* Inside a writable bind: its directory, or one above, is one. The
@@ -975,6 +1000,76 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
                           bind_flag(e), e->src, (unsigned)owner);
     }
     return 0;
+}
+
+/* Why an id-mapped tree could not be made: the message alone (the caller
+ * names the bind), and -EOPNOTSUPP. */
+static int no_idmap(struct aj_error *err, const char *why, int errnum)
+{
+    if (errnum)
+        (void)aj_err(err, 0, "%s (%s)", why, strerrorname_np(errnum) ? strerrorname_np(errnum) : "?");
+    else
+        (void)aj_err(err, 0, "%s", why);
+    err->errnum = EOPNOTSUPP;
+    return -EOPNOTSUPP;
+}
+
+int aj_mount_parent_idmap(struct aj_mnt_entry *e, int userns_fd, struct aj_error *err)
+{
+    struct aj_mount_attr a = {.attr_set = AJ_MOUNT_ATTR_IDMAP | AJ_MOUNT_ATTR_NOSUID | AJ_MOUNT_ATTR_NODEV,
+                              .userns_fd = (uint64_t)userns_fd};
+    _cleanup_close_ int fd = -1;
+    int e2;
+
+    if (e->hostfd < 0)
+        return aj_err(err, EBADF, "bind source %s was not resolved", e->src);
+    fd = aj_sys_open_tree(e->hostfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+    if (fd < 0) {
+        e2 = errno;
+        if (e2 == ENOSYS)
+            return no_idmap(err, "this kernel has no open_tree (Linux 5.2 or later)", 0);
+        if (e2 == EPERM)
+            return no_idmap(err, "cloning it needs CAP_SYS_ADMIN over the host's mounts, which agentjail lacks "
+                            "here (a container without it)", 0);
+        return no_idmap(err, "cloning it failed", e2);
+    }
+    /* Recursive: a submount that cannot be id-mapped fails the whole
+     * tree, never leaves part of the workspace with the run's own uid.
+     * ENOSYS before 5.12; EINVAL from a filesystem without FS_ALLOW_IDMAP
+     * (tmpfs before 6.3, overlayfs before 5.19, NFS, FUSE before 6.12). */
+    if (aj_sys_mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a) < 0) {
+        e2 = errno;
+        if (e2 == ENOSYS)
+            return no_idmap(err, "this kernel has no id-mapped mounts (Linux 5.12 or later)", 0);
+        if (e2 == EINVAL || e2 == EOPNOTSUPP)
+            return no_idmap(err, "its filesystem (or one mounted inside it) has no id-mapped mounts", 0);
+        if (e2 == EPERM)
+            return no_idmap(err, "id-mapping it needs CAP_SYS_ADMIN in its filesystem's user namespace, which "
+                            "agentjail lacks here (a container without it)", 0);
+        return no_idmap(err, "id-mapping it failed", e2);
+    }
+    if (e->idmap_fd >= 0)
+        (void)close(e->idmap_fd);
+    e->idmap_fd = TAKE_FD(fd);
+    return 0;
+}
+
+void aj_mount_plan_drop_hostfds(struct aj_mount_plan *plan)
+{
+    for (size_t i = 0; i < plan->n; i++)
+        if (plan->entries[i].hostfd >= 0) {
+            (void)close(plan->entries[i].hostfd);
+            plan->entries[i].hostfd = -1;
+        }
+}
+
+void aj_mount_plan_close_idmaps(struct aj_mount_plan *plan)
+{
+    for (size_t i = 0; i < plan->n; i++)
+        if (plan->entries[i].idmap_fd >= 0) {
+            (void)close(plan->entries[i].idmap_fd);
+            plan->entries[i].idmap_fd = -1;
+        }
 }
 
 int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_policy *pol,

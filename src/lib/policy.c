@@ -93,6 +93,25 @@ int aj_parse_u64(const char *s, uint64_t max, uint64_t *ret)
     return 0;
 }
 
+int aj_parse_owner(const char *s, uint32_t *ret_uid, uint32_t *ret_gid)
+{
+    char buf[32];
+    const char *colon = s ? strchr(s, ':') : NULL;
+    uint64_t u, g;
+    size_t n;
+
+    if (!colon || (n = (size_t)(colon - s)) == 0 || n >= sizeof(buf))
+        return -EINVAL;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    /* 4294967295 is (uid_t)-1, "no owner" to chown(2): never an owner. */
+    if (aj_parse_u64(buf, UINT32_MAX - 1, &u) < 0 || aj_parse_u64(colon + 1, UINT32_MAX - 1, &g) < 0)
+        return -EINVAL;
+    *ret_uid = (uint32_t)u;
+    *ret_gid = (uint32_t)g;
+    return 0;
+}
+
 /* Split "123abc" into the number and its suffix. */
 static int split_number(const char *s, uint64_t *num, const char **suffix)
 {
@@ -694,6 +713,26 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
                 BAD_KEY("filesystem.binds[%zu]", i);
                 return r;
             }
+        }
+        /* The owner of what a run writes on the host (an id-mapped mount):
+         * never root (the sandbox could leave root-owned setuid files for
+         * the host) and never a per-run uid (another run's). */
+        if (b->owner_set && !b->rw) {
+            BAD_KEY("filesystem.binds[%zu].owner", i);
+            return aj_err(err, 0, "--bind-ro %s: 'owner' applies to writable binds only (mode \"rw\")", b->host);
+        }
+        if (b->owner_set && (b->owner_uid == 0 || b->owner_gid == 0)) {
+            BAD_KEY("filesystem.binds[%zu].owner", i);
+            return aj_err(err, 0, "--bind-rw %s: owner %u:%u is root's; a workspace owner must be a normal user "
+                          "and group (what the sandbox writes lands as them on the host, setuid bits included)",
+                          b->host, b->owner_uid, b->owner_gid);
+        }
+        if (b->owner_set && (b->owner_uid - pol->uid_base < pol->uid_count ||
+                             b->owner_gid - pol->uid_base < pol->uid_count)) {
+            BAD_KEY("filesystem.binds[%zu].owner", i);
+            return aj_err(err, 0, "--bind-rw %s: owner %u:%u lies in the per-run uid range (%u, %u ids), which "
+                          "sandbox runs get; pick an id outside it", b->host, b->owner_uid, b->owner_gid,
+                          pol->uid_base, pol->uid_count);
         }
     }
     for (size_t i = 0; i < pol->n_tmpfs; i++) {

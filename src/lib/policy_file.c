@@ -108,10 +108,15 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     pass = json_array();
     if (!binds || !tmpfs || !envset || !pass)
         goto fail;
-    for (size_t i = 0; i < pol->n_binds; i++)
-        ok &= json_array_append_new(binds, json_pack("{s:s, s:s, s:s}", "host", pol->binds[i].host, "sandbox",
-                                                     pol->binds[i].sandbox, "mode",
-                                                     pol->binds[i].rw ? "rw" : "ro")) == 0;
+    for (size_t i = 0; i < pol->n_binds; i++) {
+        json_t *b = json_pack("{s:s, s:s, s:s}", "host", pol->binds[i].host, "sandbox", pol->binds[i].sandbox,
+                              "mode", pol->binds[i].rw ? "rw" : "ro");
+        if (b && pol->binds[i].owner_set) {
+            snprintf(buf, sizeof(buf), "%u:%u", pol->binds[i].owner_uid, pol->binds[i].owner_gid);
+            ok &= json_object_set_new(b, "owner", json_string(buf)) == 0;
+        }
+        ok &= json_array_append_new(binds, b) == 0;
+    }
     for (size_t i = 0; i < pol->n_tmpfs; i++) {
         fmt_size(buf, sizeof(buf), pol->tmpfs[i].size);
         ok &= json_array_append_new(tmpfs, json_pack("{s:s, s:s}", "path", pol->tmpfs[i].path, "size", buf)) == 0;
@@ -564,7 +569,7 @@ static int expand_host(struct loader *L, const char *path, const char *in, const
 
 static int load_binds(struct loader *L, const json_t *arr)
 {
-    static const char *const keys[] = {"host", "sandbox", "mode", "optional", NULL};
+    static const char *const keys[] = {"host", "sandbox", "mode", "optional", "owner", NULL};
     size_t i;
     json_t *b;
     int r = want_type(L, "filesystem.binds", arr, JSON_ARRAY, "an array of {host, sandbox, mode}");
@@ -573,9 +578,10 @@ static int load_binds(struct loader *L, const json_t *arr)
         return r;
     json_array_foreach(arr, i, b) {
         char p[128], kp[160];
-        json_t *host, *sandbox, *mode, *optional;
+        json_t *host, *sandbox, *mode, *optional, *owner;
         const char *hostpath = NULL;
         bool rw = false, opt = false, unset;
+        uint32_t ou = 0, og = 0;
 
         snprintf(p, sizeof(p), "filesystem.binds[%zu]", i);
         r = want_type(L, p, b, JSON_OBJECT, "an object {host, sandbox, mode}");
@@ -587,6 +593,7 @@ static int load_binds(struct loader *L, const json_t *arr)
         sandbox = json_object_get(b, "sandbox");
         mode = json_object_get(b, "mode");
         optional = json_object_get(b, "optional");
+        owner = json_object_get(b, "owner");
         if (!host)
             return fail_at(L, p, true, "missing 'host' (the absolute host path to bind)");
         snprintf(kp, sizeof(kp), "%s.host", p);
@@ -610,6 +617,14 @@ static int load_binds(struct loader *L, const json_t *arr)
                 return fail_at(L, kp, true, "expected a boolean, got %s", type_name(optional));
             opt = json_is_true(optional);
         }
+        if (owner) {
+            snprintf(kp, sizeof(kp), "%s.owner", p);
+            if (!json_is_string(owner) || aj_parse_owner(json_string_value(owner), &ou, &og) < 0)
+                return fail_at(L, kp, true, "expected \"UID:GID\" (decimal host ids, e.g. \"1000:1000\"): the "
+                               "host owner of what the sandbox writes there");
+            if (!rw)
+                return fail_at(L, kp, true, "'owner' applies to writable binds only (\"mode\": \"rw\")");
+        }
         snprintf(kp, sizeof(kp), "%s.host", p);
         r = expand_host(L, kp, json_string_value(host), &hostpath, &unset);
         if (r < 0)
@@ -630,6 +645,12 @@ static int load_binds(struct loader *L, const json_t *arr)
                 if (bad_sandbox && sandbox)
                     snprintf(kp, sizeof(kp), "%s.sandbox", p);
                 return setter_failed(L, kp, r);
+            }
+            if (owner) {
+                struct aj_bind *nb = &L->pol->binds[L->pol->n_binds - 1];
+                nb->owner_set = true;
+                nb->owner_uid = ou;
+                nb->owner_gid = og;
             }
         }
         {
@@ -1264,6 +1285,17 @@ char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool 
                      by->host, by->rw ? "rw" : "ro",
                      bx->rw == by->rw ? " (review: different host paths)"
                                       : bx->rw ? " (A is weaker: writable)" : " (B is weaker: writable)");
+            else if (side == 0 && (bx->owner_set != by->owner_set ||
+                                   (bx->owner_set && (bx->owner_uid != by->owner_uid ||
+                                                      bx->owner_gid != by->owner_gid)))) {
+                char oa[32] = "source's owner", ob[32] = "source's owner";
+                if (bx->owner_set)
+                    snprintf(oa, sizeof(oa), "%u:%u", bx->owner_uid, bx->owner_gid);
+                if (by->owner_set)
+                    snprintf(ob, sizeof(ob), "%u:%u", by->owner_uid, by->owner_gid);
+                addf(&t, "filesystem.binds %s owner: A %s, B %s (review: who owns what the sandbox writes)\n",
+                     bx->sandbox, oa, ob);
+            }
         }
     }
     if (a->n_tmpfs != b->n_tmpfs)

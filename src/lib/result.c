@@ -162,6 +162,13 @@ char *aj_result_to_json(const struct aj_result *res)
             return NULL;
         }
     }
+    if (res->has_rw_binds &&
+        (json_object_set_new(root, "workspace_idmap", json_boolean(res->workspace_idmap)) < 0 ||
+         (res->workspace_idmap_note[0] &&
+          json_object_set_new(root, "workspace_idmap_note", json_text(res->workspace_idmap_note)) < 0))) {
+        json_decref(root);
+        return NULL;
+    }
     if (res->unsafe_skipped[0] &&
         json_object_set_new(root, "unsafe_skipped_layer", json_string(res->unsafe_skipped)) < 0) {
         json_decref(root);

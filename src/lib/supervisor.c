@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/nsfs.h>
+#include <sys/stat.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -2426,11 +2427,16 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
         memcpy(res->degraded_reason + off, why.msg, n);
         res->degraded_reason[off + n] = '\0';
     }
-    for (size_t i = 0; i < pol->n_binds; i++)
+    for (size_t i = 0; i < pol->n_binds; i++) {
         if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0)
             return aj_err(err, 0,
                           "degraded mode cannot remap %s to %s (no mount namespace); bind it at the same path",
                           pol->binds[i].host, pol->binds[i].sandbox);
+        if (pol->binds[i].owner_set)
+            return aj_err(err, 0, "degraded mode cannot id-map %s to its owner %u:%u (no mount namespace); "
+                          "drop the bind's \"owner\" to run degraded", pol->binds[i].host, pol->binds[i].owner_uid,
+                          pol->binds[i].owner_gid);
+    }
     if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
         return aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
     sb->st.subreaper_set = !was;
@@ -2573,6 +2579,82 @@ static int sb_resolve_binds(struct sandbox *sb, struct aj_error *err)
     return r;
 }
 
+/* Writable binds are id-mapped (docs/security-model.md, "Workspaces keep
+ * their owner"): inside, the workspace owner's files are the sandbox
+ * user's; on the host, what the run writes is the owner's, whatever host
+ * uid the run got. Made here, as root in the host's namespaces, from the
+ * sources aj_mount_plan_resolve opened; init attaches the trees. Where it
+ * cannot be done (rootless, an owner that is root or a run uid, a kernel
+ * or filesystem without id-mapped mounts) the bind works as before, and
+ * the result says so, unless the policy set the owner: then the run
+ * stops. */
+static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct run_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    bool any = false, all = true;
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < c->plan.n; i++) {
+        struct aj_mnt_entry *e = &c->plan.entries[i];
+        char why[256] = "";
+        struct stat st;
+        uid_t wu;
+        gid_t wg;
+
+        if (e->kind != AJ_MNT_BIND || !e->rw || e->hostfd < 0)
+            continue;
+        any = true;
+        if (fstat(e->hostfd, &st) < 0) {
+            r = aj_err(err, errno, "bind source %s", e->src);
+            break;
+        }
+        wu = e->owner_set ? e->owner_uid : st.st_uid;
+        wg = e->owner_set ? e->owner_gid : st.st_gid;
+        if (c->rootless)
+            snprintf(why, sizeof(why), "%s",
+                     wu == c->host_uid && wg == c->host_gid
+                         ? "rootless: the sandbox user is your own uid, which owns it (no id-mapping needed)"
+                         : "rootless: id-mapped mounts need root, so files here that are not yours stay "
+                           "read-only inside unless their mode lets anyone write");
+        else if (wu == 0 || wg == 0)
+            snprintf(why, sizeof(why), "%s root (uid %u, gid %u): not id-mapped, as what the sandbox writes "
+                     "would be root's on the host; chown it to a normal user and group, or set the bind's owner",
+                     wu == 0 ? "owned by" : "its group is", (unsigned)wu, (unsigned)wg);
+        else if (wu - pol->uid_base < pol->uid_count)
+            snprintf(why, sizeof(why), "owned by host uid %u, one of the per-run uids (a sandbox made it): not "
+                     "id-mapped", (unsigned)wu);
+        else {
+            struct aj_error ierr = {0};
+            int ufd = aj_userns_parent_idmap_ns(wu, wg, c->host_uid, c->host_gid, &ierr);
+            int q = ufd < 0 ? ufd : aj_mount_parent_idmap(e, ufd, &ierr);
+            if (ufd >= 0)
+                (void)close(ufd);
+            /* Any failure (no id-mapped mounts here, or, inside a
+             * container, no CAP_SYS_ADMIN over the host's mounts for
+             * open_tree) leaves the bind as it was before id-mapping:
+             * the run's own uid, never more than that. */
+            if (q < 0)
+                snprintf(why, sizeof(why), "%.250s", ierr.msg);
+        }
+        if (!why[0])
+            continue;
+        all = false;
+        if (e->owner_set && !(c->rootless && wu == c->host_uid && wg == c->host_gid)) {
+            r = aj_err(err, EOPNOTSUPP, "--bind-rw %s: its owner is set to %u:%u, which needs an id-mapped mount, "
+                       "and: %s", e->src, (unsigned)wu, (unsigned)wg, why);
+            break;
+        }
+        if (!res->workspace_idmap_note[0])
+            snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note), "%.200s: %s", e->src, why);
+    }
+    /* The sandbox gets none of the resolved sources, only the trees. */
+    aj_mount_plan_drop_hostfds(&c->plan);
+    res->has_rw_binds = any;
+    res->workspace_idmap = any && all;
+    return r;
+}
+
 /* Everything up to the GO message: cgroups, clone, id maps. argv NULL
  * prepares a parked sandbox for the pool (its command comes at launch);
  * base_mask is then the signal mask its payload will run with. */
@@ -2646,6 +2728,9 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     if (r < 0)
         return r;
     r = sb_resolve_binds(sb, err);
+    if (r < 0)
+        return r;
+    r = sb_idmap_workspaces(sb, res, err);
     if (r < 0)
         return r;
     r = aj_decoy_plan(pol, res->sandbox_id, &c->plan, &c->decoys, sb->decoy_env, &st->decoy_info, err);
@@ -2743,6 +2828,12 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     st->sock = sb->socks[0];
     sb->socks[0] = -1;
     close_fd(&sb->null_fd);
+    aj_mount_plan_close_idmaps(&c->plan); /* init has its copies */
+    if (c->degraded && res->has_rw_binds) {
+        res->workspace_idmap = false; /* no mount namespace to attach them in */
+        snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note),
+                 "degraded mode: no mount namespace, the writable binds are the host paths themselves");
+    }
     for (int i = 0; i < 2; i++) {
         if (st->out[i].owns_w)
             close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */

@@ -10,6 +10,10 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "aj_hostpath.h"
@@ -112,6 +116,49 @@ int aj_userns_parent_write_maps(pid_t child, uid_t inside_uid, gid_t inside_gid,
                       "agentjail as a non-root user (docker run --user 1000), which maps only its own uid",
                       (int)child, (unsigned)host_uid);
     return r;
+}
+
+int aj_userns_parent_idmap_ns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid, gid_t host_gid,
+                              struct aj_error *err)
+{
+    int p[2], fd = -1, r = 0, status;
+    char path[64];
+    pid_t pid;
+
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return aj_err(err, errno, "pipe");
+    /* A raw clone (the supervisor may be multithreaded): the helper only
+     * waits for the pipe to close, then exits. Its user namespace lives
+     * on through the fd opened below (and then through the mount). */
+    pid = (pid_t)syscall(__NR_clone, (unsigned long)(CLONE_NEWUSER | SIGCHLD), NULL, NULL, NULL, 0UL);
+    if (pid == 0) {
+        char c;
+        (void)close(p[1]);
+        (void)!read(p[0], &c, 1);
+        _exit(0);
+    }
+    (void)close(p[0]);
+    if (pid < 0) {
+        r = aj_err(err, errno, "clone the id-mapping helper");
+        (void)close(p[1]);
+        return r;
+    }
+    /* One id each way: on-disk disk_uid shows as host_uid (the run's uid,
+     * which the sandbox's own namespace shows as its user) and what the
+     * run creates lands as disk_uid. Every other owner stays unmapped
+     * (the overflow id inside; no owner rights). Written as root: no
+     * setgroups deny is needed, and the helper gets no privilege from it. */
+    r = aj_userns_parent_write_maps(pid, disk_uid, disk_gid, host_uid, host_gid, false, err);
+    if (r == 0) {
+        (void)snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            r = aj_err(err, errno, "open %s", path);
+    }
+    (void)close(p[1]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return r < 0 ? r : fd;
 }
 
 int aj_userns_child_become(uid_t uid, gid_t gid, bool rootless, struct aj_error *err)

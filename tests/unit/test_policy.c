@@ -104,6 +104,29 @@ static void test_u64_rejects(void **state)
     }
 }
 
+/* A workspace owner: two decimal ids, neither (uid_t)-1, nothing else. */
+static void test_owner_parse(void **state)
+{
+    static const char *const bad[] = {"", "1000", ":1000", "1000:", "-1:1000", "1000:-1", " 1:1", "1:1 ",
+                                      "4294967295:1", "1:4294967295", "1:2:3", "0x10:1", "a:b", NULL};
+    uint32_t u = 7, g = 7;
+    (void)state;
+
+    assert_int_equal(aj_parse_owner("1234:1235", &u, &g), 0);
+    assert_int_equal(u, 1234);
+    assert_int_equal(g, 1235);
+    assert_int_equal(aj_parse_owner("4294967294:0", &u, &g), 0);
+    assert_int_equal(u, 4294967294u);
+    assert_int_equal(g, 0);
+    for (size_t i = 0; bad[i]; i++) {
+        u = g = 7;
+        if (aj_parse_owner(bad[i], &u, &g) != -EINVAL)
+            fail_msg("owner '%s' accepted", bad[i]);
+        assert_int_equal(u, 7);
+        assert_int_equal(g, 7);
+    }
+}
+
 static void test_u64_rejects_above_max(void **state)
 {
     uint64_t v = 0;
@@ -809,6 +832,11 @@ static void test_sha256_covers_every_field(void **state)
         case 22: what = "allow_no_decoys"; pol.allow_no_decoys = !pol.allow_no_decoys; break;
         case 23: what = "allow_no_landlock"; pol.allow_no_landlock = !pol.allow_no_landlock; break;
         case 24: what = "allow_ptrace"; pol.allow_ptrace = !pol.allow_ptrace; break;
+        case 25:
+            what = "bind owner";
+            pol.binds[1].owner_set = true;
+            pol.binds[1].owner_uid = pol.binds[1].owner_gid = 1234;
+            break;
         default:
             break;
         }
@@ -831,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_u64_decimal_only),
         cmocka_unit_test(test_u64_rejects),
         cmocka_unit_test(test_u64_rejects_above_max),
+        cmocka_unit_test(test_owner_parse),
         cmocka_unit_test(test_size_accepts),
         cmocka_unit_test(test_size_rejects),
         cmocka_unit_test(test_duration_accepts),
