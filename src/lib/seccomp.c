@@ -37,7 +37,7 @@
 
 /* What a Python interpreter, a POSIX shell and coreutils use. */
 static const char *const allowed_syscalls[] = {
-    "read", "write", "open", "close", "stat", "fstat", "lstat", "poll", "lseek", "mmap",
+    "read", "write", "close", "stat", "fstat", "lstat", "poll", "lseek", "mmap",
     "mprotect", "munmap", "brk", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "pread64",
     "pwrite64", "readv", "writev", "access", "pipe", "select", "sched_yield", "mremap", "msync",
     "mincore", "madvise", "shmget", "shmat", "shmctl", "dup", "dup2", "pause", "nanosleep",
@@ -46,7 +46,7 @@ static const char *const allowed_syscalls[] = {
     "setsockopt", "getsockopt", "fork", "vfork", "execve", "exit", "wait4", "kill", "uname",
     "semget", "semop", "semctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "fcntl", "flock",
     "fsync", "fdatasync", "truncate", "ftruncate", "getdents", "getcwd", "chdir", "fchdir", "rename",
-    "mkdir", "rmdir", "creat", "link", "unlink", "symlink", "readlink", "chmod", "fchmod", "chown",
+    "mkdir", "rmdir", "link", "unlink", "symlink", "readlink", "chown",
     "fchown", "lchown", "umask", "gettimeofday", "getrlimit", "getrusage", "sysinfo", "times",
     "getuid", "getgid", "setuid", "setgid", "geteuid", "getegid", "setpgid", "getppid", "getpgrp",
     "setsid", "setreuid", "setregid", "getgroups", "setgroups", "setresuid", "getresuid",
@@ -65,8 +65,8 @@ static const char *const allowed_syscalls[] = {
     /* NUMA policy of the caller's own memory: procps and libnuma set it. */
     "set_mempolicy", "mbind", "mq_open", "mq_unlink", "mq_timedsend",
     "mq_timedreceive", "mq_notify", "mq_getsetattr", "waitid", "inotify_init", "inotify_add_watch",
-    "inotify_rm_watch", "openat", "mkdirat", "fchownat", "futimesat", "newfstatat", "unlinkat",
-    "renameat", "linkat", "symlinkat", "readlinkat", "fchmodat", "faccessat", "pselect6", "ppoll",
+    "inotify_rm_watch", "mkdirat", "fchownat", "futimesat", "newfstatat", "unlinkat",
+    "renameat", "linkat", "symlinkat", "readlinkat", "faccessat", "pselect6", "ppoll",
     "set_robust_list", "get_robust_list", "splice", "tee", "sync_file_range", "vmsplice",
     "utimensat", "epoll_pwait", "signalfd", "timerfd_create", "eventfd", "fallocate",
     "timerfd_settime", "timerfd_gettime", "accept4", "signalfd4", "eventfd2", "epoll_create1",
@@ -74,7 +74,7 @@ static const char *const allowed_syscalls[] = {
     "prlimit64", "syncfs", "sendmmsg", "getcpu", "sched_setattr", "sched_getattr", "renameat2",
     "getrandom", "execveat", "membarrier", "copy_file_range", "preadv2", "pwritev2",
     "pkey_mprotect", "pkey_alloc", "pkey_free", "statx", "rseq", "pidfd_send_signal", "pidfd_open",
-    "close_range", "openat2", "faccessat2", "epoll_pwait2", "futex_waitv",
+    "close_range", "faccessat2", "epoll_pwait2", "futex_waitv",
     /* Landlock can only ever add restrictions. */
     "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
 };
@@ -84,7 +84,6 @@ static const struct {
     const char *name;
     int nr;
 } allowed_by_number[] = {
-    {"fchmodat2", 452},
     {"map_shadow_stack", 453},
     {"futex_wake", 454},
     {"futex_wait", 455},
@@ -190,6 +189,47 @@ static int rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned
     if (r < 0)
         return aj_err(err, -r, "seccomp rule for %s", name);
     return 0;
+}
+
+/* No setuid or setgid file: writable binds are id-mapped to the workspace
+ * owner, so a setuid file the payload made there would, on the host, run
+ * as that owner for any local user who executes it (the sandbox's own
+ * mounts are nosuid; the host's view of the workspace may not be). Every
+ * call that sets a mode: allowed when the mode has neither bit, EPERM
+ * when it has one (what the kernel says to an unprivileged chmod u+s of
+ * a file it does not own). openat2 carries its mode in memory the filter
+ * cannot read: ENOSYS, as on a kernel before 5.6 (callers fall back to
+ * openat). */
+static int add_setid_mode_rules(scmp_filter_ctx ctx, uint32_t allow, struct aj_error *err)
+{
+    static const struct {
+        const char *name;
+        int nr;       /* for names newer than libseccomp's table, else 0 */
+        unsigned arg; /* which argument is the mode */
+    } calls[] = {
+        {"open", 0, 2},   {"openat", 0, 3},   {"creat", 0, 1},       {"chmod", 0, 1},
+        {"fchmod", 0, 1}, {"fchmodat", 0, 2}, {"fchmodat2", 452, 2},
+    };
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(calls); i++) {
+        int nr = seccomp_syscall_resolve_name(calls[i].name);
+        if (nr == __NR_SCMP_ERROR)
+            nr = calls[i].nr;
+        if (nr <= 0)
+            continue;
+        struct scmp_arg_cmp ok = {calls[i].arg, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0};
+        struct scmp_arg_cmp suid = {calls[i].arg, SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID};
+        struct scmp_arg_cmp sgid = {calls[i].arg, SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID};
+        r = seccomp_rule_add_array(ctx, allow, nr, 1, &ok);
+        if (r == 0)
+            r = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, &suid);
+        if (r == 0)
+            r = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, &sgid);
+        if (r < 0)
+            return aj_err(err, -r, "seccomp rule for %s", calls[i].name);
+    }
+    return rule(ctx, SCMP_ACT_ERRNO(ENOSYS), "openat2", 0, NULL, err);
 }
 
 #define MFD_NOEXEC_SEAL_FLAG 0x0008U
@@ -521,16 +561,29 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
             return r;
     }
 
+    r = add_setid_mode_rules(ctx, allow, err);
+    if (r < 0)
+        return r;
+
     /* mknod: fifos, sockets and plain files only; device nodes would give
-     * direct access to hardware or kernel memory (/dev/mem, disks). */
+     * direct access to hardware or kernel memory (/dev/mem, disks). Never
+     * with the setuid or setgid bit (see add_setid_mode_rules). */
     {
         static const uint32_t types[] = {S_IFIFO, S_IFREG, S_IFSOCK, 0};
         for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(types); i++) {
-            struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
-            struct scmp_arg_cmp mat[] = {SCMP_A2_64(SCMP_CMP_MASKED_EQ, S_IFMT, types[i])};
+            struct scmp_arg_cmp m[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, S_IFMT | S_ISUID | S_ISGID, types[i])};
+            struct scmp_arg_cmp mat[] = {SCMP_A2_64(SCMP_CMP_MASKED_EQ, S_IFMT | S_ISUID | S_ISGID, types[i])};
             r = rule(ctx, allow, "mknod", 1, m, err);
             if (r == 0)
                 r = rule(ctx, allow, "mknodat", 1, mat, err);
+            for (int b = 0; r == 0 && b < 2; b++) {
+                uint32_t bit = b ? S_ISGID : S_ISUID;
+                struct scmp_arg_cmp sm[] = {SCMP_A1_64(SCMP_CMP_MASKED_EQ, S_IFMT | bit, types[i] | bit)};
+                struct scmp_arg_cmp smat[] = {SCMP_A2_64(SCMP_CMP_MASKED_EQ, S_IFMT | bit, types[i] | bit)};
+                r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "mknod", 1, sm, err);
+                if (r == 0)
+                    r = rule(ctx, SCMP_ACT_ERRNO(EPERM), "mknodat", 1, smat, err);
+            }
         }
         static const uint32_t devtypes[] = {S_IFCHR, S_IFBLK};
         for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(devtypes); i++) {

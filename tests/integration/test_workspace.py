@@ -14,6 +14,7 @@ users stay out of reach (with the owner's file as the positive control).
       python3 -m pytest -p no:cacheprovider tests/integration/test_workspace.py
 """
 import json
+import stat
 import os
 import subprocess
 
@@ -354,3 +355,52 @@ def test_cli_bind_owner_bad(hostdir, args, msg):
     r = run_aj([hostdir + a[1:] if a.startswith("W:") else a for a in args], ["sh", "-c", "echo ran"])
     assert r.returncode == 2 and "ran" not in r.stdout, r
     assert msg in r.stderr, r.stderr
+
+
+def test_no_setuid_file_reaches_the_host(ws):
+    """Files the payload makes in a workspace belong, on the host, to the
+    workspace owner: a setuid or setgid one would run as that owner for
+    any local user. Every way of setting those bits is refused (chmod,
+    fchmod(at), open/creat with the mode, mknod); openat2, whose mode the
+    filter cannot read, answers ENOSYS so callers fall back to openat."""
+    code = r"""
+import ctypes, json, os, stat
+out = {}
+open('plain', 'w').close()
+os.chmod('plain', 0o755); out['chmod755'] = 'ok'
+for name, bits in (('suid', 0o4755), ('sgid', 0o2755)):
+    try:
+        os.chmod('plain', bits); out['chmod_' + name] = 'ok'
+    except OSError as e:
+        out['chmod_' + name] = e.errno
+    try:
+        os.close(os.open('new_' + name, os.O_CREAT | os.O_WRONLY, bits)); out['open_' + name] = 'ok'
+    except OSError as e:
+        out['open_' + name] = e.errno
+    try:
+        os.mknod('node_' + name, stat.S_IFREG | bits); out['mknod_' + name] = 'ok'
+    except OSError as e:
+        out['mknod_' + name] = e.errno
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.syscall(437, -100, b'x', b'\0' * 24, 24)
+out['openat2'] = ctypes.get_errno() if r < 0 else 'ok'
+print(json.dumps(out))
+"""
+    r = run_aj(["--bind-rw", "%s:/ws" % ws, "--workdir", "/ws"], ["python3", "-c", code])
+    assert r.returncode == 0, r
+    out = json.loads(r.stdout)
+    assert out["chmod755"] == "ok", out  # control: ordinary modes work
+    for k in ("chmod_suid", "chmod_sgid", "open_suid", "open_sgid", "mknod_suid", "mknod_sgid"):
+        assert out[k] == 1, (k, out)  # EPERM
+    assert out["openat2"] == 38, out  # ENOSYS
+    for dirpath, dirs, files in os.walk(ws):
+        for n in dirs + files:
+            mode = os.lstat(os.path.join(dirpath, n)).st_mode
+            if n != "src":  # the operator's own tree may carry setgid dirs
+                assert not mode & (stat.S_ISUID | stat.S_ISGID), (n, oct(mode))
+    # Control: the host itself can make such a file there (the filter, not
+    # the filesystem, is what refused it).
+    p = os.path.join(ws, "host_suid")
+    open(p, "w").close()
+    os.chmod(p, 0o4755)
+    assert os.stat(p).st_mode & stat.S_ISUID
