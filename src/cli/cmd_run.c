@@ -390,7 +390,7 @@ int aj_cmd_run(int argc, char **argv)
     if (r < 0)
         goto usage_error;
     /* Before anything starts: the result is written as root after the run. */
-    if (result_path && aj_result_check_path(&pol, result_path, &err) < 0)
+    if (result_path && strcmp(result_path, "-") != 0 && aj_result_check_path(&pol, result_path, &err) < 0)
         goto usage_error;
 
     /* A SIGTERM or ^C that ends the run is left pending for us by the
@@ -415,7 +415,17 @@ int aj_cmd_run(int argc, char **argv)
         fprintf(stderr, "agentjail: %s\n", err.msg);
     if (result_path) {
         struct aj_error werr = {0};
-        if (aj_result_write_file(&res, result_path, &werr) < 0) {
+        if (strcmp(result_path, "-") == 0) {
+            /* stdout, after everything the payload wrote to it */
+            char *json = aj_result_to_json(&res);
+            if (!json || printf("%s\n", json) < 0 || fflush(stdout) != 0) {
+                fprintf(stderr, "agentjail: write the result to stdout: %s\n", strerror(errno ? errno : ENOMEM));
+                free(json);
+                aj_policy_clear(&pol);
+                return AJ_EXIT_SETUP;
+            }
+            free(json);
+        } else if (aj_result_write_file(&res, result_path, &werr) < 0) {
             fprintf(stderr, "agentjail: %s\n", werr.msg);
             aj_policy_clear(&pol);
             return AJ_EXIT_SETUP;

@@ -252,6 +252,19 @@ int aj_hostpath_write_replace(const char *path, const char *what, const void *da
         (void)unlinkat(dfd, tmp, 0);
         return aj_err(err, -r, "write %s %s", what, path);
     }
+    /* Only a regular file (or nothing) is replaced: a symlink, device or
+     * FIFO at the name is the operator's (/dev/stdout) or was planted, and
+     * is neither written through nor destroyed. */
+    {
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+            (void)unlinkat(dfd, tmp, 0);
+            return aj_err(err, EEXIST,
+                          "%s %s exists and is not a regular file (a symlink, device or FIFO is neither "
+                          "followed nor replaced)",
+                          what, path);
+        }
+    }
     if (renameat(dfd, tmp, dfd, name) < 0) {
         int e = errno;
         (void)unlinkat(dfd, tmp, 0);

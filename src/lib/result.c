@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "aj_hostpath.h"
@@ -190,9 +192,18 @@ int aj_result_check_path(const struct aj_policy *pol, const char *path, struct a
     char name[256];
     _cleanup_close_ int dfd = aj_hostpath_open_parent(path, "--result", name, sizeof(name), err);
 
+    struct stat st;
+
     if (dfd < 0) {
         err->exit_hint = 2;
         return dfd;
+    }
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+        err->exit_hint = 2;
+        return aj_err(err, EEXIST,
+                      "--result: %s exists and is not a regular file (a symlink, device or FIFO is neither "
+                      "followed nor replaced); give a file's path, or --result - for stdout",
+                      path);
     }
     return aj_hostpath_check_outside_writable(pol, dfd, path, "--result", err);
 }

@@ -155,7 +155,7 @@ def test_v2_not_delegated_cgroup_with_other_processes():
     other process is not moved."""
     need_v2_systemd()
     cmd = ("sleep 60 & s=$!; %s run --memory 64M -- true; echo rc=$?; "
-           "%s run --result /dev/stdout -- true | tr -d '\\n'; echo; "
+           "%s run --result - -- true | tr -d '\\n'; echo; "
            "cat /proc/$s/cgroup; kill $s" % (AJ_BIN, AJ_BIN))
     p = in_scope(cmd, delegate=False)
     assert "rc=125" in p.stdout, p
@@ -167,7 +167,7 @@ def test_v2_not_delegated_cgroup_with_other_processes():
     assert res["layers"]["memory_limit"] is False and res["layers"]["pids_limit"] is False, res
     assert lines[2].endswith(".scope"), lines   # the sleep stayed where it was
     # Control: the same in a delegated scope gets every limit.
-    q = in_scope("sleep 60 & s=$!; %s run --memory 64M --pids 64 --result /dev/stdout -- true; kill $s"
+    q = in_scope("sleep 60 & s=$!; %s run --memory 64M --pids 64 --result - -- true; kill $s"
                  % AJ_BIN, delegate=True)
     assert q.returncode == 0, q
     res = json.loads(q.stdout)
@@ -201,7 +201,7 @@ def test_v2_read_only_cgroupfs_runs_without_limits_and_refuses_explicit_ones():
     need_v2_systemd()
     cmd = ("mount -o remount,bind,ro /sys/fs/cgroup || exit 3; "
            "%s run --memory 64M -- true; echo rc=$?; "
-           "%s run --result /dev/stdout -- true | tr -d '\\n'; echo" % (AJ_BIN, AJ_BIN))
+           "%s run --result - -- true | tr -d '\\n'; echo" % (AJ_BIN, AJ_BIN))
     p = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--",
                         "unshare", "--mount", "--propagation", "private", "sh", "-c", cmd],
                        capture_output=True, text=True, timeout=120)
@@ -219,7 +219,7 @@ def test_v2_container_cgroup_namespace_root_is_treated_as_delegated():
     gets every limit."""
     need_v2_systemd()
     cmd = ("umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup || exit 3; echo self=$(cat /proc/self/cgroup); "
-           "sleep 60 & s=$!; %s run --memory 64M --pids 64 --cpus 1 --result /dev/stdout -- true "
+           "sleep 60 & s=$!; %s run --memory 64M --pids 64 --cpus 1 --result - -- true "
            "| tr -d '\\n'; echo; echo sleep=$(cat /proc/$s/cgroup); kill $s" % AJ_BIN)
     p = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--",
                         "unshare", "--cgroup", "--mount", "--propagation", "private", "sh", "-c", cmd],

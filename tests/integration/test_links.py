@@ -16,6 +16,7 @@ Runs as root and as nobody:
 """
 import json
 import os
+import stat
 import subprocess
 
 import pytest
@@ -66,16 +67,15 @@ def read(path):
 # ---- the result file ---------------------------------------------------------------
 
 @pytest.mark.parametrize("env_extra", RESOLVERS)
-def test_result_over_planted_symlink_replaces_the_link_not_the_target(ws, env_extra):
+def test_result_over_planted_symlink_is_refused_and_the_target_untouched(ws, env_extra):
     w, target = ws
     plant(w, "ln -s %s /ws/result.json" % target)
     assert os.path.islink(os.path.join(w, "result.json"))
     res = os.path.join(w, "result.json")
     r = aj(["--result", res], ["true"], env_extra)
-    assert r.returncode == 0, r
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r
     assert read(target) == ORIG  # not written through the link
-    assert not os.path.islink(res)
-    assert json.loads(read(res))["status"] == "ok"
+    assert os.path.islink(res)   # nor the link destroyed
     # No temporary file is left beside it.
     assert sorted(os.listdir(w)) == ["result.json"], os.listdir(w)
 
@@ -400,7 +400,7 @@ def test_degraded_mode_bind_source_symlink_is_refused(ws, secret):
     assert r.returncode == 0 and r.stdout == "TOPSECRET\n", r
 
 
-def test_report_output_over_planted_symlink_replaces_the_link(ws):
+def test_report_output_over_planted_symlink_is_refused(ws):
     """`agentjail report --output` into a workspace a run wrote."""
     w, target = ws
     plant(w, "ln -s %s /ws/report.md" % target)
@@ -410,9 +410,15 @@ def test_report_output_over_planted_symlink_replaces_the_link(ws):
                         "--probe-json", os.path.join(golden, "probe-clean.json"),
                         "--check-json", os.path.join(golden, "check-host.json")],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r
-    assert read(target) == ORIG
-    assert not os.path.islink(out) and read(out).startswith("#"), read(out)[:100]
+    assert r.returncode != 0 and "not a regular file" in r.stderr, r
+    assert read(target) == ORIG and os.path.islink(out)
+    # Control: a plain path gets the report.
+    out2 = os.path.join(w, "report2.md")
+    r = subprocess.run([AJ_BIN, "report", "--profile", "default", "--output", out2,
+                        "--probe-json", os.path.join(golden, "probe-clean.json"),
+                        "--check-json", os.path.join(golden, "check-host.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and read(out2).startswith("#"), r
 
 
 def test_bind_source_swapped_during_setup_never_binds_the_link_target(hostdir, secret):
@@ -463,3 +469,32 @@ def test_bind_source_swapped_during_setup_never_binds_the_link_target(hostdir, s
     assert swaps[0] > 100, swaps
     # Both outcomes happen: the race is real, and the real directory binds.
     assert 0 in outcomes and 2 in outcomes, outcomes
+
+
+def test_result_never_replaces_a_symlink_or_device(tmp_path):
+    """Only a regular file at the result path is replaced: the operator's
+    own /dev/stdout-like symlink (or a FIFO) is neither written through nor
+    destroyed; --result - prints on stdout instead."""
+    target = tmp_path / "target"
+    target.write_text("keep\n")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for p in (link, fifo):
+        r = subprocess.run([AJ_BIN, "run", "--result", str(p), "--", "true"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and "not a regular file" in r.stderr and "--result -" in r.stderr, r
+    assert os.path.islink(link) and target.read_text() == "keep\n"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    # Control: stdout gets the result after the payload's own output, and a
+    # regular file at the path is replaced.
+    r = subprocess.run([AJ_BIN, "run", "--result", "-", "--", "echo", "payload"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("payload\n"), r
+    assert json.loads(r.stdout.split("\n", 1)[1])["status"] == "ok", r.stdout
+    reg = tmp_path / "reg.json"
+    reg.write_text("old")
+    r = subprocess.run([AJ_BIN, "run", "--result", str(reg), "--", "true"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and json.loads(reg.read_text())["status"] == "ok", r
