@@ -127,12 +127,16 @@ def test_degraded_payload_cannot_reach_another_process_of_its_uid():
     victim = _victim(prefix, tag)
     before = _victim_state(victim.pid)
     try:
-        r, evs = run_as(list(prefix) + [helper("aj-nouserns")], ["--allow-degraded"],
+        # Before Landlock ABI 6 a rootless degraded run needs the policy's
+        # consent (signals are not scoped there: test_rootless_degraded_...).
+        r, evs = run_as(list(prefix) + [helper("aj-nouserns")], ["--allow-degraded", "--allow-unscoped-signals"],
                         ["python3", "-c", REACH, str(victim.pid)])
         assert r.returncode == 0 and r.result["degraded"] is True, r
         out = json.loads(r.stdout)
         evs = escapes(evs)
-        for k in OTHER + ("kill0", "pidfd_signal"):
+        # kill and pidfd_send_signal are Landlock's (signal scope, ABI 6).
+        signals = ("kill0", "pidfd_signal") if r.result["landlock_abi"] >= 6 else ()
+        for k in OTHER + signals:
             assert out[k] == os.strerror(1), (k, out)
         # The kernel outcome: the victim is exactly as it was.
         assert _victim_state(victim.pid) == before, before
@@ -179,12 +183,16 @@ def test_rootless_degraded_without_landlock_signal_scope_fails_closed(hostdir):
     for args in (["--allow-degraded", "--allow-unscoped-signals"], ["--policy", pol]):
         q, _ = run_as(_unscoped("--no-landlock-scope"), args, ["sh", "-c", "echo ran"])
         assert q.returncode == 0 and q.stdout == "ran\n", (args, q)
-        assert q.result["degraded"] is True and q.result["landlock_abi"] == 5, q.result
+        assert q.result["degraded"] is True and 1 <= q.result["landlock_abi"] <= 5, q.result
         assert q.result["layers"]["landlock_scope"] is False, q.result
-    # Control: with scoping available the same degraded run needs no key.
+    # Control: with scoping available the same degraded run needs no key
+    # (on a kernel before 6.12 there is none: the refusal above is real).
     c, _ = run_as(_unscoped(), ["--allow-degraded"], ["sh", "-c", "echo ran"])
-    assert c.returncode == 0 and c.stdout == "ran\n", c
-    assert c.result["layers"]["landlock_scope"] is True, c.result
+    if c.returncode == 125 and "ABI 6" in c.stderr:
+        assert q.result["landlock_abi"] < 6, q.result
+    else:
+        assert c.returncode == 0 and c.stdout == "ran\n", c
+        assert c.result["layers"]["landlock_scope"] is True, c.result
     # The key is part of the policy: dumped, and weaker in a diff.
     d = subprocess.run([AJ_BIN, "policy", "show", pol], capture_output=True, text=True)
     assert d.returncode == 0 and json.loads(d.stdout)["degraded"]["without_signal_scope"] is True, d
@@ -251,7 +259,7 @@ def test_surface_control_on_host(argv):
 def test_listmount_statmount_refused_and_reported(call):
     host = probe_on_host([call])
     if host["errno"] == "ENOSYS":
-        must_skip("%s is newer than this kernel (6.8)" % call)
+        pytest.skip("not applicable: %s is newer than this kernel (6.8)" % call)
     # Control: on the host the call reaches the kernel (EINVAL for the
     # empty request, not EPERM).
     assert host["permitted"] is True and host["errno"] != "EPERM", host
