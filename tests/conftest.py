@@ -33,8 +33,26 @@ class Run:
             self.returncode, self.stdout[-2000:], self.stderr[-2000:], self.result)
 
 
+def landlock_abi():
+    """This kernel's Landlock ABI (0: none)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    r = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    return r if r > 0 else 0
+
+
+def degraded_needs_consent():
+    """A rootless degraded run before Landlock ABI 6 (no signal scope) is
+    refused unless the policy allows it (--allow-unscoped-signals):
+    test_surfaces.py tests that refusal; elsewhere run_aj adds the flag to
+    degraded runs so that what they test still runs on such kernels."""
+    return not IS_ROOT and landlock_abi() < 6
+
+
 def run_aj(args, cmd, timeout=60, input=None, pass_fds=(), env=None, prefix=(), stdin=None):
     """Run `agentjail run ARGS -- CMD` and return a Run with the parsed result JSON."""
+    if "--allow-degraded" in args and "--allow-unscoped-signals" not in args and degraded_needs_consent():
+        args = list(args) + ["--allow-unscoped-signals"]
     with tempfile.TemporaryDirectory(prefix="ajtest-res-") as d:
         res_path = os.path.join(d, "result.json")
         full = list(prefix) + [AJ_BIN, "run", "--result", res_path] + list(args) + ["--"] + list(cmd)
