@@ -43,7 +43,8 @@ import xml.etree.ElementTree as ET
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAST = ["test_os", "test_socket", "test_subprocess", "test_tempfile", "test_shutil",
         "test_signal", "test_pty", "test_mmap", "test_select", "test_threading"]
-PATH = "/usr/local/bin:/usr/bin:/bin"
+PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"   # the sandbox's
+PY = "/usr/bin/python3"   # the interpreter the Debian test suite belongs to, in every mode
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 # no internet here; cpu/largefile only make modules slow; gui/audio need hardware
 RESOURCES = "all,-network,-urlfetch,-largefile,-cpu,-gui,-audio"
@@ -77,7 +78,7 @@ def cause_of(text):
 
 
 def list_all_modules():
-    out = subprocess.run([sys.executable, "-m", "test", "--list-tests"],
+    out = subprocess.run([PY, "-m", "test", "--list-tests"],
                          capture_output=True, text=True, check=True).stdout
     return [l.strip() for l in out.splitlines() if l.strip().startswith("test_")]
 
@@ -154,7 +155,7 @@ def run_one(args, module, mode, workdir):
     rt = ["-m", "test", "-v", "-u", args.resources]
     env = None
     if mode == "bare":
-        cmd = NOBODY + ["env", "-i", "PATH=" + PATH, "HOME=/tmp", "python3"] + rt + [
+        cmd = NOBODY + ["env", "-i", "PATH=" + PATH, "HOME=/tmp", PY] + rt + [
             "--junit-xml", os.path.join(out, "junit.xml"), module]
         cwd = "/tmp"
     else:
@@ -163,7 +164,7 @@ def run_one(args, module, mode, workdir):
                "--events", os.path.join(d, "events.jsonl")]
         if mode != "default":
             cmd[2:2] = ["--profile", mode]
-        cmd += ["--", "python3"] + rt + ["--junit-xml", "/aj-out/junit.xml", module]
+        cmd += ["--", PY] + rt + ["--junit-xml", "/aj-out/junit.xml", module]
         cwd = "/"
     for p in ("result.json", "events.jsonl"):
         if os.path.exists(os.path.join(d, p)):
@@ -201,14 +202,24 @@ def run_one(args, module, mode, workdir):
                     continue
                 if ev.get("type") in ("start", "exit"):
                     continue
-                key = "%s:%s" % (ev.get("type"), ev.get("syscall") or ev.get("path") or ev.get("destination") or "")
+                what = ev.get("syscall") or ev.get("path") or ev.get("destination") or ""
+                if ev.get("syscall") == "socket" and ev.get("args"):
+                    what += "(%s)" % ev["args"][0]
+                key = "%s:%s" % (ev.get("type"), what)
                 events[key] = events.get(key, 0) + 1
     except OSError:
         pass
     status = result.get("status") if result else None
+    if mode != "bare" and result is None and not timed_out:
+        raise SystemExit("cpython.py: agentjail did not run %s (rc %d): %s" % (module, proc.returncode, text[-500:]))
     if mode == "bare":
         status = "timeout" if timed_out else ("ok" if proc.returncode == 0 else "exit %d" % proc.returncode)
-    return {"module": module, "mode": mode, "rc": proc.returncode, "wall_s": round(wall, 1),
+    crash = None
+    i = text.find("crashed -- Traceback")
+    if i >= 0:   # the exception lines of regrtest's "test_x crashed" traceback
+        crash = " / ".join(l.strip() for l in text[i:].splitlines()[1:80]
+                           if re.match(r"^[\w.]*(Error|Exception|Exit)\b", l))[:600]
+    return {"module": module, "mode": mode, "rc": proc.returncode, "crash": crash, "wall_s": round(wall, 1),
             "timed_out": timed_out or status == "timeout", "status": status, "source": source,
             "tests": tests, "tail": tail(text), "events": events}
 
@@ -220,7 +231,7 @@ def compare(bare, sb):
     if sb["source"] != "junit" or sb["timed_out"]:
         crash_reason = "module %s in the sandbox (status %s, rc %s): %s" % (
             "timed out" if sb["timed_out"] else "crashed", sb["status"], sb["rc"],
-            sb["tail"][-400:].strip())
+            sb.get("crash") or sb["tail"][-400:].strip())
     errors_mod = [m for tid, (s, m) in sb["tests"].items()
                   if s == "fail" and not re.search(r"\.test\w*$", tid)]
     for tid, (s, _m) in sorted(bare["tests"].items()):
@@ -272,6 +283,7 @@ def main():
         ap.print_usage(sys.stderr)
         return 2
     args.aj = os.path.abspath(args.aj)
+    args.out = os.path.abspath(args.out)
     if len(modes) > 1 and not os.access(args.aj, os.X_OK):
         print("cpython.py: %s is not an executable agentjail (--aj or AJ_BIN)" % args.aj, file=sys.stderr)
         return 1
@@ -312,7 +324,8 @@ def main():
 
 
 def write_reports(args, modes, entries, mods, t0):
-    summary = {"python_version": sys.version.split()[0], "agentjail": args.aj, "modes": modes,
+    summary = {"python_version": subprocess.run([PY, "-c", "import sys; print(sys.version.split()[0])"],
+                                               capture_output=True, text=True).stdout.strip(), "agentjail": args.aj, "modes": modes,
                "pending": [m for m in mods if m not in {e["module"] for e in entries}],
                "resources": args.resources, "timeout_s": args.timeout,
                "wall_s": round(time.monotonic() - t0), "modules": len(entries),
