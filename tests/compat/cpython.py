@@ -90,8 +90,11 @@ def parse_junit(path):
     except (OSError, ET.ParseError):
         return None
     tests = {}
+    rank = {"fail": 3, "xfail": 2, "pass": 1, "skip": 0}
     for tc in root.iter("testcase"):
-        name = tc.get("name")
+        # a subtest is recorded as "ID (params)": it counts for its test, a
+        # failing subtest failing it
+        name = (tc.get("name") or "").split(" ", 1)[0]
         status, msg = "pass", ""
         for kind in ("error", "failure"):
             el = tc.find(kind)
@@ -103,7 +106,8 @@ def parse_junit(path):
             status, msg = "skip", (el.text or "").strip()
         if tc.find("output") is not None and status == "pass":
             status = "xfail"
-        tests[name] = (status, msg)
+        if name not in tests or rank[status] > rank[tests[name][0]]:
+            tests[name] = (status, msg)
     return tests
 
 
@@ -127,6 +131,12 @@ def parse_verbose(text):
             tests[cur] = ({"ok": "pass", "FAIL": "fail", "ERROR": "fail", "expected failure": "xfail",
                            "unexpected success": "fail"}.get(word, "skip"), word)
             cur = None
+    # the reasons: the last line of each "ERROR: name (id) ..." section
+    for m in re.finditer(r"^(?:ERROR|FAIL): \w+ \(([\w.]+)\)[^\n]*\n-+\n(.*?)(?=^={20,}|^-{20,}\n)",
+                         text, re.M | re.S):
+        tid, body = m.group(1), m.group(2).strip().splitlines()
+        if tid in tests and tests[tid][0] == "fail" and body:
+            tests[tid] = ("fail", body[-1])
     return tests
 
 
@@ -185,8 +195,15 @@ def run_one(args, module, mode, workdir):
         f.write(text)
     tests = parse_junit(os.path.join(out, "junit.xml"))
     source = "junit"
+    verbose = parse_verbose(text)
     if tests is None:
-        tests, source = parse_verbose(text), "verbose"
+        tests, source = verbose, "verbose"
+    else:
+        # regrtest's junit leaves out tests whose subtests failed: the verbose
+        # output has them, and the ERROR/FAIL sections say why
+        for tid, st in verbose.items():
+            if tid not in tests:
+                tests[tid] = st
     result, events = None, {}
     try:
         with open(os.path.join(d, "result.json")) as f:
