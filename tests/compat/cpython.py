@@ -245,7 +245,7 @@ def compare(bare, sb):
     """Tests that pass bare and fail (or never ran) in the sandbox run."""
     only, skipped_only = [], []
     crash_reason = None
-    if sb["source"] != "junit" or sb["timed_out"]:
+    if sb["source"] != "junit" or sb["timed_out"] or sb.get("crash"):
         crash_reason = "module %s in the sandbox (status %s, rc %s): %s" % (
             "timed out" if sb["timed_out"] else "crashed", sb["status"], sb["rc"],
             sb.get("crash") or sb["tail"][-400:].strip())
@@ -277,6 +277,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build-compat", "cpython"))
     ap.add_argument("--aj", default=os.environ.get("AJ_BIN", os.path.join(ROOT, "build-x", "agentjail")))
     ap.add_argument("--resources", default=RESOURCES)
+    ap.add_argument("--exclude", default="", help="comma-separated modules to leave out")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the modules OUT/results.json already has (same modes) and run the rest")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("cpython.py: run as root (the bare runs are as nobody)", file=sys.stderr)
@@ -295,7 +298,8 @@ def main():
         mods += FAST
     if args.all:
         mods += list_all_modules()
-    mods = list(dict.fromkeys(mods))
+    excl = set(filter(None, args.exclude.split(",")))
+    mods = [m for m in dict.fromkeys(mods) if m not in excl]
     if not mods:
         ap.print_usage(sys.stderr)
         return 2
@@ -330,8 +334,14 @@ def main():
 
     t0 = time.monotonic()
     done = {}
+    if args.resume and os.path.exists(os.path.join(args.out, "results.json")):
+        with open(os.path.join(args.out, "results.json")) as f:
+            prev = json.load(f)
+        if prev["summary"]["modes"] == modes:
+            done = {e["module"]: e for e in prev["modules"] if e["module"] in mods}
+    todo = [m for m in mods if m not in done]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
-        futs = {ex.submit(one_module, m): m for m in mods}
+        futs = {ex.submit(one_module, m): m for m in todo}
         for fut in concurrent.futures.as_completed(futs):
             done[futs[fut]] = fut.result()
             # written after every module, so a run cut short still reports

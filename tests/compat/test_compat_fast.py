@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DOC = os.path.join(ROOT, "docs", "compatibility.md")
 
-pytestmark = pytest.mark.skipif(
+heavy = pytest.mark.skipif(
     os.environ.get("AJ_COMPAT") != "1",
     reason="compatibility runs take ~5 min: set AJ_COMPAT=1 to run them "
            "(tests/compat/cpython.py --fast, tests/compat/workloads.sh --fast)")
@@ -61,6 +61,7 @@ def test_allowed_list_parses():
     assert entries, "the allowed list in docs/compatibility.md is empty or unreadable"
 
 
+@heavy
 def test_cpython_fast_subset():
     need_root_and_packages()
     ok = allowed()
@@ -85,6 +86,7 @@ def test_cpython_fast_subset():
     assert not bad, "fail only in the sandbox and not in docs/compatibility.md:\n" + "\n".join(bad)
 
 
+@heavy
 def test_workloads_fast():
     need_root_and_packages()
     ok = allowed()

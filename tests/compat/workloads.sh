@@ -162,10 +162,10 @@ step tar-extract "bin:tar" 'mkdir -p x && tar xzf src.tgz -C x && test -x x/src/
 step tar-overwrite "bin:tar" 'tar xzf src.tgz -C x && rm -rf x && test ! -e x'
 # a local server on the sandbox's own loopback, started by the step itself
 step curl-loopback "bin:curl" '
-port=$((20000 + RANDOM % 20000)); echo hello > page.txt
-python3 -m http.server -b 127.0.0.1 $port >/dev/null 2>&1 & srv=$!
+port=$((20000 + RANDOM % 20000)); d=$(mktemp -d); echo hello > $d/page.txt
+python3 -m http.server -b 127.0.0.1 -d $d $port >/dev/null 2>&1 & srv=$!
 for i in $(seq 50); do curl -sf http://127.0.0.1:$port/page.txt && break; sleep 0.1; done | grep -q hello; rc=$?
-kill $srv; exit $rc'
+kill $srv; rm -rf $d; exit $rc'
 step python-socket-loopback "" 'python3 -c "
 import socket, threading
 s = socket.create_server((\"127.0.0.1\", 0)); port = s.getsockname()[1]
@@ -177,7 +177,7 @@ step openssl-cli "bin:openssl" 'openssl rand -hex 4 && openssl req -x509 -newkey
 step pty-script "bin:script" 'script -qec "echo in-pty" /dev/null | grep -q in-pty'
 step python-pty "" 'python3 -c "import os, pty; m, s = os.openpty(); print(os.ttyname(s))"'
 step strace "bin:strace" 'strace -f -qq -e trace=none true'
-step file-delete "" 'rm -f page.txt j.json src.tgz && rm -rf js/node_modules && ls'
+step file-delete "" 'rm j.json src.tgz && rm -rf js/node_modules && ls'
 
 # ---- run ----
 declare -A skip
