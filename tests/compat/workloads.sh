@@ -101,12 +101,14 @@ joblib.dump(LogisticRegression(max_iter=500).fit(X, y), "model.joblib")
 PY'
 step ds-joblib-memmap "py:joblib" '
 python3 - <<PY
-# joblib memory-maps arrays over 1 MB into /dev/shm for its workers
+# joblib memory-maps an argument over 1 MB for its workers: into /dev/shm
+# when that is 2 GB or more, else into the temporary directory (/tmp)
 import numpy as np
 from joblib import Parallel, delayed
-a = np.ones((100, 1000, 1000 // 8), dtype=np.float64)   # 100 MB
-r = Parallel(n_jobs=2)(delayed(np.sum)(a[i]) for i in range(4))
-print(r)
+a = np.ones((100, 1000, 125), dtype=np.float64)   # 100 MB
+r = Parallel(n_jobs=2)(delayed(np.sum)(a, axis=0) for i in range(2))
+assert r[0].sum() == a.size
+print(len(r))
 PY'
 step ds-statsmodels "py:statsmodels" '
 python3 - <<PY
