@@ -60,7 +60,6 @@ CAUSES = [
     ("seccomp-enosys", r"Function not implemented|ENOSYS"),
     ("etc", r"/etc/"),
     ("tmp-size", r"No space left on device|ENOSPC"),
-    ("noexec", r"/tmp.*Permission denied|noexec"),
     ("readonly-fs", r"Read-only file system|EROFS"),
     ("network", r"Connection refused|Network is unreachable|Cannot assign requested address|ENETUNREACH|getaddrinfo|Name or service not known|Temporary failure in name resolution"),
     ("ids", r"getpwuid|getgrgid|KeyError: .(getpwnam|getgrnam|uid|gid)|name not found|unknown user|group"),
@@ -227,7 +226,7 @@ def run_one(args, module, mode, workdir):
     except OSError:
         pass
     status = result.get("status") if result else None
-    if mode != "bare" and result is None and not timed_out:
+    if mode != "bare" and not timed_out and (result is None or status == "setup_error"):
         raise SystemExit("cpython.py: agentjail did not run %s (rc %d): %s" % (module, proc.returncode, text[-500:]))
     if mode == "bare":
         status = "timeout" if timed_out else ("ok" if proc.returncode == 0 else "exit %d" % proc.returncode)
@@ -309,6 +308,8 @@ def main():
         print("cpython.py: %s is not an executable agentjail (--aj or AJ_BIN)" % args.aj, file=sys.stderr)
         return 1
     os.makedirs(args.out, exist_ok=True)
+    # the sandbox's host uid must reach OUT/logs/MODULE/MODE/out to bind it
+    os.chmod(args.out, os.stat(args.out).st_mode | 0o055)
     logs = os.path.join(args.out, "logs")
     os.makedirs(logs, exist_ok=True)
     args.policy = os.path.join(args.out, "limits.json")
