@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --aj) aj=$2; shift ;;
     --only) only=$2; shift ;;
     --timeout) tmo=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "workloads.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
