@@ -2216,6 +2216,16 @@ static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, stru
     return 0;
 }
 
+/* A relayed stream: its bounded buffer and our own non-blocking
+ * description of the destination (relay_open_dest). */
+static int relay_buffer_open(struct out_stream *o, struct aj_error *err)
+{
+    o->buf = malloc(RELAY_BUF_SIZE);
+    if (!o->buf)
+        return aj_err(err, ENOMEM, "output buffer");
+    return relay_open_dest(o, err);
+}
+
 static int setup_output(const struct aj_policy *pol, const struct aj_run_options *opts, struct supervise_state *st,
                         struct aj_error *err)
 {
@@ -2229,10 +2239,7 @@ static int setup_output(const struct aj_policy *pol, const struct aj_run_options
              * stream reads the master when it comes; stderr has none. */
             if (i == 1)
                 continue;
-            st->out[i].buf = malloc(RELAY_BUF_SIZE);
-            if (!st->out[i].buf)
-                return aj_err(err, ENOMEM, "output buffer");
-            r = relay_open_dest(&st->out[i], err);
+            r = relay_buffer_open(&st->out[i], err);
             if (r < 0)
                 return r;
             continue;
@@ -2247,10 +2254,7 @@ static int setup_output(const struct aj_policy *pol, const struct aj_run_options
                 st->out[i].wfd_child = dest;
             continue;
         }
-        st->out[i].buf = malloc(RELAY_BUF_SIZE);
-        if (!st->out[i].buf)
-            return aj_err(err, ENOMEM, "output buffer");
-        r = relay_open_dest(&st->out[i], err);
+        r = relay_buffer_open(&st->out[i], err);
         if (r < 0)
             return r;
         if (pipe2(p, O_CLOEXEC) < 0)
