@@ -284,7 +284,7 @@ def no_leaks():
     assert not (after[2] - before[2]), "agentjail temp dirs left in /tmp: %r" % (after[2] - before[2])
 
 
-# The host /etc entries the sandbox sees read-only (src/lib/mount.c,
+# The host /etc entries the sandbox sees read-only (src/lib/isolate/mount.c,
 # etc_allowed; docs/security-model.md): configuration without secrets.
 ETC_ALLOWED = [
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",

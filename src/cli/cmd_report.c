@@ -18,6 +18,7 @@
 #include "aj_posture.h"
 #include "aj_report.h"
 #include "aj_util.h"
+#include "aj_verify.h"
 #include "cli.h"
 
 enum {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "aj_verify.h"
 #include "cli.h"
 
 enum { V_POLICY = 256, V_PROFILE, V_JSON, V_HELP };

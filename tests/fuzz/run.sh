@@ -17,8 +17,9 @@ mkdir -p "$out/corpus" "$out/crashes"
 python3 tools/embed-profiles.py "$out/profiles.c" profiles/*.json
 # shellcheck disable=SC2046 # pkg-config output is meant to be split
 "$CC" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -D_GNU_SOURCE -std=gnu17 -Isrc/lib \
-    tests/fuzz/fuzz_policy.c src/lib/error.c src/lib/util.c src/lib/policy.c src/lib/policy_file.c \
+    -fno-sanitize-recover=undefined -D_GNU_SOURCE -std=gnu17 -Iinclude -Isrc/lib/base -Isrc/lib/policy \
+    tests/fuzz/fuzz_policy.c src/lib/base/error.c src/lib/base/util.c src/lib/base/hostpath.c \
+    src/lib/policy/policy.c src/lib/policy/policy_file.c src/lib/policy/bindreg.c \
     "$out/profiles.c" $(pkg-config --cflags --libs jansson nettle) -o "$out/fuzz_policy"
 
 # The working corpus grows in build-fuzz/corpus; the seeds stay read-only.

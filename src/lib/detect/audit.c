@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "aj_bindreg.h"
 #include "aj_hostpath.h"
 #include "aj_missing.h"
 #include "aj_util.h"

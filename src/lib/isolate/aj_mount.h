@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "aj_error.h"
+#include "aj_bindreg.h"
 #include "aj_hostpath.h"
 #include "aj_policy.h"
 

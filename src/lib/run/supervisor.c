@@ -2662,6 +2662,24 @@ static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct
 /* Everything up to the GO message: cgroups, clone, id maps. argv NULL
  * prepares a parked sandbox for the pool (its command comes at launch);
  * base_mask is then the signal mask its payload will run with. */
+/* The decoys' files and their /var/run go into the mount plan: the decoy
+ * module says what, the mount layer plants it. */
+static int sb_plant_decoys(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct run_ctx *c = &sb->c;
+    struct aj_decoy_plants plants;
+    int r;
+
+    r = aj_decoy_plan(c->pol, res->sandbox_id, &plants, &c->decoys, sb->decoy_env, &sb->st.decoy_info, err);
+    for (size_t i = 0; r >= 0 && i < plants.n; i++) {
+        const struct aj_decoy_plant *p = &plants.v[i];
+        r = p->content ? aj_mount_plan_add_file(&c->plan, p->path, p->content, err)
+                       : aj_mount_plan_add_tmpfs(&c->plan, p->path, p->size, p->mode, err);
+    }
+    aj_decoy_plants_clear(&plants);
+    return r;
+}
+
 static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
                       const sigset_t *base_mask, struct aj_result *res, struct aj_error *err)
 {
@@ -2737,7 +2755,7 @@ static int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_ru
     r = sb_idmap_workspaces(sb, res, err);
     if (r < 0)
         return r;
-    r = aj_decoy_plan(pol, res->sandbox_id, &c->plan, &c->decoys, sb->decoy_env, &st->decoy_info, err);
+    r = sb_plant_decoys(sb, res, err);
     if (r < 0)
         return r;
     st->decoys = &c->decoys;

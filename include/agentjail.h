@@ -6,7 +6,6 @@
 #include "aj_error.h"
 #include "aj_policy.h"
 #include "aj_result.h"
-#include "aj_verify.h"
 
 /* Run argv[0] (searched in the sandbox's PATH) inside a fresh sandbox built
  * from pol, wait for it, fill res. Returns 0 when the sandbox ran (whatever

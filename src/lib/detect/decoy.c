@@ -82,7 +82,31 @@ static void add_file(struct aj_decoy_files *files, const char *path, const char 
 
 _Static_assert(3 + 11 + 1 <= AJ_DECOY_MAX_FILES, "decoy table fits");
 
-int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj_mount_plan *plan,
+void aj_decoy_plants_clear(struct aj_decoy_plants *plants)
+{
+    if (!plants)
+        return;
+    for (size_t i = 0; i < plants->n; i++)
+        free(plants->v[i].content);
+    memset(plants, 0, sizeof(*plants));
+}
+
+static int plant(struct aj_decoy_plants *plants, const char *path, const char *content, uint64_t size,
+                 const char *mode, struct aj_error *err)
+{
+    struct aj_decoy_plant *p;
+
+    if (plants->n >= AJ_DECOY_MAX_PLANTS)
+        return aj_err(err, ENOSPC, "decoy plants");
+    p = &plants->v[plants->n];
+    *p = (struct aj_decoy_plant){.path = path, .size = size, .mode = mode};
+    if (content && !(p->content = strdup(content)))
+        return aj_err(err, ENOMEM, "decoy %s", path);
+    plants->n++;
+    return 0;
+}
+
+int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj_decoy_plants *plants,
                   struct aj_decoy_files *files, char *env_out[2], json_t **ret_info, struct aj_error *err)
 {
     char header[128], payload[512], sig[128], token[1024], pem[512], body[256];
@@ -90,6 +114,7 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
     int r;
 
     memset(files, 0, sizeof(*files));
+    memset(plants, 0, sizeof(*plants));
     env_out[0] = env_out[1] = NULL;
     *ret_info = NULL;
     if (!pol->decoys && !pol->cloud_decoys)
@@ -100,7 +125,7 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
     if (pol->decoys) {
         /* /var/run: a small tmpfs of agentjail's (read-only once armed), so
          * the socket can be created after the root is sealed. */
-        r = aj_mount_plan_add_tmpfs(plan, "/var/run", 65536, "0755", err);
+        r = plant(plants, "/var/run", NULL, 65536, "0755", err);
         if (r < 0)
             goto fail;
         /* A service-account token shaped like the real thing (a JWT whose
@@ -125,9 +150,9 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
         }
         snprintf(pem, sizeof(pem), "-----BEGIN CERTIFICATE-----\nMIIagentjail%s\n%s\n-----END CERTIFICATE-----\n",
                  sandbox_id, sig);
-        if ((r = aj_mount_plan_add_file(plan, SA_DIR "/token", token, err)) < 0 ||
-            (r = aj_mount_plan_add_file(plan, SA_DIR "/ca.crt", pem, err)) < 0 ||
-            (r = aj_mount_plan_add_file(plan, SA_DIR "/namespace", "default", err)) < 0)
+        if ((r = plant(plants, SA_DIR "/token", token, 0, NULL, err)) < 0 ||
+            (r = plant(plants, SA_DIR "/ca.crt", pem, 0, NULL, err)) < 0 ||
+            (r = plant(plants, SA_DIR "/namespace", "default", 0, NULL, err)) < 0)
             goto fail;
         add_file(files, SA_DIR "/token", "kubernetes_token", "T1552", false);
         add_file(files, SA_DIR "/ca.crt", "kubernetes_ca", "T1552", false);
@@ -160,7 +185,7 @@ int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj
         /* Only into agentjail's own /tmp: in a host directory bound there
          * it would be written to the host and left behind. */
         if (!tmp_is_bound(pol)) {
-            if ((r = aj_mount_plan_add_file(plan, "/tmp/.aws/credentials", creds, err)) < 0)
+            if ((r = plant(plants, "/tmp/.aws/credentials", creds, 0, NULL, err)) < 0)
                 goto fail;
             add_file(files, "/tmp/.aws/credentials", "aws_credentials_file", "T1552", false);
         }
@@ -179,6 +204,7 @@ fail:
     free(env_out[0]);
     free(env_out[1]);
     env_out[0] = env_out[1] = NULL;
+    aj_decoy_plants_clear(plants);
     json_decref(info);
     return r;
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aj_bindreg.h"
 #include "aj_hostpath.h"
 #include "aj_util.h"
 

@@ -13,7 +13,6 @@
 
 #include "aj_audit.h"
 #include "aj_error.h"
-#include "aj_mount.h"
 #include "aj_policy.h"
 
 #define AJ_DECOY_MAX_FILES 16
@@ -31,9 +30,26 @@ struct aj_decoy_files {
     bool made_at_arm[AJ_DECOY_MAX_FILES];
 };
 
-/* Supervisor side, before clone: add the decoy files to the mount plan, and
- * the cloud env decoys to env_out (up to 2 "NAME=value", caller frees). */
-int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj_mount_plan *plan,
+/* What the decoys need planted in the sandbox's root: small tmpfs mounts
+ * and files with their contents. The run module hands them to the mount
+ * layer (a detection module does not call an isolation layer). */
+#define AJ_DECOY_MAX_PLANTS 8
+struct aj_decoy_plant {
+    const char *path; /* sandbox path, a static string */
+    char *content;    /* a file's contents (owned); NULL: a tmpfs of size bytes */
+    uint64_t size;
+    const char *mode; /* tmpfs mode ("0755") */
+};
+struct aj_decoy_plants {
+    size_t n;
+    struct aj_decoy_plant v[AJ_DECOY_MAX_PLANTS];
+};
+void aj_decoy_plants_clear(struct aj_decoy_plants *plants);
+
+/* Supervisor side, before clone: what to plant (plants, to be cleared by
+ * the caller on every path), the decoy files to watch, and the cloud env
+ * decoys in env_out (up to 2 "NAME=value", caller frees). */
+int aj_decoy_plan(const struct aj_policy *pol, const char *sandbox_id, struct aj_decoy_plants *plants,
                   struct aj_decoy_files *files, char *env_out[2], json_t **ret_info, struct aj_error *err);
 
 /* Sandbox side (init, after pivot_root, capabilities held): listen on the
