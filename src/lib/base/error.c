@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Only snprintf/strerror_r into the caller's buffer: safe to call on the
- * sandbox side of clone() (no malloc, single-threaded parent). */
+/* Only vsnprintf into the caller's buffer and strerrordesc_np: safe on the
+ * sandbox side of clone(), where no malloc or lock may be taken
+ * (tools/check-child-calls.py). Not strerror_r: it translates through the
+ * message catalogue (dcgettext takes a lock, and may malloc); the
+ * library never calls setlocale, so the text is the same English. */
 int aj_err(struct aj_error *err, int errnum, const char *fmt, ...)
 {
     va_list ap;
@@ -21,10 +24,11 @@ int aj_err(struct aj_error *err, int errnum, const char *fmt, ...)
     va_end(ap);
     len = strlen(err->msg);
     if (errnum > 0 && len + 3 < sizeof(err->msg)) {
-        char buf[128];
-        /* GNU strerror_r may return a static string instead of filling buf. */
-        const char *s = strerror_r(errnum, buf, sizeof(buf));
-        (void)snprintf(err->msg + len, sizeof(err->msg) - len, ": %s", s);
+        const char *s = strerrordesc_np(errnum);
+        if (s)
+            (void)snprintf(err->msg + len, sizeof(err->msg) - len, ": %s", s);
+        else
+            (void)snprintf(err->msg + len, sizeof(err->msg) - len, ": Unknown error %d", errnum);
     }
     return errnum > 0 ? -errnum : -EINVAL;
 }

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The sandbox side: init (pid 1 of the new namespaces) and the payload,
+ * from clone to execve, plus the short-lived helper processes the
+ * supervisor clones. All of it runs in a raw clone of a process that may
+ * have other threads (a server, the pool's filler): no malloc, no locks,
+ * no stdio, _exit only. Everything it reads is built before the clone and
+ * never freed here (the process execs or exits). The build checks the
+ * calls this object can reach (tools/check-child-calls.py). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "aj_cgroup.h"
+#include "aj_decoy.h"
+#include "aj_mount.h"
+#include "aj_policy.h"
+#include "aj_seccomp.h"
+
+/* Everything the sandbox side reads. Built before clone, never freed by
+ * the child (it execs or _exits). */
+struct aj_child_ctx {
+    const struct aj_policy *pol;
+    char **argv;          /* a copy: see copy_argv */
+    char **envp;
+    const char *path_env; /* PATH value used for the command search */
+    struct aj_mount_plan plan;
+    struct aj_bpf bpf;
+    /* The filter for a pid namespace with vm.memfd_noexec=2 (root mode,
+     * Linux 6.3+; see set_memfd_noexec): len 0 where it cannot be set. */
+    struct aj_bpf bpf_memfd;
+    int sock;             /* sandbox end of the sync socket */
+    int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
+    int in_fd;            /* parked: /dev/null for init's stdin, else -1 */
+    bool parked;          /* pooled: the payload waits for AJ_MSG_RUN before exec */
+    bool netns_late;      /* the network namespace comes from the helper (AJ_MSG_NETNS) */
+    int cg_join[AJ_CG_MAX_JOIN]; /* v1 "tasks" files to write "0" to, first thing */
+    size_t n_cg_join;
+    int landlock_abi;
+    bool rootless;
+    bool degraded;
+    uid_t host_uid;
+    gid_t host_gid;
+    uint32_t layers;      /* accumulated on the sandbox side */
+    struct aj_decoy_files decoys;
+    unsigned skip;        /* AJ_SKIP_*: layers left out on purpose (tests of verify) */
+    /* The caller's stdin and stdout are a terminal: the payload gets a pty
+     * of its own instead (see child_make_pty), as its 0 and 1 (and 2 with
+     * pty_err); init's own 0-2 are /dev/null meanwhile. */
+    bool want_pty, pty_err;
+    int pty_slave;
+};
+
+/* AGENTJAIL_UNSAFE_SKIP_LAYER=seccomp|landlock: leave one layer out, so
+ * that the tests can show `agentjail verify` notices. Never for production:
+ * it is loud on stderr, in the result's layers and in a warning event. */
+enum {
+    AJ_SKIP_SECCOMP = 1u << 0,
+    AJ_SKIP_LANDLOCK = 1u << 1,
+};
+
+/* init: pid 1 of the sandbox's namespaces. Never returns. */
+__attribute__((noreturn)) void aj_child_init_main(struct aj_child_ctx *c);
+/* A degraded run's only sandbox process: the payload itself. */
+__attribute__((noreturn)) void aj_child_degraded_main(struct aj_child_ctx *c);
+/* The netns helper (see sandbox.c, spawn_netns_helper): join the user
+ * namespace userns_fd, make a network namespace, send it down sock. */
+__attribute__((noreturn)) void aj_child_netns_helper_main(int userns_fd, int sock);
+/* The vm.memfd_noexec helper (see sandbox.c, set_memfd_noexec): join the
+ * pid namespace pidns_fd and have a child write the sysctl there. */
+__attribute__((noreturn)) void aj_child_memfd_noexec_main(int pidns_fd, long pid_max);

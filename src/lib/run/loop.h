@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The supervision event loop: from GO (or a pooled launch) until the
+ * sandbox's init is gone and its output is relayed. It handles the sync
+ * socket's messages, the payload's output (relayed within a byte budget,
+ * never blocking on a stalled reader), seccomp notifications, decoy
+ * touches, the wall-clock deadline, cgroup limits, the alert hook and the
+ * event budget's summaries. It does not know the order of the sandbox's
+ * steps: sandbox.c calls it. */
+#pragma once
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <termios.h>
+
+#include "agentjail.h"
+#include "aj_audit.h"
+#include "aj_cgroup.h"
+#include "aj_decoy.h"
+#include "aj_notify.h"
+
+/* Lease breaks on the decoy files (see aj_decoy_parent_lease). Real-time,
+ * so each break is queued with its fd; clear of glibc's own (SIGRTMIN+0..2). */
+#define SIG_DECOY (SIGRTMIN + 6)
+
+/* How the relay writes to the caller's fd without ever blocking on it: a
+ * stalled reader must not suspend the supervisor (deadlines, cgroup
+ * checks, seccomp notifications), and O_NONBLOCK is a property of the open
+ * file description, which the caller shares: it is never set on theirs. */
+enum relay_how {
+    RELAY_PLAIN,    /* a regular file (or similar): write() does not wait on a reader */
+    RELAY_NONBLOCK, /* wfd is a non-blocking description of its own (a reopened pipe or tty) */
+    RELAY_SOCKET,   /* send(MSG_DONTWAIT) */
+    RELAY_CHUNKED,  /* no way around blocking mode: PIPE_BUF bytes at a time, only after POLLOUT */
+};
+
+#define RELAY_BUF_SIZE (64 * 1024)
+
+/* One captured output stream (stdout or stderr) with its byte budget. */
+struct out_stream {
+    int rfd;          /* read end, -1 once EOF */
+    int wfd_child;    /* what the sandbox gets as this fd, or -1 for ours as it is */
+    bool owns_w;      /* wfd_child is our pipe's write end (closed after clone) */
+    int dest;         /* our own fd 1 or 2 */
+    int wfd;          /* what the relay writes to: dest, or its reopening (own_wfd) */
+    bool own_wfd;
+    enum relay_how how;
+    bool dest_gone;   /* the reader went away (EPIPE): output is counted, then dropped */
+    char *buf;        /* RELAY_BUF_SIZE bytes read from the payload, not yet written */
+    size_t head, len;
+    uint64_t bytes;   /* written by the payload */
+    bool truncated;
+    bool no_limit;    /* the caller's terminal input: not the payload's output */
+};
+
+/* The alert hook: run once, on the host, outside the sandbox, at the first
+ * high-severity event, with that event on stdin and a deadline. */
+struct alert {
+    pid_t pid;
+    uint64_t deadline;
+    bool fired;
+};
+
+struct supervise_state {
+    const struct aj_policy *pol;
+    struct aj_cgroup *cg;
+    struct aj_audit *audit;
+    char *const *argv;
+    json_t *decoy_info;
+    const struct aj_decoy_files *decoys;
+    pid_t pid;
+    int pidfd, sock, sigfd;
+    struct out_stream out[2];
+    /* pty mode (aj_child_ctx.want_pty): out[0] reads the payload's pty master
+     * (stdout, and stderr with pty_err), in relays the caller's terminal
+     * to it, which is in raw mode meanwhile (saved_tio). */
+    bool pty, pty_err;
+    struct out_stream in;
+    bool tio_saved;
+    struct termios saved_tio;
+    struct aj_notify notify;     /* fd -1 until the payload hands it over */
+    int decoy_sock;
+    struct {
+        int fd;
+        uint64_t deadline;
+    } dconn[4];                          /* decoy socket connections awaiting their request */
+    int decoy_files[AJ_DECOY_MAX_FILES]; /* leased (see aj_decoy_parent_lease) */
+    bool decoy_unarmed;                  /* a lease failed: the decoys are not all watched */
+    bool decoys_armed;                   /* leases taken, AJ_MSG_ARMED sent to init */
+    struct alert alert;
+    bool degraded, started;
+    /* outcome */
+    bool have_exit, have_child_err;
+    int exit_wstatus, init_status, interrupted;
+    enum aj_status limit;  /* the limit that ended the run, or AJ_STATUS_OK */
+    struct aj_error child_err;
+    uint32_t layers;       /* reported by the sandbox side */
+    uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
+    const char *unsafe_skipped;
+    struct rusage ru;
+    sigset_t got_signals;  /* every run-ending signal received, for the caller */
+    /* The event budget's summaries (see emit_summary). */
+    uint64_t last_summary_ms;
+    struct {
+        int nr;
+        uint32_t arch;
+        uint64_t n;
+    } supp_calls[16];            /* suppressed escape attempts by system call, since the last summary */
+    size_t n_supp_calls;
+    uint64_t supp_calls_other;   /* ... beyond the 16 distinct calls the table holds */
+    uint64_t deadline;           /* the run's wall-clock deadline (ms, aj_now_ms), 0: none */
+    uint64_t flood_window;       /* past the budget: the current FLOOD_WINDOW_MS slot */
+    unsigned flood_taken;        /* notifications taken in it */
+};
+
+/* Every message the sandbox side queued before this moment. */
+void aj_loop_drain_msgs(struct supervise_state *st);
+/* Poll until init is reaped; then take its last messages and let go of the
+ * decoys. -errno only when the loop itself fails (poll). */
+int aj_loop_supervise(struct supervise_state *st, struct aj_error *err);
+/* Relay what is left in the output pipes (everything inside is dead),
+ * bounded by the deadline, or a short grace after a limit or a signal. */
+void aj_loop_finish_output(struct supervise_state *st);
+/* The run's outcome into res (status, exit code, usage, layers). */
+void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res);
+/* The end of the events: the pending summary (final), error and exit
+ * events, the result's event counts; then wait (bounded) for the hook. */
+void aj_loop_emit_summary(struct supervise_state *st, bool final);
+void aj_loop_emit_end(struct supervise_state *st, struct aj_result *res);
+void aj_loop_check_alert(struct supervise_state *st, bool final);
+/* A relayed stream: its bounded buffer and our own non-blocking
+ * description of the destination o->dest. */
+int aj_loop_relay_open(struct out_stream *o, struct aj_error *err);
+/* The run's deadline: start + timeout, saturating; 0: none. */
+uint64_t aj_loop_deadline(uint64_t start, uint64_t timeout_ms);

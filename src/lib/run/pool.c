@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "sandbox.h"
+#include "aj_util.h"
+#include "protocol.h"
+
+/* Sandboxes prepared ahead of time, each used for exactly one run: the
+ * payload process of a parked sandbox has every layer applied and waits on
+ * its sync socket for one command. After a run the sandbox is torn down
+ * (its pid namespace dies with init); nothing of it is reused.
+ *
+ * A filler thread prepares replacements and removes finished runs'
+ * cgroups between runs (during one, it would take the CPU the payload
+ * needs, unless the pool is empty). It blocks every signal (a ^C or a decoy's lease break is the running
+ * sandbox's business, read from its signalfd by the caller's thread), and
+ * its sandbox side never mallocs between clone and exec, as always. */
+#define AJ_POOL_MAX 64
+
+struct aj_pool {
+    const struct aj_policy *pol;
+    unsigned size;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;                    /* the filler: something to do, or stop */
+    struct sandbox *ready[AJ_POOL_MAX];
+    unsigned n_ready;
+    struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
+    unsigned n_spent;
+    sigset_t base_mask;
+    struct aj_pool_stats stats;
+    pthread_t filler;
+    bool filler_started, stopping;
+    bool running;                           /* the caller's thread is in a pooled run */
+};
+
+static void pool_discard(struct sandbox *sb)
+{
+    sb_cleanup(sb, 0, NULL, NULL, NULL);
+    free(sb);
+}
+
+/* Handle the parked sandbox's messages until its decoys are leased (init
+ * then goes on to fork the waiting payload). Bounded: init that neither
+ * sends them nor fails within 10 s is broken. */
+static int pool_arm_decoys(struct sandbox *sb, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+    uint64_t deadline = aj_now_ms() + 10000;
+
+    while (!st->decoys_armed && st->sock >= 0 && !st->have_child_err) {
+        struct pollfd p = {.fd = st->sock, .events = POLLIN};
+        uint64_t now = aj_now_ms();
+        int r;
+        if (now >= deadline)
+            return aj_err(err, ETIMEDOUT, "a parked sandbox did not hand over its decoys");
+        r = poll(&p, 1, (int)(deadline - now));
+        if (r < 0 && errno != EINTR)
+            return aj_err(err, errno, "poll a parked sandbox");
+        if (r > 0)
+            aj_loop_drain_msgs(st);
+    }
+    if (st->have_child_err) {
+        *err = st->child_err;
+        return -(err->errnum ? err->errnum : EPIPE);
+    }
+    if (!st->decoys_armed)
+        return aj_err(err, EPIPE, "a parked sandbox failed before its decoys were armed");
+    return 0;
+}
+
+/* One parked sandbox, or NULL with err filled. */
+static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
+{
+    struct sandbox *sb = malloc(sizeof(*sb));
+    int r;
+
+    if (!sb) {
+        aj_err(err, ENOMEM, "pooled sandbox");
+        return NULL;
+    }
+    sb_init(sb, pool->pol);
+    result_reset(&sb->prepared);
+    r = sb_begin(sb, &sb->prepared, err);
+    if (r == 0)
+        r = sb_prepare(sb, NULL, NULL, &pool->base_mask, &sb->prepared, err);
+    if (r < 0) {
+        pool_discard(sb);
+        return NULL;
+    }
+    /* A parked sandbox's init waits for the supervisor to lease its decoys
+     * before it forks the payload: take them now, not at launch. */
+    if (sb->c.decoys.n > 0 && pool_arm_decoys(sb, err) < 0) {
+        pool_discard(sb);
+        return NULL;
+    }
+    /* Off any run's path here: a parked sandbox keeps no zombie helper,
+     * and its AJ_MSG_NETNS is queued before any RUN can be. */
+    if (sb->netns_helper > 0) {
+        while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
+            ;
+        sb->netns_helper = 0;
+    }
+    return sb;
+}
+
+static void *pool_filler(void *arg)
+{
+    struct aj_pool *pool = arg;
+
+    pthread_mutex_lock(&pool->mu);
+    while (!pool->stopping) {
+        if (pool->running && pool->n_ready > 0) {
+            /* A payload is starting: preparing now would take the CPU it
+             * needs. The run ends, or the pool is empty, and we go on. */
+            pthread_cond_wait(&pool->wake, &pool->mu);
+        } else if (pool->n_spent > 0) {
+            /* v1 memory groups can take a while to go: never on a run's path. */
+            struct aj_cgroup cg = pool->spent[--pool->n_spent];
+            aj_cgroup_init(&pool->spent[pool->n_spent]);
+            pthread_mutex_unlock(&pool->mu);
+            aj_cgroup_destroy(&cg);
+            pthread_mutex_lock(&pool->mu);
+        } else if (pool->n_ready < pool->size) {
+            struct aj_error err = {0};
+            struct sandbox *sb;
+            pthread_mutex_unlock(&pool->mu);
+            sb = pool_prepare(pool, &err);
+            pthread_mutex_lock(&pool->mu);
+            pool->stats.prepared += sb != NULL;
+            if (sb && pool->n_ready < pool->size && !pool->stopping) {
+                pool->ready[pool->n_ready++] = sb;
+            } else if (sb) {
+                pthread_mutex_unlock(&pool->mu);
+                pool_discard(sb);
+                pthread_mutex_lock(&pool->mu);
+            } else {
+                /* Runs go cold meanwhile; try again shortly, not in a spin. */
+                struct timespec ts;
+                pool->stats.refill_failures++;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 100 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                (void)pthread_cond_timedwait(&pool->wake, &pool->mu, &ts);
+            }
+        } else {
+            pthread_cond_wait(&pool->wake, &pool->mu);
+        }
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
+}
+
+int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret, struct aj_error *err)
+{
+    struct aj_pool *pool;
+    sigset_t all, old;
+    int r;
+
+    *ret = NULL;
+    if (size < 1 || size > AJ_POOL_MAX)
+        return aj_err(err, EINVAL, "pool size %u: must be 1 to %d", size, AJ_POOL_MAX);
+    if (pol->allow_degraded)
+        return aj_err(err, EINVAL, "a pool cannot run degraded sandboxes: drop allow_degraded");
+    r = aj_policy_validate(pol, err);
+    if (r < 0)
+        return r;
+    pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        return aj_err(err, ENOMEM, "pool");
+    pool->pol = pol;
+    pool->size = size;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->wake, NULL);
+    for (unsigned i = 0; i < AJ_POOL_MAX; i++)
+        aj_cgroup_init(&pool->spent[i]);
+    if (pthread_sigmask(SIG_BLOCK, NULL, &pool->base_mask) != 0) {
+        free(pool);
+        return aj_err(err, EINVAL, "sigprocmask");
+    }
+    /* The first sandboxes in the caller's thread: if one cannot be
+     * prepared here, the caller hears why now. */
+    for (unsigned i = 0; i < size; i++) {
+        struct sandbox *sb = pool_prepare(pool, err);
+        if (!sb) {
+            aj_pool_free(pool);
+            return -(err->errnum ? err->errnum : EINVAL);
+        }
+        pool->ready[pool->n_ready++] = sb;
+        pool->stats.prepared++;
+    }
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    r = pthread_create(&pool->filler, NULL, pool_filler, pool);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r != 0) {
+        aj_pool_free(pool);
+        return aj_err(err, r, "start the pool's filler thread");
+    }
+    pool->filler_started = true;
+    *ret = pool;
+    return 0;
+}
+
+void aj_pool_free(struct aj_pool *pool)
+{
+    if (!pool)
+        return;
+    if (pool->filler_started) {
+        pthread_mutex_lock(&pool->mu);
+        pool->stopping = true;
+        pthread_cond_signal(&pool->wake);
+        pthread_mutex_unlock(&pool->mu);
+        pthread_join(pool->filler, NULL);
+    }
+    while (pool->n_ready > 0)
+        pool_discard(pool->ready[--pool->n_ready]);
+    while (pool->n_spent > 0)
+        aj_cgroup_destroy(&pool->spent[--pool->n_spent]);
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
+}
+
+void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
+{
+    pthread_mutex_lock(&pool->mu);
+    *out = pool->stats;
+    out->ready = pool->n_ready;
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* A parked sandbox whose init has exited (setup failed, or it was killed)
+ * cannot take a command. */
+static bool parked_alive(const struct sandbox *sb)
+{
+    struct pollfd p = {.fd = sb->st.pidfd, .events = POLLIN};
+    return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+/* Whether the request fits what a parked payload takes (AJ_RUN_MAX_*):
+ * argv, and the environment it will get (built again at launch; the decoy
+ * variables are short, a page covers them). */
+static bool run_request_fits(const struct aj_policy *pol, char *const argv[])
+{
+    size_t len = sizeof(struct aj_run_msg) + 4096, argc = 0;
+
+    for (; argv[argc]; argc++) {
+        len += strlen(argv[argc]) + 1;
+        if (argc >= AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
+            return false;
+    }
+    for (size_t i = 0; i < pol->n_env_pass; i++) {
+        const char *v = getenv(pol->env_pass[i]);
+        if (v)
+            len += strlen(pol->env_pass[i]) + strlen(v) + 2;
+    }
+    for (size_t i = 0; i < pol->n_env; i++)
+        len += strlen(pol->env[i]) + 1;
+    return pol->n_env_pass + pol->n_env + 8 <= AJ_RUN_MAX_ARGS && len <= AJ_RUN_MAX_BYTES;
+}
+
+static struct sandbox *pool_take(struct aj_pool *pool)
+{
+    struct sandbox *sb = NULL;
+
+    pthread_mutex_lock(&pool->mu);
+    while (pool->n_ready > 0 && !sb) {
+        sb = pool->ready[--pool->n_ready];
+        if (!parked_alive(sb)) {
+            pool->stats.discarded++;
+            pthread_mutex_unlock(&pool->mu);
+            pool_discard(sb);
+            pthread_mutex_lock(&pool->mu);
+            sb = NULL;
+        }
+    }
+    if (sb)
+        pool->stats.warm_runs++;
+    else
+        pool->stats.cold_runs++;
+    /* A warm run: the filler waits, the payload has both CPUs. A cold one
+     * (nothing parked) leaves the filler refilling. */
+    pool->running = sb != NULL;
+    pthread_mutex_unlock(&pool->mu);
+    return sb;
+}
+
+int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_options *opts,
+                struct aj_result *res, struct aj_error *err)
+{
+    struct sandbox *sb;
+    struct aj_cgroup spent;
+    bool retry;
+    int r;
+
+    if (!argv || !argv[0]) {
+        result_reset(res);
+        return aj_err(err, 0, "no command given");
+    }
+    if (!run_request_fits(pool->pol, argv)) {
+        /* Beyond what a parked payload takes (AJ_RUN_MAX_*): a cold run,
+         * which has no such bound. The parked sandboxes stay parked. */
+        pthread_mutex_lock(&pool->mu);
+        pool->stats.cold_runs++;
+        pthread_mutex_unlock(&pool->mu);
+        return aj_run_ex(pool->pol, argv, opts, res, err);
+    }
+    sb = pool_take(pool);
+    if (!sb) /* empty (or every parked one had died): a cold run, same result */
+        return aj_run_ex(pool->pol, argv, opts, res, err);
+    *res = sb->prepared;
+    sb->start = aj_now_ms();
+    sb->st.argv = argv;
+    r = sb_open_audit(sb, opts, res, err);
+    if (r == 0)
+        r = sb_launch(sb, argv, opts, res, err);
+    if (r == 0)
+        r = sb_supervise(sb, res, err);
+    /* A parked sandbox can die between the liveness check and the launch
+     * (killed from outside, the OOM killer). If its payload never said
+     * READY, the command was never executed: run it cold, and say nothing
+     * of the dead one in the events. Anything after READY is the run's, and
+     * an events file we could not open is the caller's error, not the
+     * sandbox's. */
+    retry = sb->audit_open && !sb->st.started && !sb->st.have_child_err && !sb->st.interrupted &&
+            sb->st.limit == AJ_STATUS_OK;
+    aj_cgroup_init(&spent);
+    sb_cleanup(sb, r, retry ? NULL : res, err, &spent);
+    free(sb);
+    pthread_mutex_lock(&pool->mu);
+    if (spent.created && pool->n_spent < AJ_POOL_MAX) {
+        pool->spent[pool->n_spent++] = spent;
+        aj_cgroup_init(&spent);
+    }
+    if (retry) {
+        pool->stats.warm_runs--;
+        pool->stats.cold_runs++;
+        pool->stats.discarded++;
+    }
+    pool->running = false;
+    pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
+    pthread_mutex_unlock(&pool->mu);
+    aj_cgroup_destroy(&spent); /* only if the list was full */
+    if (retry) {
+        *err = (struct aj_error){0};
+        return aj_run_ex(pool->pol, argv, opts, res, err);
+    }
+    return r;
+}

@@ -1,0 +1,1183 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* One sandbox, from preparation to teardown: the order of steps (see
+ * sandbox.h). The steps of a run, in order:
+ *
+ *   sb_begin        validate the policy, hash it
+ *   sb_open_audit   the events file (or counting only)
+ *   sb_prepare      host uid lease, Landlock ABI, seccomp programs, mount
+ *                   plan (bind sources resolved once, workspaces id-mapped,
+ *                   decoys planted), argv/envp copies, cgroups, output
+ *                   relay, signals, sync socket, clone3 (into the cgroup),
+ *                   [degraded: fall back], v2 attach, vm.memfd_noexec, id
+ *                   maps, GO, the netns helper
+ *   sb_launch       pooled only: the parked payload gets its command
+ *   sb_supervise    the event loop (loop.c) until init is gone, orphans
+ *                   (degraded), the rest of the output, the result
+ *   sb_cleanup      kill what is left, final events and the alert hook,
+ *                   release every fd, cgroup, lease and buffer
+ *
+ * The sandbox side of the clone is child.c; nothing here runs there. */
+#include "sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/nsfs.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aj_bindreg.h"
+#include "aj_landlock.h"
+#include "aj_missing.h"
+#include "aj_mount.h"
+#include "aj_seccomp.h"
+#include "aj_util.h"
+#include "protocol.h"
+
+#define NS_FLAGS                                                                                   \
+    (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |     \
+     CLONE_NEWCGROUP)
+
+static char **build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path,
+                         struct aj_error *err)
+{
+    size_t cap = 2 + pol->n_env_pass + pol->n_env + 2 + 1, n = 0;
+    char **envp = calloc(cap, sizeof(char *));
+    const char *path = AJ_DEFAULT_PATH;
+
+    if (!envp) {
+        aj_err(err, ENOMEM, "environment");
+        return NULL;
+    }
+    /* Later entries override earlier ones with the same name. */
+#define ENV_PUT(str)                                                                               \
+    do {                                                                                           \
+        char *_s = (str);                                                                          \
+        size_t _k = strcspn(_s, "=");                                                              \
+        size_t _i;                                                                                 \
+        if (!_s)                                                                                   \
+            goto oom;                                                                              \
+        for (_i = 0; _i < n; _i++)                                                                 \
+            if (strncmp(envp[_i], _s, _k + 1) == 0)                                                \
+                break;                                                                             \
+        if (_i < n) {                                                                              \
+            free(envp[_i]);                                                                        \
+            envp[_i] = _s;                                                                         \
+        } else {                                                                                   \
+            envp[n++] = _s;                                                                        \
+        }                                                                                          \
+    } while (0)
+    ENV_PUT(strdup("PATH=" AJ_DEFAULT_PATH));
+    ENV_PUT(strdup("HOME=/tmp"));
+    for (size_t i = 0; i < pol->n_env_pass; i++) {
+        const char *v = getenv(pol->env_pass[i]);
+        char *s;
+        if (!v)
+            continue;
+        if (asprintf(&s, "%s=%s", pol->env_pass[i], v) < 0)
+            goto oom;
+        ENV_PUT(s);
+    }
+    /* Decoys before the policy's own values: a variable the policy sets
+     * itself wins over a decoy of the same name. */
+    for (int i = 0; i < 2; i++)
+        if (extra[i])
+            ENV_PUT(strdup(extra[i]));
+    for (size_t i = 0; i < pol->n_env; i++)
+        ENV_PUT(strdup(pol->env[i]));
+#undef ENV_PUT
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(envp[i], "PATH=", 5) == 0)
+            path = envp[i] + 5;
+    *ret_path = path;
+    return envp;
+oom:
+    for (size_t i = 0; i < n; i++)
+        free(envp[i]);
+    free(envp);
+    aj_err(err, ENOMEM, "environment");
+    return NULL;
+}
+
+/* argv as the caller gave it usually lives in the process's argument
+ * area, which init blanks (scrub_cmdline): the payload gets a copy. */
+static char **copy_argv(char *const argv[])
+{
+    size_t n = 0;
+    char **v;
+
+    while (argv[n])
+        n++;
+    v = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; v && i < n; i++) {
+        v[i] = strdup(argv[i]);
+        if (!v[i]) {
+            for (size_t j = 0; j < i; j++)
+                free(v[j]);
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static void free_envp(char **envp)
+{
+    for (size_t i = 0; envp && envp[i]; i++)
+        free(envp[i]);
+    free(envp);
+}
+
+/* clone3 with CLONE_PIDFD, and CLONE_INTO_CGROUP when a v2 group is given:
+ * the sandbox is confined from its first instruction. */
+static pid_t clone_sandbox(uint64_t flags, int cgroup_fd, int *ret_pidfd, bool *ret_in_cgroup)
+{
+    struct aj_clone_args args = {
+        .flags = flags | CLONE_PIDFD,
+        .pidfd = (uint64_t)(uintptr_t)ret_pidfd,
+        .exit_signal = SIGCHLD,
+    };
+    long pid;
+
+    *ret_in_cgroup = false;
+    if (cgroup_fd >= 0) {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = (uint64_t)cgroup_fd;
+    }
+    pid = syscall(__NR_clone3, &args, sizeof(args));
+    if (pid >= 0) {
+        *ret_in_cgroup = cgroup_fd >= 0;
+        return (pid_t)pid;
+    }
+    /* CLONE_INTO_CGROUP: EINVAL/EOPNOTSUPP before 5.7 or for a v1 host;
+     * the supervisor moves the child itself before releasing it. */
+    if (cgroup_fd >= 0 && errno != ENOSYS && errno != EPERM && errno != ENOSPC) {
+        args.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
+        args.cgroup = 0;
+        pid = syscall(__NR_clone3, &args, sizeof(args));
+        if (pid >= 0)
+            return (pid_t)pid;
+    }
+    /* clone3: ENOSYS before 5.3, and under filters (Docker's) that answer
+     * ENOSYS so libc falls back: use clone(), where CLONE_PIDFD (5.2)
+     * returns the pidfd through the parent_tid argument. */
+    if (errno == ENOSYS)
+        pid = syscall(__NR_clone, (unsigned long)(flags | CLONE_PIDFD | SIGCHLD), NULL, ret_pidfd, NULL, 0);
+    return (pid_t)pid;
+}
+
+static void kill_and_reap(pid_t pid, int pidfd)
+{
+    if (pid <= 0)
+        return;
+    if (pidfd < 0 || aj_sys_pidfd_send_signal(pidfd, SIGKILL) < 0)
+        (void)kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* Degraded runs have no pid namespace: the supervisor is a subreaper and,
+ * when the payload ends, kills what was reparented to it from the run. A
+ * library caller may have children of its own: those that existed before
+ * the run (and the alert hook) are left alone; everything else among our
+ * children came from the run. Each is reaped by its pid, never with
+ * waitpid(-1). */
+
+static size_t list_children(pid_t *out, size_t max)
+{
+    char path[64], buf[4096];
+    size_t n = 0;
+
+    (void)snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+    if (aj_read_small_file(path, buf, sizeof(buf)) > 0) {
+        char *s = buf, *end;
+        while (*s && n < max) {
+            long c = strtol(s, &end, 10);
+            if (end == s)
+                break;
+            if (c > 0)
+                out[n++] = (pid_t)c;
+            s = end;
+        }
+    }
+    return n;
+}
+
+static void kill_orphans(const struct prior_children *prior, pid_t keep)
+{
+    for (int round = 0; round < 100; round++) {
+        pid_t kids[256];
+        size_t n = list_children(kids, AJ_ARRAY_SIZE(kids));
+        bool found = false;
+
+        for (size_t i = 0; i < n; i++) {
+            bool mine = kids[i] == keep;
+            for (size_t j = 0; !mine && j < prior->n; j++)
+                mine = prior->pids[j] == kids[i];
+            if (mine)
+                continue;
+            (void)kill(kids[i], SIGKILL);
+            while (waitpid(kids[i], NULL, 0) < 0 && errno == EINTR)
+                ;
+            found = true;
+        }
+        if (!found)
+            return;
+    }
+}
+
+static void fill_layers_from_ns(struct aj_result *res, bool degraded)
+{
+    if (!degraded)
+        res->layers |= AJ_LAYER_USERNS | AJ_LAYER_PIDNS | AJ_LAYER_MOUNTNS | AJ_LAYER_NETNS |
+                       AJ_LAYER_IPCNS | AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS;
+}
+
+static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, struct aj_cgroup *cg,
+                        struct aj_error *err)
+{
+    struct aj_cgroup_host host;
+    char run[96];
+    int r;
+
+    r = aj_cgroup_detect(&host, err);
+    if (r < 0)
+        return r;
+    /* Runs whose supervisor was SIGKILLed leave their groups behind: the
+     * next start removes them (after killing anything still inside). */
+    (void)aj_cgroup_cleanup_stale(&host);
+    r = aj_cgroup_run_name(res->sandbox_id, run, sizeof(run));
+    if (r < 0)
+        return aj_err(err, -r, "name the run's cgroup");
+    r = aj_cgroup_create(&host, pol, run, cg, err);
+    if (r < 0)
+        return r;
+    for (int c = 0; c < AJ_CG_NCTRL; c++)
+        snprintf(res->cgroup_versions[c], sizeof(res->cgroup_versions[c]), "%s",
+                 cg->version[c] == 2 ? "v2" : cg->version[c] == 1 ? "v1" : "none");
+    if (cg->created)
+        res->layers |= AJ_LAYER_CGROUP | cg->limits;
+    if (pol->cpu_time_ms && cg->created)
+        res->layers |= AJ_LAYER_CPU_TIME_LIMIT;
+    return 0;
+}
+
+static int setup_output(const struct aj_policy *pol, const struct aj_run_options *opts, struct supervise_state *st,
+                        struct aj_error *err)
+{
+    for (int i = 0; i < 2; i++) {
+        int p[2], r;
+        int dest = i == 0 ? (opts && opts->stdout_fd > 0 ? opts->stdout_fd : 1)
+                          : (opts && opts->stderr_fd > 0 ? opts->stderr_fd : 2);
+        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest, .wfd = -1};
+        if (st->pty && (i == 0 || st->pty_err)) {
+            /* The payload's pty carries it (see pty_attach): stdout's
+             * stream reads the master when it comes; stderr has none. */
+            if (i == 1)
+                continue;
+            r = aj_loop_relay_open(&st->out[i], err);
+            if (r < 0)
+                return r;
+            continue;
+        }
+        /* A terminal is never handed to the sandbox (it would be the
+         * host's: TIOCSTI, job control, the scrollback): its output is
+         * relayed like a captured stream, without a budget. */
+        if (!pol->output_limit && !isatty(dest)) {
+            /* No budget: the sandbox writes to the destination directly
+             * (init makes it its fd 1/2). */
+            if (dest != i + 1)
+                st->out[i].wfd_child = dest;
+            continue;
+        }
+        r = aj_loop_relay_open(&st->out[i], err);
+        if (r < 0)
+            return r;
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return aj_err(err, errno, "pipe for output capture");
+        st->out[i].rfd = p[0];
+        st->out[i].wfd_child = p[1];
+        st->out[i].owns_w = true;
+        if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)
+            return aj_err(err, errno, "nonblocking output pipe");
+    }
+    return 0;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        (void)close(*fd);
+        *fd = -1;
+    }
+}
+
+int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res, struct aj_error *err)
+{
+    return aj_run_ex(pol, argv, NULL, res, err);
+}
+
+void sb_init(struct sandbox *sb, const struct aj_policy *pol)
+{
+    memset(sb, 0, sizeof(*sb));
+    sb->c = (struct aj_child_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1, .pty_slave = -1};
+    sb->lease = (struct aj_uid_lease){.lock_fd = -1};
+    sb->audit = (struct aj_audit){.fd = -1};
+    sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
+                                      .sock = -1, .sigfd = -1, .decoy_sock = -1,
+                                      .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
+                                      .limit = AJ_STATUS_OK};
+    sb->st.out[0] = sb->st.out[1] = sb->st.in = (struct out_stream){.rfd = -1, .wfd_child = -1, .wfd = -1};
+    sigemptyset(&sb->st.got_signals);
+    sb->st.notify.fd = -1;
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
+    sb->socks[0] = sb->socks[1] = -1;
+    sb->null_fd = -1;
+    sb->netns_userns_fd = -1;
+    aj_cgroup_init(&sb->cg);
+}
+
+/* Signals that end a run arrive through a signalfd: the supervisor kills
+ * the sandbox, reports, and exits 128+N. Blocked from before the clone in
+ * a direct run (a ^C in between must not orphan the sandbox), from the
+ * launch in a pooled one. */
+static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_error *err)
+{
+    sigset_t mask;
+
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGQUIT);
+    sigaddset(&mask, SIG_DECOY);
+    {
+        /* Blocked in this thread for the run, but not read from the
+         * signalfd: a write to a caller's pipe whose reader is gone gives
+         * EPIPE, not a SIGPIPE that would kill the caller's whole process
+         * (sb_cleanup consumes the one we caused); a write to the caller's
+         * terminal from a background job is not stopped by SIGTTOU. The
+         * process-wide dispositions are the caller's and stay untouched. */
+        sigset_t run_mask = mask, pend;
+        sigaddset(&run_mask, SIGPIPE);
+        sigaddset(&run_mask, SIGTTOU);
+        sigaddset(&run_mask, SIGTTIN); /* a background read of the terminal: EIO, not a stop */
+        sb->sigpipe_was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
+        if (pthread_sigmask(SIG_BLOCK, &run_mask, ret_old) != 0)
+            return aj_err(err, EINVAL, "sigprocmask");
+    }
+    sb->mask_set = true;
+    sb->st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sb->st.sigfd < 0)
+        return aj_err(err, errno, "signalfd");
+    return 0;
+}
+
+/* Degraded: no namespaces at all. Landlock confines the filesystem to the
+ * named host paths, seccomp and no_new_privs stay, the supervisor becomes a
+ * subreaper to kill leftovers. */
+static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    struct aj_error why;
+    int r, was = 0;
+
+    aj_userns_explain_failure(clone_errno, &why);
+    if (!pol->allow_degraded || c->parked) {
+        *err = why;
+        return -clone_errno;
+    }
+    if (c->skip & AJ_SKIP_LANDLOCK)
+        /* Without namespaces Landlock is the filesystem boundary: never both gone. */
+        return aj_err(err, 0, "degraded mode needs Landlock, and this kernel has none (%s)", why.msg);
+    /* No network namespace: whatever the mode, the filter refuses network
+     * sockets (below), so a private loopback cannot be had; say so. */
+    if (c->rootless && c->landlock_abi < 6 && !pol->allow_unscoped_signals)
+        /* No pid namespace and the caller's own uid: only Landlock's signal
+         * scope (ABI 6, Linux 6.12) keeps kill() off the caller's other
+         * processes (its shell, its editor, the agent itself). */
+        return aj_err(err, 0,
+                      "degraded mode as an ordinary user needs Landlock ABI 6 (Linux 6.12) to keep the payload's "
+                      "signals off your other processes, and this kernel has ABI %d; to run anyway, set "
+                      "degraded.without_signal_scope in the policy (--allow-unscoped-signals)",
+                      c->landlock_abi);
+    c->degraded = sb->st.degraded = true;
+    c->netns_late = false;
+    res->degraded = true;
+    /* Without a network namespace the filter must refuse sockets. */
+    aj_seccomp_clear(&c->bpf);
+    r = aj_seccomp_compile(pol, true, true, &c->bpf, err);
+    if (r < 0)
+        return r;
+    {
+        /* The loopback note first: the explanation after it may be cut. */
+        static const char no_lo[] = "no private loopback either (network sockets are refused); ";
+        size_t off = pol->network == AJ_NET_LOOPBACK ? sizeof(no_lo) - 1 : 0;
+        size_t n = strnlen(why.msg, sizeof(res->degraded_reason) - 1 - off);
+        memcpy(res->degraded_reason, no_lo, off);
+        memcpy(res->degraded_reason + off, why.msg, n);
+        res->degraded_reason[off + n] = '\0';
+    }
+    for (size_t i = 0; i < pol->n_binds; i++) {
+        if (strcmp(pol->binds[i].host, pol->binds[i].sandbox) != 0)
+            return aj_err(err, 0,
+                          "degraded mode cannot remap %s to %s (no mount namespace); bind it at the same path",
+                          pol->binds[i].host, pol->binds[i].sandbox);
+        if (pol->binds[i].owner_set)
+            return aj_err(err, 0, "degraded mode cannot id-map %s to its owner %u:%u (no mount namespace); "
+                          "drop the bind's \"owner\" to run degraded", pol->binds[i].host, pol->binds[i].owner_uid,
+                          pol->binds[i].owner_gid);
+    }
+    if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+        return aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
+    sb->subreaper_set = !was;
+    sb->prior.n = list_children(sb->prior.pids, AJ_MAX_PRIOR_CHILDREN);
+    sb->st.pid = clone_sandbox(0, sb->cg.v2_fd, &sb->st.pidfd, &sb->in_cgroup);
+    if (sb->st.pid < 0)
+        return aj_err(err, errno, "fork");
+    return 0;
+}
+
+/* vm.memfd_noexec=2 in the sandbox's pid namespace (Linux 6.3+): every
+ * memfd_create there without MFD_NOEXEC_SEAL gets it from the kernel, and
+ * MFD_EXEC is refused. The kernel reads the writer's pid namespace and
+ * lets only the host's root write /proc/sys (init, a mapped uid, gets
+ * EACCES); so a child of ours joins init's pid namespace (setns affects
+ * its children only) and its own child, still the host's root and outside
+ * the user namespace, writes the value. Before GO: no payload exists yet.
+ * Best effort: the payload reads the value back and keeps the strict
+ * filter if it is not 2. Raw clones and async-signal-safe calls only: the
+ * supervisor may be multithreaded (see init's payload clone). The
+ * helper's body is aj_child_memfd_noexec_main. */
+static void set_memfd_noexec(pid_t init_pid)
+{
+    char path[64], buf[32] = "";
+    long pid_max = 0;
+    pid_t helper;
+    int fd, st;
+
+    fd = open("/proc/sys/kernel/pid_max", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, buf, sizeof(buf) - 1) > 0)
+            pid_max = strtol(buf, NULL, 10);
+        (void)close(fd);
+    }
+    if (pid_max < 300)
+        return;
+    (void)snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)init_pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    helper = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
+    if (helper == 0)
+        aj_child_memfd_noexec_main(fd, pid_max);
+    (void)close(fd);
+    if (helper < 0)
+        return;
+    while (waitpid(helper, &st, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* The sandbox's network namespace, made on another CPU while init builds
+ * the root filesystem: creating one costs ~0.3 ms here (loopback device,
+ * sysctl tables, proc entries), which clone3 used to pay on the run's
+ * path. A raw fork of the supervisor joins init's user namespace (so the
+ * new namespace is owned by it, as one made by clone3 would be), unshares,
+ * and sends the namespace's fd to init over the sync socket. Init joins it
+ * right after its mounts, before anything of the payload exists; until
+ * then it runs only our code, in the host's network namespace, where its
+ * user namespace gives it no privilege. The helper (aj_child_netns_helper_main)
+ * uses system calls only: the supervisor may be multithreaded. */
+static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
+{
+    pid_t pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
+
+    if (pid < 0)
+        return aj_err(err, errno, "fork the network namespace helper");
+    if (pid == 0)
+        aj_child_netns_helper_main(sb->netns_userns_fd, sb->st.sock);
+    sb->netns_helper = pid;
+    close_fd(&sb->netns_userns_fd); /* the helper has its copy */
+    return 0;
+}
+
+/* Bind sources are resolved here, once, without following a symlink, and
+ * checked against the registry of writable bind sources (this run's are
+ * added to it first); see aj_mount_plan_resolve. */
+static int sb_resolve_binds(struct sandbox *sb, struct aj_error *err)
+{
+    const struct aj_policy *pol = sb->c.pol;
+    struct aj_bindreg reg = {0};
+    int r;
+
+    if (pol->n_binds) {
+        r = aj_bindreg_update(pol, &reg, err);
+        if (r < 0)
+            return aj_err_prefix(err, r, "registry of writable bind sources");
+    }
+    r = aj_mount_plan_resolve(&sb->c.plan, pol, pol->n_binds ? &reg : NULL, sb->c.rootless ? 0 : pol->uid_base,
+                              sb->c.rootless ? 0 : pol->uid_count, err);
+    aj_bindreg_clear(&reg);
+    return r;
+}
+
+/* Writable binds are id-mapped (docs/security-model.md, "Workspaces keep
+ * their owner"): inside, the workspace owner's files are the sandbox
+ * user's; on the host, what the run writes is the owner's, whatever host
+ * uid the run got. Made here, as root in the host's namespaces, from the
+ * sources aj_mount_plan_resolve opened; init attaches the trees. Where it
+ * cannot be done (rootless, an owner that is root or a run uid, a kernel
+ * or filesystem without id-mapped mounts) the bind works as before, and
+ * the result says so, unless the policy set the owner: then the run
+ * stops. */
+static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    bool any = false, all = true;
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < c->plan.n; i++) {
+        struct aj_mnt_entry *e = &c->plan.entries[i];
+        char why[256] = "";
+        struct stat st;
+        uid_t wu;
+        gid_t wg;
+
+        if (e->kind != AJ_MNT_BIND || !e->rw || e->hostfd < 0)
+            continue;
+        any = true;
+        if (fstat(e->hostfd, &st) < 0) {
+            r = aj_err(err, errno, "bind source %s", e->src);
+            break;
+        }
+        wu = e->owner_set ? e->owner_uid : st.st_uid;
+        wg = e->owner_set ? e->owner_gid : st.st_gid;
+        if (c->rootless)
+            snprintf(why, sizeof(why), "%s",
+                     wu == c->host_uid && wg == c->host_gid
+                         ? "rootless: the sandbox user is your own uid, which owns it (no id-mapping needed)"
+                         : "rootless: id-mapped mounts need root, so files here that are not yours stay "
+                           "read-only inside unless their mode lets anyone write");
+        else if (wu == 0 || wg == 0)
+            snprintf(why, sizeof(why), "%s root (uid %u, gid %u): not id-mapped, as what the sandbox writes "
+                     "would be root's on the host; chown it to a normal user and group, or set the bind's owner",
+                     wu == 0 ? "owned by" : "its group is", (unsigned)wu, (unsigned)wg);
+        else if (wu - pol->uid_base < pol->uid_count)
+            snprintf(why, sizeof(why), "owned by host uid %u, one of the per-run uids (a sandbox made it): not "
+                     "id-mapped", (unsigned)wu);
+        else {
+            struct aj_error ierr = {0};
+            int ufd = aj_userns_parent_idmap_ns(wu, wg, c->host_uid, c->host_gid, &ierr);
+            int q = ufd < 0 ? ufd : aj_mount_parent_idmap(e, ufd, &ierr);
+            if (ufd >= 0)
+                (void)close(ufd);
+            /* Any failure (no id-mapped mounts here, or, inside a
+             * container, no CAP_SYS_ADMIN over the host's mounts for
+             * open_tree) leaves the bind as it was before id-mapping:
+             * the run's own uid, never more than that. */
+            if (q < 0)
+                snprintf(why, sizeof(why), "%.250s", ierr.msg);
+        }
+        if (!why[0])
+            continue;
+        all = false;
+        if (e->owner_set && !(c->rootless && wu == c->host_uid && wg == c->host_gid)) {
+            r = aj_err(err, EOPNOTSUPP, "--bind-rw %s: its owner is set to %u:%u, which needs an id-mapped mount, "
+                       "and: %s", e->src, (unsigned)wu, (unsigned)wg, why);
+            break;
+        }
+        if (!res->workspace_idmap_note[0])
+            snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note), "%.200s: %s", e->src, why);
+    }
+    /* The sandbox gets none of the resolved sources, only the trees. */
+    aj_mount_plan_drop_hostfds(&c->plan);
+    res->has_rw_binds = any;
+    res->workspace_idmap = any && all;
+    return r;
+}
+
+/* The decoys' files and their /var/run go into the mount plan: the decoy
+ * module says what, the mount layer plants it. */
+static int sb_plant_decoys(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct aj_decoy_plants plants;
+    int r;
+
+    r = aj_decoy_plan(c->pol, res->sandbox_id, &plants, &c->decoys, sb->decoy_env, &sb->st.decoy_info, err);
+    for (size_t i = 0; r >= 0 && i < plants.n; i++) {
+        const struct aj_decoy_plant *p = &plants.v[i];
+        r = p->content ? aj_mount_plan_add_file(&c->plan, p->path, p->content, err)
+                       : aj_mount_plan_add_tmpfs(&c->plan, p->path, p->size, p->mode, err);
+    }
+    aj_decoy_plants_clear(&plants);
+    return r;
+}
+
+/* Everything up to the GO message: cgroups, clone, id maps. argv NULL
+ * prepares a parked sandbox for the pool (its command comes at launch). */
+int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
+                      const sigset_t *base_mask, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
+    c->parked = argv == NULL;
+    r = aj_notify_init(&st->notify, -1, err);
+    if (r < 0)
+        return r;
+    c->rootless = geteuid() != 0;
+    res->rootless = c->rootless;
+    if (c->rootless) {
+        c->host_uid = geteuid();
+        c->host_gid = getegid();
+    } else {
+        r = aj_userns_lease_host_id(pol, &sb->lease, err);
+        if (r < 0)
+            return r;
+        c->host_uid = sb->lease.host_uid;
+        c->host_gid = sb->lease.host_gid;
+        res->layers |= AJ_LAYER_UID_ISOLATION;
+    }
+    res->host_uid = c->host_uid;
+    res->host_gid = c->host_gid;
+    c->landlock_abi = aj_landlock_abi();
+    res->landlock_abi = c->landlock_abi;
+    {
+        const char *skip = getenv("AGENTJAIL_UNSAFE_SKIP_LAYER");
+        if (skip && *skip) {
+            if (strcmp(skip, "seccomp") == 0)
+                c->skip = AJ_SKIP_SECCOMP;
+            else if (strcmp(skip, "landlock") == 0)
+                c->skip = AJ_SKIP_LANDLOCK;
+            else
+                return aj_err(err, 0, "AGENTJAIL_UNSAFE_SKIP_LAYER: '%s' is not seccomp or landlock", skip);
+            snprintf(res->unsafe_skipped, sizeof(res->unsafe_skipped), "%s", skip);
+        }
+    }
+    if (c->landlock_abi < 1) {
+        /* Fail closed: Landlock is the layer that holds if a mount is wrong.
+         * Only a policy that says so runs without it (kernels before 5.13);
+         * the result then shows landlock_fs missing. */
+        if (!pol->allow_no_landlock)
+            return aj_err(err, EOPNOTSUPP,
+                          "Landlock is not enabled on this kernel (Linux 5.13 or later, CONFIG_SECURITY_LANDLOCK, "
+                          "'landlock' in the lsm= boot parameter); to run without it anyway, set "
+                          "degraded.without_landlock in the policy (--allow-no-landlock)");
+        c->skip |= AJ_SKIP_LANDLOCK;
+    }
+    /* Monitored filter: escape-indicative calls come to the supervisor. */
+    r = aj_seccomp_build(pol, true, &c->bpf, err);
+    if (r < 0)
+        return r;
+    /* vm.memfd_noexec is per pid namespace (6.3+), writable only by the
+     * host's root from inside it: root mode only (set_memfd_noexec). */
+    if (!c->rootless && geteuid() == 0 && access("/proc/sys/vm/memfd_noexec", F_OK) == 0) {
+        r = aj_seccomp_build_memfd_sealed(pol, true, &c->bpf_memfd, err);
+        if (r < 0)
+            return r;
+    }
+    r = aj_mount_check_bind_submounts(pol, err);
+    if (r < 0)
+        return r;
+    r = aj_mount_plan_build(pol, &c->plan, err);
+    if (r < 0)
+        return r;
+    r = sb_resolve_binds(sb, err);
+    if (r < 0)
+        return r;
+    r = sb_idmap_workspaces(sb, res, err);
+    if (r < 0)
+        return r;
+    r = sb_plant_decoys(sb, res, err);
+    if (r < 0)
+        return r;
+    st->decoys = &c->decoys;
+    if (argv) {
+        c->argv = copy_argv(argv);
+        if (!c->argv)
+            return aj_err(err, ENOMEM, "copy argv");
+    }
+    /* A parked sandbox's environment is built when its run starts
+     * (sb_launch): env_pass values are the caller's at that moment. */
+    if (!c->parked) {
+        c->envp = build_envp(pol, sb->decoy_env, &c->path_env, err);
+        if (!c->envp)
+            return -ENOMEM;
+    }
+    r = setup_cgroup(pol, res, &sb->cg, err);
+    if (r < 0)
+        return r;
+    /* tmp_size "auto": /tmp and /dev/shm by the memory limit, now that
+     * whether a cgroup enforces it is known. */
+    aj_mount_plan_set_scratch_size(&c->plan, aj_policy_tmp_size(pol, (sb->cg.limits & AJ_LAYER_MEMORY_LIMIT) != 0));
+    if (sb->cg.created) {
+        r = aj_cgroup_open_join_fds(&sb->cg, c->cg_join, &c->n_cg_join, err);
+        if (r < 0)
+            return r;
+    }
+    if (c->parked) {
+        /* Until its command comes, a parked sandbox holds none of the
+         * caller's fds: 0, 1 and 2 are /dev/null. */
+        sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (sb->null_fd < 0)
+            return aj_err(err, errno, "open /dev/null");
+        c->in_fd = c->out_fd = c->err_fd = sb->null_fd;
+        sb->orig_mask = *base_mask;
+    } else {
+        int od = opts && opts->stdout_fd > 0 ? opts->stdout_fd : STDOUT_FILENO;
+        int ed = opts && opts->stderr_fd > 0 ? opts->stderr_fd : STDERR_FILENO;
+        /* Interactive (stdin and stdout a terminal): the payload gets a pty
+         * of its own. Not degraded: devpts needs the user namespace. */
+        c->want_pty = st->pty = !pol->allow_degraded && isatty(STDIN_FILENO) && isatty(od);
+        c->pty_err = st->pty_err = c->want_pty && isatty(ed);
+        r = setup_output(pol, opts, st, err);
+        if (r < 0)
+            return r;
+        c->out_fd = st->out[0].wfd_child;
+        c->err_fd = st->out[1].wfd_child;
+        if (isatty(STDIN_FILENO)) {
+            /* Never the caller's terminal (see setup_output): stdin is
+             * /dev/null instead, for init, and for the payload unless it
+             * has its own pty. */
+            sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (sb->null_fd < 0)
+                return aj_err(err, errno, "open /dev/null");
+            c->in_fd = sb->null_fd;
+            if (c->want_pty)
+                c->out_fd = sb->null_fd;
+            if (c->pty_err)
+                c->err_fd = sb->null_fd;
+        }
+        if (pol->output_limit)
+            res->layers |= AJ_LAYER_OUTPUT_LIMIT;
+        r = sb_block_signals(sb, &sb->orig_mask, err);
+        if (r < 0)
+            return r;
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sb->socks) < 0)
+        return aj_err(err, errno, "socketpair");
+    c->sock = sb->socks[1];
+
+    /* See spawn_netns_helper. Not with --allow-degraded: there a host that
+     * refuses network namespaces must make the clone fail, so the run
+     * degrades as a whole instead of failing later in the helper. */
+    c->netns_late = !pol->allow_degraded;
+    st->pid = clone_sandbox(c->netns_late ? NS_FLAGS & ~(uint64_t)CLONE_NEWNET : NS_FLAGS, sb->cg.v2_fd,
+                            &st->pidfd, &sb->in_cgroup);
+    if (st->pid < 0) {
+        r = sb_clone_degraded(sb, errno, res, err);
+        if (r < 0)
+            return r;
+    }
+    if (st->pid == 0) {
+        (void)close(sb->socks[0]);
+        for (int i = 0; i < 2; i++)
+            if (st->out[i].rfd >= 0)
+                (void)close(st->out[i].rfd);
+        if (c->degraded)
+            aj_child_degraded_main(c);
+        aj_child_init_main(c);
+    }
+    close_fd(&sb->socks[1]);
+    c->sock = -1;
+    st->sock = sb->socks[0];
+    sb->socks[0] = -1;
+    close_fd(&sb->null_fd);
+    aj_mount_plan_close_idmaps(&c->plan); /* init has its copies */
+    if (c->degraded && res->has_rw_binds) {
+        res->workspace_idmap = false; /* no mount namespace to attach them in */
+        snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note),
+                 "degraded mode: no mount namespace, the writable binds are the host paths themselves");
+    }
+    for (int i = 0; i < 2; i++) {
+        if (st->out[i].owns_w)
+            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
+        st->out[i].wfd_child = -1;           /* a caller's fd is not ours to close */
+        st->out[i].owns_w = false;
+    }
+    fill_layers_from_ns(res, c->degraded);
+
+    /* Confined before it runs anything of its own: cgroups (v1, and v2 when
+     * CLONE_INTO_CGROUP was not possible), then id maps, then GO. */
+    /* v1: the child joins by itself (see aj_cgroup_open_join_fds); v2 was
+     * entered at clone time, or is joined here if that was not possible. */
+    for (size_t i = 0; i < c->n_cg_join; i++)
+        close_fd(&c->cg_join[i]);
+    c->n_cg_join = 0;
+    if (sb->cg.created && !sb->in_cgroup && sb->cg.v2_dir[0]) {
+        struct aj_cgroup v2only = sb->cg;
+        for (int i = 0; i < AJ_CG_NCTRL; i++)
+            v2only.v1_dir[i][0] = '\0';
+        r = aj_cgroup_parent_attach(&v2only, st->pid, true, err);
+        if (r < 0)
+            return r;
+    }
+    if (c->netns_late) {
+        /* The helper joins init's user namespace through this fd, opened
+         * now: init still has our ids. Once it switched to the run's host
+         * uid (root mode), opening its namespaces (or setns on its pidfd)
+         * needs CAP_SYS_PTRACE, which a container lacks by default: the
+         * helper then failed at random, reported as a host refusing
+         * network namespaces. */
+        char path[64];
+        (void)snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)st->pid);
+        sb->netns_userns_fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (sb->netns_userns_fd < 0)
+            return aj_err(err, errno, "open %s", path);
+        /* Our unreaped child keeps its pid; still, trust only what nsfs
+         * says the fd is. */
+        if (ioctl(sb->netns_userns_fd, NS_GET_NSTYPE) != CLONE_NEWUSER)
+            return aj_err(err, EINVAL, "%s is not a user namespace", path);
+    }
+    if (!c->degraded && c->bpf_memfd.len)
+        set_memfd_noexec(st->pid);
+    {
+        struct aj_sync_msg go = {.type = AJ_MSG_GO};
+        if (!c->degraded) {
+            r = aj_userns_parent_write_maps(st->pid, pol->uid, pol->gid, c->host_uid, c->host_gid, c->rootless,
+                                            err);
+            if (r < 0)
+                return r;
+        }
+        r = aj_proto_send_plain(st->sock, &go, sizeof(go));
+        if (r < 0)
+            return aj_err(err, -r, "release the sandbox");
+    }
+    if (c->netns_late) {
+        r = spawn_netns_helper(sb, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Hand a parked sandbox its command: argv, then the caller's stdin and
+ * the stdout/stderr it is to write to (our capture pipes when there is an
+ * output budget). */
+int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
+                     struct aj_result *res, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = sb->c.pol;
+    char *buf;
+    size_t len = sizeof(struct aj_run_msg), argc = 0, envc = 0;
+    int fds[3], r;
+
+    /* The request's environment, now: env_pass reads the caller's values
+     * as this run starts, never as the sandbox was parked. */
+    sb->c.envp = build_envp(pol, sb->decoy_env, &sb->c.path_env, err);
+    if (!sb->c.envp)
+        return -ENOMEM;
+    for (; argv[argc]; argc++)
+        len += strlen(argv[argc]) + 1;
+    for (; sb->c.envp[envc]; envc++)
+        len += strlen(sb->c.envp[envc]) + 1;
+    if (argc > AJ_RUN_MAX_ARGS || envc > AJ_RUN_MAX_ARGS || len > AJ_RUN_MAX_BYTES)
+        return aj_err(err, E2BIG,
+                      "command line and environment too long for a pooled sandbox (%zu arguments, %zu variables, "
+                      "%zu bytes)",
+                      argc, envc, len);
+    r = setup_output(pol, opts, st, err);
+    if (r < 0)
+        return r;
+    if (pol->output_limit)
+        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
+    r = sb_block_signals(sb, &sb->orig_mask, err);
+    if (r < 0)
+        return r;
+    /* What the parked sandbox sent while it waited (the seccomp listener,
+     * the decoys): taken now, so every decoy is leased before the payload
+     * can run a single instruction of its command. */
+    aj_loop_drain_msgs(st);
+    if (st->sock < 0)
+        return aj_err(err, EPIPE, "the pooled sandbox is gone");
+    buf = malloc(len);
+    if (!buf)
+        return aj_err(err, ENOMEM, "run request");
+    {
+        struct aj_run_msg hdr = {.type = AJ_MSG_RUN, .argc = (uint32_t)argc, .envc = (uint32_t)envc};
+        size_t off = sizeof(hdr);
+        memcpy(buf, &hdr, sizeof(hdr));
+        for (size_t i = 0; i < argc; i++) {
+            size_t n = strlen(argv[i]) + 1;
+            memcpy(buf + off, argv[i], n);
+            off += n;
+        }
+        for (size_t i = 0; i < envc; i++) {
+            size_t n = strlen(sb->c.envp[i]) + 1;
+            memcpy(buf + off, sb->c.envp[i], n);
+            off += n;
+        }
+    }
+    fds[0] = STDIN_FILENO;
+    if (isatty(STDIN_FILENO)) {
+        /* Never the caller's terminal (see setup_output). */
+        sb->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (sb->null_fd < 0) {
+            free(buf);
+            return aj_err(err, errno, "open /dev/null");
+        }
+        fds[0] = sb->null_fd;
+    }
+    for (int i = 0; i < 2; i++)
+        fds[1 + i] = st->out[i].wfd_child >= 0 ? st->out[i].wfd_child : st->out[i].dest;
+    r = aj_proto_send_with_fds(st->sock, buf, len, fds, 3);
+    free(buf);
+    close_fd(&sb->null_fd);
+    for (int i = 0; i < 2; i++) {
+        if (st->out[i].owns_w)
+            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
+        st->out[i].wfd_child = -1;
+        st->out[i].owns_w = false;
+    }
+    if (r < 0)
+        return aj_err(err, -r, "hand the command to the pooled sandbox");
+    return 0;
+}
+
+/* From GO (or the launch) to the result. */
+int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+    int r;
+
+    st->base_layers = res->layers;
+    st->unsafe_skipped = res->unsafe_skipped;
+    st->deadline = aj_loop_deadline(sb->start, st->pol->timeout_ms);
+    r = aj_loop_supervise(st, err);
+    if (r < 0)
+        return r;
+    if (st->degraded) {
+        kill_orphans(&sb->prior, st->alert.pid);
+        /* The payload is the direct child: its status is init_status. */
+        if (!st->have_exit && !st->have_child_err) {
+            st->exit_wstatus = st->init_status;
+            st->have_exit = true;
+        }
+    }
+    /* Everything inside is dead now (pid namespace, or orphans killed):
+     * relay what is left in the pipes until EOF. */
+    aj_loop_finish_output(st);
+    res->wall_ms = aj_now_ms() - sb->start;
+    if (st->have_child_err && st->limit == AJ_STATUS_OK && !st->interrupted) {
+        res->layers |= st->layers;
+        if (st->decoy_unarmed)
+            res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* as fill_result: present, not watched */
+        res->status = AJ_STATUS_SETUP_ERROR;
+        res->exit_code = st->child_err.exit_hint ? st->child_err.exit_hint : 125;
+        *err = st->child_err;
+        snprintf(res->error, sizeof(res->error), "%s", st->child_err.msg);
+        return st->child_err.errnum ? -st->child_err.errnum : -EINVAL;
+    }
+    aj_loop_fill_result(st, res);
+    return 0;
+}
+
+/* The caller's mask back, and with it what the run kept from the caller:
+ * the signals that ended it were read from our signalfd and would be lost,
+ * so they are sent again to the process while still blocked here. With
+ * the caller's mask they are then delivered (a CLI that does not block them
+ * dies of them, as it would have without us) or stay pending for the
+ * caller to see. A SIGPIPE that our writes to a gone reader caused is
+ * consumed; one the caller had pending before is left alone. */
+static void restore_signals(struct sandbox *sb)
+{
+    static const int ending[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    sigset_t pend;
+
+    if (!sb->sigpipe_was_pending && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
+        sigset_t one;
+        struct timespec zero = {0, 0};
+        sigemptyset(&one);
+        sigaddset(&one, SIGPIPE);
+        /* Thread- and process-directed: at most one of each. */
+        for (int i = 0; i < 2 && sigtimedwait(&one, NULL, &zero) == SIGPIPE; i++)
+            ;
+    }
+    /* To the process, as they came: in a server whose signal thread
+     * (sigwait) is the only one that takes them, that thread gets them. */
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(ending); i++)
+        if (sigismember(&sb->st.got_signals, ending[i]) == 1)
+            (void)kill(getpid(), ending[i]);
+    (void)pthread_sigmask(SIG_SETMASK, &sb->orig_mask, NULL);
+}
+
+/* Kill what is left, report the end, release everything. With keep_cg the
+ * cgroup directories are handed back (emptied and killed) for the caller to
+ * remove later, off the run's path. */
+void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_error *err,
+                       struct aj_cgroup *keep_cg)
+{
+    struct supervise_state *st = &sb->st;
+    struct aj_child_ctx *c = &sb->c;
+
+    if (st->pid > 0)
+        kill_and_reap(st->pid, st->pidfd);
+    if (st->tio_saved) /* the caller's terminal as it was */
+        (void)tcsetattr(STDIN_FILENO, TCSADRAIN, &st->saved_tio);
+    st->tio_saved = false;
+    if (sb->netns_helper > 0)
+        kill_and_reap(sb->netns_helper, -1);
+    sb->netns_helper = 0;
+    close_fd(&sb->netns_userns_fd);
+    /* No lease may outlive the blocked signal it reports with: drop the
+     * decoys, then discard any break still queued, then unblock. */
+    close_fd(&st->decoy_sock);
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
+        close_fd(&st->dconn[i].fd);
+    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
+        close_fd(&st->decoy_files[i]);
+    if (st->sigfd >= 0) {
+        /* Lease breaks are dropped; a SIGTERM or ^C that came at the end is
+         * the caller's (re-raised below). */
+        struct signalfd_siginfo si;
+        while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+            if ((int)si.ssi_signo != SIG_DECOY)
+                (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
+    }
+    if (sb->subreaper_set)
+        (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
+    if (res) {
+        if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
+            snprintf(res->error, sizeof(res->error), "%s", err->msg);
+            if (res->exit_code == 0) /* 2: refused input (a bind, an output path), nothing started */
+                res->exit_code = err->exit_hint ? err->exit_hint : 125;
+        }
+        if (!res->wall_ms)
+            res->wall_ms = aj_now_ms() - sb->start;
+        if (sb->audit_open) {
+            aj_loop_emit_summary(st, true);
+            aj_loop_emit_end(st, res);
+            aj_loop_check_alert(st, true); /* the hook finishes (or is killed) before we return */
+        }
+    }
+    if (sb->audit_open)
+        aj_audit_close(&sb->audit);
+    sb->audit_open = false;
+    aj_notify_clear(&st->notify);
+    json_decref(st->decoy_info);
+    st->decoy_info = NULL;
+    free(sb->decoy_env[0]);
+    free(sb->decoy_env[1]);
+    sb->decoy_env[0] = sb->decoy_env[1] = NULL;
+    if (keep_cg && sb->cg.created) {
+        aj_cgroup_kill(&sb->cg);
+        *keep_cg = sb->cg;
+        aj_cgroup_init(&sb->cg);
+    } else {
+        aj_cgroup_destroy(&sb->cg);
+    }
+    close_fd(&st->sigfd);
+    close_fd(&st->pidfd);
+    close_fd(&st->sock);
+    close_fd(&sb->socks[0]);
+    close_fd(&sb->socks[1]);
+    close_fd(&sb->null_fd);
+    for (int i = 0; i < 2; i++) {
+        close_fd(&st->out[i].rfd);
+        if (st->out[i].owns_w)
+            close_fd(&st->out[i].wfd_child);
+        if (st->out[i].own_wfd)
+            close_fd(&st->out[i].wfd);
+        st->out[i].own_wfd = false;
+        free(st->out[i].buf);
+        st->out[i].buf = NULL;
+    }
+    close_fd(&st->in.rfd);
+    if (st->in.own_wfd)
+        close_fd(&st->in.wfd);
+    st->in.own_wfd = false;
+    free(st->in.buf);
+    st->in.buf = NULL;
+    for (size_t i = 0; i < c->n_cg_join; i++)
+        close_fd(&c->cg_join[i]);
+    c->n_cg_join = 0;
+    aj_userns_lease_release(&sb->lease);
+    aj_mount_plan_clear(&c->plan);
+    aj_seccomp_clear(&c->bpf);
+    aj_seccomp_clear(&c->bpf_memfd);
+    free_envp(c->envp);
+    free_envp(c->argv);
+    c->envp = c->argv = NULL;
+    /* Last, with everything released: the caller's signal mask back. */
+    if (sb->mask_set)
+        restore_signals(sb);
+    sb->mask_set = false;
+}
+
+/* What every run starts with: an id, the policy's hash, the events file. */
+int sb_begin(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    int r;
+
+    r = aj_policy_validate(sb->c.pol, err);
+    if (r < 0)
+        return r;
+    return aj_policy_sha256(sb->c.pol, res->policy_sha256, err);
+}
+
+int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, struct aj_result *res,
+                         struct aj_error *err)
+{
+    int r = aj_audit_open(&sb->audit, sb->c.pol, opts ? opts->events_path : NULL, res->sandbox_id,
+                          res->policy_sha256, err);
+    if (r == 0) {
+        sb->audit_open = true;
+        aj_audit_set_budget(&sb->audit, sb->c.pol->event_budget);
+    }
+    return r;
+}
+
+void result_reset(struct aj_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->status = AJ_STATUS_SETUP_ERROR;
+    (void)aj_random_hex(res->sandbox_id, 32);
+}
+
+int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,
+              struct aj_result *res, struct aj_error *err)
+{
+    struct sandbox sb;
+    int r;
+
+    sb_init(&sb, pol);
+    sb.start = aj_now_ms();
+    result_reset(res);
+    if (!argv || !argv[0])
+        return aj_err(err, 0, "no command given");
+    sb.st.argv = argv;
+    r = sb_begin(&sb, res, err);
+    if (r == 0)
+        r = sb_open_audit(&sb, opts, res, err);
+    if (r == 0)
+        r = sb_prepare(&sb, argv, opts, NULL, res, err);
+    if (r == 0)
+        r = sb_supervise(&sb, res, err);
+    sb_cleanup(&sb, r, res, err, NULL);
+    return r;
+}
+
