@@ -57,7 +57,13 @@ echo "== build rules: include rules, forbidden includes, installed library"
 } > "$out/include-rules.tap"
 tests/build/forbidden-include.sh build > "$out/forbidden-include.tap" 2>&1 || status=1
 tests/build/install.sh build > "$out/install.tap" 2>&1 || status=1
-for f in include-rules forbidden-include install; do cat "$out/$f.tap"; done
+if tools/tidy.sh build > "$out/tidy.log" 2>&1; then
+  echo "ok 1 - clang-tidy: no new findings" > "$out/tidy.tap"
+else
+  { echo "not ok 1 - clang-tidy: new findings (tools/tidy.sh)"; sed 's/^/# /' "$out/tidy.log"; } > "$out/tidy.tap"
+  status=1
+fi
+for f in include-rules forbidden-include install tidy; do cat "$out/$f.tap"; done
 echo "== fuzz: policy parser (${AJ_FUZZ_SECONDS:-20}s)"
 if tests/fuzz/run.sh "${AJ_FUZZ_SECONDS:-20}" > "$out/fuzz.log" 2>&1; then
   echo "ok 1 - fuzz_policy: no findings" > "$out/fuzz.tap"
