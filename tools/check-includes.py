@@ -68,8 +68,10 @@ def header_index(root):
 
 
 def module_of(filename):
+    """cgroup_v2.c and aj_cgroup_backend.h are both of module "cgroup"."""
     stem = os.path.splitext(os.path.basename(filename))[0]
-    return stem[3:] if stem.startswith("aj_") else stem
+    stem = stem[3:] if stem.startswith("aj_") else stem
+    return stem.split("_")[0]
 
 
 def check(root):
