@@ -8,7 +8,7 @@ set -euo pipefail
 what=${1:-test}
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev python3)
 case "$what" in
-  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang libclang-rt-14-dev chromium docker.io) ;;
+  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io) ;;
   bench) pkgs+=(bubblewrap firejail) ;;
   compat) pkgs+=(libpython3.11-testsuite python3-pandas python3-matplotlib python3-seaborn
                 python3-sklearn python3-statsmodels python3-venv python3-pip python3-wheel

@@ -47,6 +47,23 @@ pytest_as() { # name, bin dir, runner prefix...
 
 unit build
 unit build-asan
+echo "== build rules: include rules, forbidden includes, installed library"
+{
+  if python3 tools/check-includes.py --self-test . > "$out/include-rules.log" 2>&1; then
+    echo "ok 1 - include rules hold and the checker refuses each kind of violation"
+  else
+    echo "not ok 1 - include rules: $(tr '\n' ' ' < "$out/include-rules.log")"
+  fi
+} > "$out/include-rules.tap"
+tests/build/forbidden-include.sh build > "$out/forbidden-include.tap" 2>&1 || status=1
+tests/build/install.sh build > "$out/install.tap" 2>&1 || status=1
+if tools/tidy.sh build > "$out/tidy.log" 2>&1; then
+  echo "ok 1 - clang-tidy: no new findings" > "$out/tidy.tap"
+else
+  { echo "not ok 1 - clang-tidy: new findings (tools/tidy.sh)"; sed 's/^/# /' "$out/tidy.log"; } > "$out/tidy.tap"
+  status=1
+fi
+for f in include-rules forbidden-include install tidy; do cat "$out/$f.tap"; done
 echo "== fuzz: policy parser (${AJ_FUZZ_SECONDS:-20}s)"
 if tests/fuzz/run.sh "${AJ_FUZZ_SECONDS:-20}" > "$out/fuzz.log" 2>&1; then
   echo "ok 1 - fuzz_policy: no findings" > "$out/fuzz.tap"

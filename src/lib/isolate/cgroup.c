@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cgroup v2 and v1, per controller. See aj_cgroup.h.
+/* cgroup v2 and v1, per controller: the front of the layer (detection, a
+ * run's groups and limits, statistics, kill, cleanup); what differs between
+ * the versions is in cgroup_v2.c and cgroup_v1.c. See aj_cgroup.h.
  *
  * Layout: <hierarchy>/<the supervisor's own cgroup>/agentjail/<run>, where
  * <run> is "<supervisor pid>.<its start time>.<sandbox id>.ns<its pid namespace>"
@@ -7,7 +9,7 @@
  * supervisor can tell a run whose owner died (and clean it up) from one
  * that is still live. Nesting under our own cgroup keeps agentjail inside
  * whatever limits its own caller set (a container, a systemd slice). */
-#include "aj_cgroup.h"
+#include "aj_cgroup_backend.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,11 +27,11 @@
 #include "aj_result.h"
 #include "aj_util.h"
 
-static const char *const ctrl_names[AJ_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct"};
+const char *const aj_cg_ctrl_names[AJ_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct"};
 
 const char *aj_cgroup_ctrl_name(enum aj_cg_ctrl c)
 {
-    return (unsigned)c < AJ_CG_NCTRL ? ctrl_names[c] : "?";
+    return (unsigned)c < AJ_CG_NCTRL ? aj_cg_ctrl_names[c] : "?";
 }
 
 void aj_cgroup_init(struct aj_cgroup *cg)
@@ -40,7 +42,7 @@ void aj_cgroup_init(struct aj_cgroup *cg)
 
 /* ---- detection ------------------------------------------------------------- */
 
-static bool has_word(const char *list, const char *word, char sep)
+bool aj_cg_has_word(const char *list, const char *word, char sep)
 {
     size_t n = strlen(word);
     for (const char *p = list; p && *p;) {
@@ -75,7 +77,7 @@ int aj_cgroup_detect(struct aj_cgroup_host *host, struct aj_error *err)
             snprintf(host->v2_mount, sizeof(host->v2_mount), "%s", mnt);
         } else if (strcmp(fstype, "cgroup") == 0) {
             for (int c = 0; c < AJ_CG_NCTRL; c++)
-                if (has_word(opts, ctrl_names[c], ',') && !host->ctrl[c].mount[0]) {
+                if (aj_cg_has_word(opts, aj_cg_ctrl_names[c], ',') && !host->ctrl[c].mount[0]) {
                     snprintf(host->ctrl[c].mount, sizeof(host->ctrl[c].mount), "%s", mnt);
                     host->ctrl[c].version = 1;
                 }
@@ -101,7 +103,7 @@ int aj_cgroup_detect(struct aj_cgroup_host *host, struct aj_error *err)
             continue;
         }
         for (int c = 0; c < AJ_CG_NCTRL; c++)
-            if (has_word(c1 + 1, ctrl_names[c], ','))
+            if (aj_cg_has_word(c1 + 1, aj_cg_ctrl_names[c], ','))
                 snprintf(host->ctrl[c].self, sizeof(host->ctrl[c].self), "%s", c2 + 1);
     }
     free(line);
@@ -128,7 +130,7 @@ int aj_cgroup_detect(struct aj_cgroup_host *host, struct aj_error *err)
         snprintf(path, sizeof(path), "%s/cgroup.controllers", host->v2_mount);
         if (aj_read_small_file(path, buf, sizeof(buf)) >= 0)
             for (int c = 0; c < AJ_CG_NCTRL; c++)
-                if (has_word(buf, ctrl_names[c], ' '))
+                if (aj_cg_has_word(buf, aj_cg_ctrl_names[c], ' '))
                     host->v2_kernel |= 1u << c;
         /* Only the real root lacks cgroup.type; the root of a cgroup
          * namespace (a container's "/") has it, and the no-internal-
@@ -138,7 +140,7 @@ int aj_cgroup_detect(struct aj_cgroup_host *host, struct aj_error *err)
         snprintf(path, sizeof(path), "%s%s/cgroup.controllers", host->v2_mount, self);
         if (aj_read_small_file(path, buf, sizeof(buf)) >= 0)
             for (int c = 0; c < AJ_CG_NCTRL; c++)
-                if (c != AJ_CG_CPUACCT && has_word(buf, ctrl_names[c], ' ')) {
+                if (c != AJ_CG_CPUACCT && aj_cg_has_word(buf, aj_cg_ctrl_names[c], ' ')) {
                     host->v2_avail |= 1u << c;
                     host->ctrl[c].version = 2;
                     host->ctrl[c].mount[0] = '\0';
@@ -149,7 +151,7 @@ int aj_cgroup_detect(struct aj_cgroup_host *host, struct aj_error *err)
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static int write_at(const char *dir, const char *file, const char *value)
+int aj_cg_write_at(const char *dir, const char *file, const char *value)
 {
     char path[AJ_CG_PATH * 2 + 64];
     _cleanup_close_ int fd = -1;
@@ -163,7 +165,7 @@ static int write_at(const char *dir, const char *file, const char *value)
     return 0;
 }
 
-static int read_at(const char *dir, const char *file, char *buf, size_t size)
+int aj_cg_read_at(const char *dir, const char *file, char *buf, size_t size)
 {
     char path[AJ_CG_PATH * 2 + 64];
     snprintf(path, sizeof(path), "%s/%s", dir, file);
@@ -171,12 +173,12 @@ static int read_at(const char *dir, const char *file, char *buf, size_t size)
 }
 
 /* "key value" lines (memory.events, cpu.stat, memory.oom_control). */
-static bool read_key(const char *dir, const char *file, const char *key, uint64_t *ret)
+bool aj_cg_read_key(const char *dir, const char *file, const char *key, uint64_t *ret)
 {
     char buf[4096];
     size_t n = strlen(key);
 
-    if (read_at(dir, file, buf, sizeof(buf)) < 0)
+    if (aj_cg_read_at(dir, file, buf, sizeof(buf)) < 0)
         return false;
     for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
         if (strncmp(p, key, n) == 0 && p[n] == ' ') {
@@ -186,18 +188,18 @@ static bool read_key(const char *dir, const char *file, const char *key, uint64_
     return false;
 }
 
-static bool read_u64(const char *dir, const char *file, uint64_t *ret)
+bool aj_cg_read_u64(const char *dir, const char *file, uint64_t *ret)
 {
     char buf[64];
     char *end;
-    if (read_at(dir, file, buf, sizeof(buf)) <= 0)
+    if (aj_cg_read_at(dir, file, buf, sizeof(buf)) <= 0)
         return false;
     errno = 0;
     *ret = strtoull(buf, &end, 10);
     return errno == 0 && end != buf;
 }
 
-static void join(char *out, size_t size, const char *mount, const char *self, const char *rest)
+void aj_cg_join(char *out, size_t size, const char *mount, const char *self, const char *rest)
 {
     int n = snprintf(out, size, "%s%s/agentjail%s%s", mount, strcmp(self, "/") == 0 ? "" : self,
                      rest ? "/" : "", rest ? rest : "");
@@ -244,240 +246,26 @@ int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size)
     return 0;
 }
 
-/* Write "+ctrl" for each controller in mask to dir's subtree_control;
- * returns the mask that is enabled afterwards and the first errno. */
-static uint32_t enable_ctrls(const char *dir, uint32_t mask, int *ret_errno)
-{
-    char buf[512];
-    uint32_t on = 0;
-
-    *ret_errno = 0;
-    if (read_at(dir, "cgroup.subtree_control", buf, sizeof(buf)) >= 0)
-        for (int c = 0; c < AJ_CG_NCTRL; c++)
-            if (has_word(buf, ctrl_names[c], ' '))
-                on |= 1u << c;
-    for (int c = 0; c < AJ_CG_NCTRL; c++) {
-        char w[32];
-        int r;
-        if (!(mask & (1u << c)) || (on & (1u << c)))
-            continue;
-        snprintf(w, sizeof(w), "+%s", ctrl_names[c]);
-        r = write_at(dir, "cgroup.subtree_control", w);
-        if (r == 0)
-            on |= 1u << c;
-        else if (!*ret_errno)
-            *ret_errno = -r;
-    }
-    return on & mask;
-}
-
-/* Whoever set the cgroup up handed its subtree to us: a cgroup owned by
- * the (non-root) caller, one systemd marked with Delegate=yes (the
- * trusted.delegate / user.delegate xattr), or the root of our cgroup
- * namespace (a container's own cgroup). Only then are processes other
- * than our own moved into the leaf. */
-static bool v2_delegated(const struct aj_cgroup_host *host, const char *dir)
-{
-    char v[8];
-    struct stat st;
-    ssize_t n;
-
-    if (geteuid() != 0)
-        return stat(dir, &st) == 0 && st.st_uid == geteuid() && access(dir, W_OK) == 0;
-    n = getxattr(dir, "trusted.delegate", v, sizeof(v));
-    if (n <= 0)
-        n = getxattr(dir, "user.delegate", v, sizeof(v));
-    if (n > 0 && v[0] == '1')
-        return true;
-    return strcmp(host->v2_self, "/") == 0 && !host->v2_real_root;
-}
-
-/* Move every process of from/ into to/ (only our own, or all of them). */
-static int move_procs(const char *from, const char *to, bool all)
-{
-    char path[AJ_CG_PATH * 2 + 16], line[32], me[32];
-    FILE *f;
-    int r = 0;
-
-    snprintf(me, sizeof(me), "%d", (int)getpid());
-    r = write_at(to, "cgroup.procs", me);
-    if (r < 0 || !all)
-        return r;
-    snprintf(path, sizeof(path), "%s/cgroup.procs", from);
-    /* A few rounds: a process may fork while we move its parent. */
-    for (int round = 0; round < 4; round++) {
-        int moved = 0;
-        f = fopen(path, "re");
-        if (!f)
-            return -errno;
-        while (fgets(line, sizeof(line), f)) {
-            line[strcspn(line, "\n")] = '\0';
-            if (line[0] && write_at(to, "cgroup.procs", line) == 0)
-                moved++;
-        }
-        (void)fclose(f);
-        if (!moved)
-            break;
-    }
-    return 0;
-}
-
-static bool has_procs(const char *dir)
-{
-    char buf[16];
-    return read_at(dir, "cgroup.procs", buf, sizeof(buf)) != 0;
-}
-
-/* Make the controllers in want usable below the caller's cgroup S (the
- * runs go to S/agentjail/<run>). v2 refuses to enable a domain controller
- * (memory) in a cgroup that holds processes, and it does enable a
- * threaded one (pids, cpu) there, which turns S into a thread root below
- * which no new group can hold a process (EOPNOTSUPP when the run moves
- * in: what broke delegated users). So nothing is enabled in S while it
- * holds a process: as systemd's delegation rules expect, the processes of
- * S go into the leaf S/agentjail-leaf first (only this process, unless S
- * was delegated to us: then every process in it). The real root is
- * exempt from the rule. Never anything above S.
- * Returns the controllers enabled in S's subtree_control; *ret_usable is
- * false when no group below S can hold a process at all (S is a thread
- * root with processes, set up so by someone else). */
-static uint32_t v2_prepare_self(const struct aj_cgroup_host *host, const char *self_dir, uint32_t want,
-                                struct aj_cgroup *cg, bool *ret_usable)
-{
-    char leaf[AJ_CG_PATH * 2 + 32], buf[512];
-    uint32_t on = 0, any = 0;
-    int e = 0;
-    bool all;
-
-    *ret_usable = true;
-    if (host->v2_real_root) {
-        on = enable_ctrls(self_dir, want, &e);
-        goto out;
-    }
-    if (read_at(self_dir, "cgroup.subtree_control", buf, sizeof(buf)) >= 0)
-        for (int c = 0; c < AJ_CG_NCTRL; c++)
-            if (has_word(buf, ctrl_names[c], ' '))
-                any |= 1u << c;
-    on = any & want;
-    if (on == want)
-        goto out;
-    if (has_procs(self_dir)) {
-        snprintf(leaf, sizeof(leaf), "%s/%s", self_dir, AJ_CG_LEAF);
-        all = v2_delegated(host, self_dir);
-        if (any) {
-            /* Processes beside enabled controllers: only a thread root. */
-            *ret_usable = false;
-            e = EOPNOTSUPP;
-            goto out;
-        }
-        if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
-            e = errno;
-            goto out;
-        }
-        e = -move_procs(self_dir, leaf, all);
-        if (e || has_procs(self_dir)) {
-            /* Others still live in S: go back (S has no controllers
-             * enabled, so that is allowed) and leave no leaf behind. */
-            char me[32];
-            snprintf(me, sizeof(me), "%d", (int)getpid());
-            (void)write_at(self_dir, "cgroup.procs", me);
-            (void)rmdir(leaf);
-            if (!e)
-                e = EBUSY;
-            goto out;
-        }
-    }
-    on = enable_ctrls(self_dir, want, &e);
-out:
-    for (int c = 0; c < AJ_CG_NCTRL; c++)
-        if ((want & (1u << c)) && !(on & (1u << c))) {
-            cg->v2_why[c] = e == EBUSY ? AJ_CG_WHY_BUSY
-                            : (e == EACCES || e == EPERM || e == EROFS) ? AJ_CG_WHY_NO_ACCESS
-                                                                       : AJ_CG_WHY_ERROR;
-            cg->v2_errno[c] = e ? e : EIO;
-        }
-    return on;
-}
-
-/* Whether pid is the only process in dir. */
-static bool only_procs_of_self(const char *dir)
-{
-    char path[AJ_CG_PATH * 2 + 16], line[32];
-    FILE *f;
-    bool only = true;
-
-    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-    f = fopen(path, "re");
-    if (!f)
-        return false;
-    while (only && fgets(line, sizeof(line), f)) {
-        char *end;
-        long pid = strtol(line, &end, 10);
-        only = end != line && pid == (long)getpid();
-    }
-    (void)fclose(f);
-    return only;
-}
-
 int aj_cgroup_predict(const struct aj_cgroup_host *host, uint32_t *ret_ctrls, char *why, size_t size)
 {
-    char self_dir[AJ_CG_PATH * 2], buf[512];
-    uint32_t ctrls = 0, any = 0;
-
     why[0] = '\0';
-    for (int c = 0; c < AJ_CG_NCTRL; c++)
-        if (host->ctrl[c].version == 1 && c != AJ_CG_CPUACCT) {
-            char dir[AJ_CG_PATH * 2];
-            snprintf(dir, sizeof(dir), "%s%s", host->ctrl[c].mount,
-                     strcmp(host->ctrl[c].self, "/") == 0 ? "" : host->ctrl[c].self);
-            if (access(dir, W_OK) == 0)
-                ctrls |= 1u << c;
-            else
-                snprintf(why, size, "cgroup v1 %s at %s is not writable by uid %u", ctrl_names[c], dir,
-                         (unsigned)geteuid());
-        }
-    if (!host->v2_mount[0] || !(host->v2_avail & ((1u << AJ_CG_MEMORY) | (1u << AJ_CG_PIDS) | (1u << AJ_CG_CPU)))) {
-        if (host->v2_mount[0] && host->v2_kernel && !why[0])
-            snprintf(why, size, "the parent of this process's cgroup %s delegates no controller to it",
-                     host->v2_self);
-        *ret_ctrls = ctrls;
-        return 0;
-    }
-    snprintf(self_dir, sizeof(self_dir), "%s%s", host->v2_mount,
-             strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self);
-    if (read_at(self_dir, "cgroup.subtree_control", buf, sizeof(buf)) >= 0)
-        for (int c = 0; c < AJ_CG_NCTRL; c++)
-            if (has_word(buf, ctrl_names[c], ' '))
-                any |= 1u << c;
-    if (!host->v2_real_root && access(self_dir, W_OK) < 0)
-        snprintf(why, size, "this process's cgroup %s is not writable by uid %u (not delegated)",
-                 host->v2_self, (unsigned)geteuid());
-    else if (!host->v2_real_root && any && has_procs(self_dir))
-        snprintf(why, size, "this process's cgroup %s holds processes and has controllers enabled "
-                 "below it (a thread root): no run can be placed under it", host->v2_self);
-    else if (!host->v2_real_root && !any && has_procs(self_dir) && !v2_delegated(host, self_dir) &&
-             !only_procs_of_self(self_dir))
-        snprintf(why, size, "this process's cgroup %s is not delegated and holds other processes: "
-                 "runs get a cgroup without controllers (no internal processes)", host->v2_self);
-    else
-        for (int c = 0; c < AJ_CG_NCTRL; c++)
-            if (c != AJ_CG_CPUACCT && (host->v2_avail & (1u << c)))
-                ctrls |= 1u << c;
-    *ret_ctrls = ctrls;
+    *ret_ctrls = aj_cg_v1_predict(host, why, size);
+    *ret_ctrls |= aj_cg_v2_predict(host, why, size);
     return 0;
 }
 
 /* Create base (once) and base/run; on v2, enable ctrls in base first. */
-static int make_run_dir(const char *base, const char *run, char *out, size_t size, int version,
-                        uint32_t v2_ctrls, uint32_t *ret_on)
+int aj_cg_make_run_dir(const char *base, const char *run, char *out, size_t size,
+                       uint32_t (*enable)(const char *dir, uint32_t mask, int *ret_errno), uint32_t ctrls,
+                       uint32_t *ret_on)
 {
     snprintf(out, size, "%s/%s", base, run);
     for (int tries = 0;; tries++) {
         int e;
         if (mkdir(base, 0755) < 0 && errno != EEXIST)
             return -errno;
-        if (version == 2 && v2_ctrls)
-            *ret_on = enable_ctrls(base, v2_ctrls, &e);
+        if (enable && ctrls)
+            *ret_on = enable(base, ctrls, &e);
         if (mkdir(out, 0755) == 0)
             return 0;
         e = errno;
@@ -507,28 +295,36 @@ static void remove_base_of(const char *run_dir)
 
 /* ---- create ---------------------------------------------------------------- */
 
-static int write_limit(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file, const char *value,
-                       bool required, const char *what, struct aj_error *err)
+static const char *cg_dir(const struct aj_cgroup *cg, enum aj_cg_ctrl c)
 {
-    const char *dir = cg->version[c] == 2 ? cg->v2_dir : cg->v1_dir[c];
-    int r = dir[0] ? write_at(dir, file, value) : -ENOENT;
+    return cg->version[c] == 2 ? cg->v2_dir : cg->v1_dir[c];
+}
+
+static const struct aj_cg_backend *backend_of(const struct aj_cgroup *cg, enum aj_cg_ctrl c)
+{
+    return cg->version[c] == 2 ? &aj_cg_v2_backend : &aj_cg_v1_backend;
+}
+
+int aj_cg_write_limit(const char *dir, const char *file, const char *value, bool required, const char *what,
+                      struct aj_error *err)
+{
+    int r = dir[0] ? aj_cg_write_at(dir, file, value) : -ENOENT;
 
     if (r < 0 && required)
         return aj_err(err, -r, "%s: cannot set %s in %s", what, file, dir[0] ? dir : "(no cgroup)");
     return r;
 }
-
 /* Read the limit back: the layer counts as applied only when the cgroup's
  * own file shows it (a write can succeed on a file another layer of the
  * hierarchy overrides, or be rounded: memory limits go down to a page). */
 static int limit_holds(struct aj_cgroup *cg, enum aj_cg_ctrl c, const char *file, uint64_t want, uint64_t slack,
                        bool required, const char *what, struct aj_error *err)
 {
-    const char *dir = cg->version[c] == 2 ? cg->v2_dir : cg->v1_dir[c];
+    const char *dir = cg_dir(cg, c);
     char buf[64], *end;
     unsigned long long v;
 
-    if (read_at(dir, file, buf, sizeof(buf)) <= 0)
+    if (aj_cg_read_at(dir, file, buf, sizeof(buf)) <= 0)
         return required ? aj_err(err, EIO, "%s: cannot read back %s in %s", what, file, dir) : -EIO;
     errno = 0;
     v = strtoull(buf, &end, 10);
@@ -578,36 +374,36 @@ static int explain_missing(const struct aj_cgroup_host *host, const struct aj_cg
     if (host->ctrl[c].version == 1)
         return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v1 at %s%s); "
                       "run as root, or in a delegated cgroup (systemd-run --user -p Delegate=yes ...)%s",
-                      flag, ctrl_names[c], host->ctrl[c].mount, host->ctrl[c].self, root_hint());
+                      flag, aj_cg_ctrl_names[c], host->ctrl[c].mount, host->ctrl[c].self, root_hint());
     if (!host->v2_mount[0] || cg->v2_why[c] == AJ_CG_WHY_KERNEL)
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, which this host does not provide "
-                      "(neither cgroup v2 nor a v1 hierarchy)", flag, ctrl_names[c]);
+                      "(neither cgroup v2 nor a v1 hierarchy)", flag, aj_cg_ctrl_names[c]);
     switch (cg->v2_why[c]) {
     case AJ_CG_WHY_NOT_DELEGATED:
         for (int o = 0; o < AJ_CG_NCTRL; o++)
             if (host->v2_avail & (1u << o)) {
                 size_t n = strlen(avail);
-                snprintf(avail + n, sizeof(avail) - n, "%s%s", n ? " " : "", ctrl_names[o]);
+                snprintf(avail + n, sizeof(avail) - n, "%s%s", n ? " " : "", aj_cg_ctrl_names[o]);
             }
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, which the kernel has but the parent of "
                       "this process's cgroup (%s) does not delegate to it (it gets: %s); run agentjail in a "
                       "unit that delegates it: systemd-run --scope -p Delegate=yes ... (as a user: "
                       "systemd-run --user --scope -p Delegate=yes ...), or Delegate=yes in its service",
-                      flag, ctrl_names[c], self, avail[0] ? avail : "none");
+                      flag, aj_cg_ctrl_names[c], self, avail[0] ? avail : "none");
     case AJ_CG_WHY_BUSY:
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, and cgroup v2 cannot enable it below %s "
                       "while other processes live in that cgroup (no internal processes; it is not delegated "
                       "to agentjail, so only agentjail itself was moved into %s/%s); run agentjail in its own "
                       "delegated unit: systemd-run --scope -p Delegate=yes ...",
-                      flag, ctrl_names[c], self, self, AJ_CG_LEAF);
+                      flag, aj_cg_ctrl_names[c], self, self, AJ_CG_LEAF);
     case AJ_CG_WHY_NO_ACCESS:
         return aj_err(err, 0, "%s needs a writable cgroup for the '%s' controller (cgroup v2 at %s%s: %s); "
                       "run as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes ...)%s",
-                      flag, ctrl_names[c], host->v2_mount, self,
+                      flag, aj_cg_ctrl_names[c], host->v2_mount, self,
                       strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EACCES), root_hint());
     default:
         return aj_err(err, 0, "%s needs the cgroup '%s' controller, which could not be enabled below %s: %s",
-                      flag, ctrl_names[c], self, strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EIO));
+                      flag, aj_cg_ctrl_names[c], self, strerror(cg->v2_errno[c] ? cg->v2_errno[c] : EIO));
     }
 }
 
@@ -623,7 +419,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         {AJ_LIMIT_PIDS, AJ_CG_PIDS, "--pids"},
         {AJ_LIMIT_CPUS, AJ_CG_CPU, "--cpus"},
     };
-    uint32_t want2 = 0, on_self = 0, on_base = 0;
+    uint32_t want2 = 0;
     char buf[512];
     int r;
 
@@ -642,78 +438,15 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
     }
     /* The v2 group: tracking and kill for the whole tree, plus the
      * controllers this run needs, where they can be enabled. */
-    if (host->v2_mount[0]) {
-        char base[AJ_CG_PATH * 2], self_dir[AJ_CG_PATH * 2];
-        snprintf(self_dir, sizeof(self_dir), "%s%s", host->v2_mount,
-                 strcmp(host->v2_self, "/") == 0 ? "" : host->v2_self);
-        bool usable = true;
-        if (want2)
-            on_self = v2_prepare_self(host, self_dir, want2, cg, &usable);
-        join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
-        r = usable ? make_run_dir(base, run_name, cg->v2_dir, sizeof(cg->v2_dir), 2, on_self, &on_base)
-                   : -EOPNOTSUPP;
-        if (r < 0 && !usable) {
-            cg->v2_dir[0] = '\0';
-        } else if (r < 0) {
-            cg->v2_dir[0] = '\0';
-            for (int c = 0; c < AJ_CG_NCTRL; c++)
-                if (want2 & (1u << c)) {
-                    cg->v2_why[c] = AJ_CG_WHY_NO_ACCESS;
-                    cg->v2_errno[c] = -r;
-                }
-        } else {
-            cg->created = true;
-            cg->v2_fd = open(cg->v2_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-            if (cg->v2_fd < 0) {
-                r = aj_err(err, errno, "open %s", cg->v2_dir);
-                goto fail;
-            }
-        }
-        /* What the run's group really has is what its parent enabled,
-         * whoever did it: the truth for the result and the limits. */
-        if (!cg->v2_dir[0] || read_at(cg->v2_dir, "cgroup.controllers", buf, sizeof(buf)) < 0)
-            buf[0] = '\0';
-        for (int c = 0; c < AJ_CG_NCTRL; c++) {
-            if (cg->version[c] != 2)
-                continue;
-            if (!has_word(buf, ctrl_names[c], ' ')) {
-                cg->version[c] = 0;
-                if ((want2 & (1u << c)) && !cg->v2_why[c]) {
-                    cg->v2_why[c] = AJ_CG_WHY_ERROR;
-                    cg->v2_errno[c] = EIO;
-                }
-            }
-        }
-    }
-    for (int c = 0; c < AJ_CG_NCTRL; c++) {
-        char base[AJ_CG_PATH * 2];
-        /* A v1 hierarchy costs a mkdir and an rmdir per run (the memory
-         * one a slow rmdir): only join those this run needs. */
-        bool want = (c == AJ_CG_MEMORY && pol->memory_max) || (c == AJ_CG_PIDS && pol->pids_max) ||
-                    (c == AJ_CG_CPU && pol->cpu_milli) || (c == AJ_CG_CPUACCT && !cg->v2_dir[0]);
-        if (cg->version[c] != 1)
-            continue;
-        if (!want) {
-            cg->version[c] = 0;
-            continue;
-        }
-        /* A hierarchy holding several controllers (cpu,cpuacct) is one dir. */
-        for (int o = 0; o < c; o++)
-            if (cg->version[o] == 1 && strcmp(host->ctrl[o].mount, host->ctrl[c].mount) == 0) {
-                memcpy(cg->v1_dir[c], cg->v1_dir[o], sizeof(cg->v1_dir[c]));
-                break;
-            }
-        if (cg->v1_dir[c][0])
-            continue;
-        join(base, sizeof(base), host->ctrl[c].mount, host->ctrl[c].self, NULL);
-        r = make_run_dir(base, run_name, cg->v1_dir[c], sizeof(cg->v1_dir[c]), 1, 0, NULL);
-        if (r < 0) {
-            cg->v1_dir[c][0] = '\0';
-            cg->version[c] = 0;
-        } else {
-            cg->created = true;
-        }
-    }
+    r = aj_cg_v2_create(host, run_name, want2, cg, err);
+    if (r < 0)
+        goto fail;
+    /* A v1 hierarchy costs a mkdir and an rmdir per run (the memory one a
+     * slow rmdir): only join those this run needs. */
+    aj_cg_v1_create(host, run_name,
+                    (pol->memory_max ? 1u << AJ_CG_MEMORY : 0) | (pol->pids_max ? 1u << AJ_CG_PIDS : 0) |
+                        (pol->cpu_milli ? 1u << AJ_CG_CPU : 0) | (!cg->v2_dir[0] ? 1u << AJ_CG_CPUACCT : 0),
+                    cg);
     /* Explicit limits without a usable controller: fail closed, naming the
      * controller, where it is and why it cannot be used. */
     for (size_t i = 0; i < AJ_ARRAY_SIZE(needs); i++) {
@@ -730,30 +463,11 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
     }
 
     if (pol->memory_max && cg->version[AJ_CG_MEMORY]) {
+        const struct aj_cg_backend *be = backend_of(cg, AJ_CG_MEMORY);
         bool req = required(pol, AJ_LIMIT_MEMORY);
-        snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pol->memory_max);
-        if (cg->version[AJ_CG_MEMORY] == 2) {
-            r = write_limit(cg, AJ_CG_MEMORY, "memory.max", buf, req, "--memory", err);
-            /* RAM + swap: no swap at all, so the total is memory.max. The
-             * file is absent on kernels without swap accounting. */
-            if (r == 0) {
-                int rs = write_limit(cg, AJ_CG_MEMORY, "memory.swap.max", "0", false, "--memory", err);
-                if (rs < 0 && rs != -ENOENT)
-                    r = aj_err(err, -rs, "--memory: cannot set memory.swap.max in %s", cg->v2_dir);
-            }
-            /* One OOM kill ends the whole group, not a random member. */
-            if (r == 0)
-                (void)write_limit(cg, AJ_CG_MEMORY, "memory.oom.group", "1", false, "--memory", err);
-        } else {
-            r = write_limit(cg, AJ_CG_MEMORY, "memory.limit_in_bytes", buf, req, "--memory", err);
-            /* memsw exists only with swap accounting; without it there is no
-             * swap to account and limit_in_bytes is the whole budget. */
-            if (r == 0)
-                (void)write_limit(cg, AJ_CG_MEMORY, "memory.memsw.limit_in_bytes", buf, false, "--memory", err);
-        }
+        r = be->set_memory(cg_dir(cg, AJ_CG_MEMORY), pol->memory_max, req, err);
         if (r == 0)
-            r = limit_holds(cg, AJ_CG_MEMORY, cg->version[AJ_CG_MEMORY] == 2 ? "memory.max" : "memory.limit_in_bytes",
-                            pol->memory_max, 65535, req, "--memory", err);
+            r = limit_holds(cg, AJ_CG_MEMORY, be->memory_max_file, pol->memory_max, 65535, req, "--memory", err);
         if (r < 0 && req)
             goto fail;
         if (r == 0)
@@ -762,7 +476,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
     if (pol->pids_max && cg->version[AJ_CG_PIDS]) {
         bool req = required(pol, AJ_LIMIT_PIDS);
         snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pol->pids_max);
-        r = write_limit(cg, AJ_CG_PIDS, "pids.max", buf, req, "--pids", err);
+        r = aj_cg_write_limit(cg_dir(cg, AJ_CG_PIDS), "pids.max", buf, req, "--pids", err);
         if (r == 0)
             r = limit_holds(cg, AJ_CG_PIDS, "pids.max", pol->pids_max, 0, req, "--pids", err);
         if (r < 0 && req)
@@ -771,22 +485,12 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
             cg->limits |= AJ_LAYER_PIDS_LIMIT;
     }
     if (pol->cpu_milli && cg->version[AJ_CG_CPU]) {
+        const struct aj_cg_backend *be = backend_of(cg, AJ_CG_CPU);
         bool req = required(pol, AJ_LIMIT_CPUS);
         uint64_t period = 100000, quota = (uint64_t)pol->cpu_milli * period / 1000;
-        if (cg->version[AJ_CG_CPU] == 2) {
-            snprintf(buf, sizeof(buf), "%llu %llu", (unsigned long long)quota, (unsigned long long)period);
-            r = write_limit(cg, AJ_CG_CPU, "cpu.max", buf, req, "--cpus", err);
-        } else {
-            snprintf(buf, sizeof(buf), "%llu", (unsigned long long)period);
-            r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_period_us", buf, req, "--cpus", err);
-            snprintf(buf, sizeof(buf), "%llu", (unsigned long long)quota);
-            if (r == 0)
-                r = write_limit(cg, AJ_CG_CPU, "cpu.cfs_quota_us", buf, req, "--cpus", err);
-        }
-        /* cpu.max starts with the quota; cfs_quota_us is it. */
+        r = be->set_cpu(cg_dir(cg, AJ_CG_CPU), quota, period, req, err);
         if (r == 0)
-            r = limit_holds(cg, AJ_CG_CPU, cg->version[AJ_CG_CPU] == 2 ? "cpu.max" : "cpu.cfs_quota_us", quota, 0, req,
-                            "--cpus", err);
+            r = limit_holds(cg, AJ_CG_CPU, be->cpu_quota_file, quota, 0, req, "--cpus", err);
         /* Like memory and pids: fatal only when the policy requires it. */
         if (r < 0 && req)
             goto fail;
@@ -804,64 +508,11 @@ int aj_cgroup_parent_attach(const struct aj_cgroup *cg, pid_t pid, bool v2_too, 
     char buf[32];
     snprintf(buf, sizeof(buf), "%d", (int)pid);
     if (v2_too && cg->v2_dir[0]) {
-        int r = write_at(cg->v2_dir, "cgroup.procs", buf);
+        int r = aj_cg_write_at(cg->v2_dir, "cgroup.procs", buf);
         if (r < 0)
             return aj_err(err, -r, "move the sandbox into %s", cg->v2_dir);
     }
-    for (int c = 0; c < AJ_CG_NCTRL; c++) {
-        if (!cg->v1_dir[c][0])
-            continue;
-        bool dup = false;
-        for (int o = 0; o < c; o++)
-            dup |= strcmp(cg->v1_dir[o], cg->v1_dir[c]) == 0;
-        if (dup)
-            continue;
-        int r = write_at(cg->v1_dir[c], "cgroup.procs", buf);
-        if (r < 0)
-            return aj_err(err, -r, "move the sandbox into %s", cg->v1_dir[c]);
-    }
-    return 0;
-}
-
-int aj_cgroup_open_join_fds(const struct aj_cgroup *cg, int fds[AJ_CG_MAX_JOIN], size_t *ret_n,
-                            struct aj_error *err)
-{
-    size_t n = 0;
-
-    for (int c = 0; c < AJ_CG_NCTRL; c++) {
-        char path[AJ_CG_PATH * 2 + 16];
-        bool dup = false;
-        if (!cg->v1_dir[c][0])
-            continue;
-        for (int o = 0; o < c; o++)
-            dup |= cg->v1_dir[o][0] && strcmp(cg->v1_dir[o], cg->v1_dir[c]) == 0;
-        if (dup)
-            continue;
-        if (n >= AJ_CG_MAX_JOIN) {
-            for (size_t i = 0; i < n; i++)
-                (void)close(fds[i]);
-            return aj_err(err, E2BIG, "too many cgroup v1 hierarchies");
-        }
-        snprintf(path, sizeof(path), "%s/tasks", cg->v1_dir[c]);
-        fds[n] = open(path, O_WRONLY | O_CLOEXEC);
-        if (fds[n] < 0) {
-            int e = errno;
-            for (size_t i = 0; i < n; i++)
-                (void)close(fds[i]);
-            return aj_err(err, e, "open %s", path);
-        }
-        n++;
-    }
-    *ret_n = n;
-    return 0;
-}
-
-int aj_cgroup_child_join(const int *fds, size_t n, struct aj_error *err)
-{
-    for (size_t i = 0; i < n; i++)
-        if (write(fds[i], "0", 1) != 1)
-            return aj_err(err, errno, "join the run's cgroup v1 hierarchy");
-    return 0;
+    return aj_cg_v1_attach(cg, buf, err);
 }
 
 int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *st)
@@ -869,31 +520,17 @@ int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *st)
     uint64_t v;
     memset(st, 0, sizeof(*st));
     /* CPU: v2's cpu.stat exists in every v2 group (no controller needed). */
-    if (cg->v2_dir[0] && read_key(cg->v2_dir, "cpu.stat", "usage_usec", &v)) {
+    if (cg->v2_dir[0] && aj_cg_read_key(cg->v2_dir, "cpu.stat", "usage_usec", &v)) {
         st->cpu_usec = v;
         st->have_cpu = true;
-    } else if (cg->version[AJ_CG_CPUACCT] == 1 && read_u64(cg->v1_dir[AJ_CG_CPUACCT], "cpuacct.usage", &v)) {
+    } else if (cg->version[AJ_CG_CPUACCT] == 1 && aj_cg_read_u64(cg->v1_dir[AJ_CG_CPUACCT], "cpuacct.usage", &v)) {
         st->cpu_usec = v / 1000;
         st->have_cpu = true;
     }
-    if (cg->version[AJ_CG_MEMORY] == 2) {
-        if (read_u64(cg->v2_dir, "memory.peak", &v)) {
-            st->memory_peak = v;
-            st->have_memory_peak = true;
-        }
-        if (read_key(cg->v2_dir, "memory.events", "oom_kill", &v))
-            st->oom_kills = v;
-    } else if (cg->version[AJ_CG_MEMORY] == 1) {
-        if (read_u64(cg->v1_dir[AJ_CG_MEMORY], "memory.max_usage_in_bytes", &v)) {
-            st->memory_peak = v;
-            st->have_memory_peak = true;
-        }
-        if (read_key(cg->v1_dir[AJ_CG_MEMORY], "memory.oom_control", "oom_kill", &v))
-            st->oom_kills = v;
-    }
+    if (cg->version[AJ_CG_MEMORY])
+        backend_of(cg, AJ_CG_MEMORY)->memory_stats(cg_dir(cg, AJ_CG_MEMORY), st);
     if (cg->version[AJ_CG_PIDS]) {
-        const char *dir = cg->version[AJ_CG_PIDS] == 2 ? cg->v2_dir : cg->v1_dir[AJ_CG_PIDS];
-        if (read_key(dir, "pids.events", "max", &v))
+        if (aj_cg_read_key(cg_dir(cg, AJ_CG_PIDS), "pids.events", "max", &v))
             st->pids_max_hits = v;
     }
     return 0;
@@ -927,7 +564,7 @@ static int kill_procs_in(const char *dir)
 void aj_cgroup_kill(const struct aj_cgroup *cg)
 {
     /* cgroup.kill (5.14) kills every member atomically, forks included. */
-    if (cg->v2_dir[0] && write_at(cg->v2_dir, "cgroup.kill", "1") == 0)
+    if (cg->v2_dir[0] && aj_cg_write_at(cg->v2_dir, "cgroup.kill", "1") == 0)
         return;
     if (cg->v2_dir[0])
         (void)kill_procs_in(cg->v2_dir);
@@ -1016,7 +653,7 @@ static int cleanup_base(const char *base)
         if (de->d_type != DT_DIR || de->d_name[0] == '.' || owner_alive(de->d_name))
             continue;
         snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
-        if (write_at(dir, "cgroup.kill", "1") < 0)
+        if (aj_cg_write_at(dir, "cgroup.kill", "1") < 0)
             (void)kill_procs_in(dir);
         remove_dir(dir);
         n++;
@@ -1033,7 +670,7 @@ int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host)
     int n = 0;
 
     if (host->v2_mount[0]) {
-        join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
+        aj_cg_join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
         /* Only our own subtree: a base elsewhere belongs to another caller,
          * whose owner pid may not even be visible from here. */
         n += cleanup_base(base);
@@ -1041,7 +678,7 @@ int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host)
     for (int c = 0; c < AJ_CG_NCTRL; c++) {
         if (host->ctrl[c].version != 1)
             continue;
-        join(base, sizeof(base), host->ctrl[c].mount, host->ctrl[c].self, NULL);
+        aj_cg_join(base, sizeof(base), host->ctrl[c].mount, host->ctrl[c].self, NULL);
         n += cleanup_base(base);
     }
     return n;

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The smallest embedder of libagentjail: run one command in the default
+ * sandbox and print what the result says. Built against the installed
+ * library only (tests/build/install.sh):
+ *
+ *     cc embed.c $(pkg-config --cflags --libs agentjail) -o embed
+ *     ./embed /bin/echo hello
+ */
+#include <agentjail.h>
+#include <stdio.h>
+
+int main(int argc, char **argv)
+{
+    struct aj_policy pol;
+    struct aj_result res;
+    struct aj_error err = {0};
+    int r;
+
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s CMD [ARGS...]\n", argv[0]);
+        return 2;
+    }
+    aj_policy_init(&pol);
+    r = aj_run(&pol, argv + 1, &res, &err);
+    aj_policy_clear(&pol);
+    if (r < 0) {
+        fprintf(stderr, "embed: %s\n", err.msg);
+        return 1;
+    }
+    printf("status=%s exit_code=%d seccomp=%s\n", aj_status_name(res.status), res.exit_code,
+           (res.layers & AJ_LAYER_SECCOMP) ? "applied" : "missing");
+    return res.status == AJ_STATUS_OK ? 0 : 1;
+}
