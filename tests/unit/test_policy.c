@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for the pure logic in policy.h: strict number parsing, the
- * flag-shaped setters, and the canonical JSON / sha256 of a policy.
+/* Unit tests for the pure logic of the policy module: strict number
+ * parsing, the flag-shaped setters, and the canonical JSON / sha256 of a
+ * policy. Looks inside struct aj_policy, so it includes the internal model
+ * header (src/lib/policy/aj_policy_model.h).
  *
  * Every rejection is paired with an acceptance of the nearest good input,
  * so a parser that rejects everything fails here as surely as one that
@@ -18,7 +20,7 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -460,7 +462,7 @@ static void test_env_pass(void **state)
     aj_policy_clear(&pol);
 }
 
-/* ---- aj_policy_set_network / set_string / set_uid_range --------------- */
+/* ---- network.mode, strings, uid_range ---------------------------------- */
 
 static void test_network(void **state)
 {
@@ -470,15 +472,15 @@ static void test_network(void **state)
 
     fresh(&pol, &err);
     assert_int_equal(pol.network, AJ_NET_LOOPBACK); /* the default: a private loopback */
-    assert_int_equal(aj_policy_set_network(&pol, "loopback", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "--network", "loopback", &err), 0);
     assert_int_equal(pol.network, AJ_NET_LOOPBACK);
-    assert_int_equal(aj_policy_set_network(&pol, "none", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "--network", "none", &err), 0);
     assert_int_equal(pol.network, AJ_NET_NONE);
 
-    assert_int_equal(aj_policy_set_network(&pol, "loopback", &err), 0);
-    check_rejected(aj_policy_set_network(&pol, "host", &err), &err, "host");
+    assert_int_equal(aj_policy_set(&pol, "--network", "loopback", &err), 0);
+    check_rejected(aj_policy_set(&pol, "--network", "host", &err), &err, "host");
     assert_int_equal(pol.network, AJ_NET_LOOPBACK); /* unchanged on error */
-    check_rejected(aj_policy_set_network(&pol, "", &err), &err, "");
+    check_rejected(aj_policy_set(&pol, "--network", "", &err), &err, "");
     aj_policy_clear(&pol);
 }
 
@@ -526,10 +528,10 @@ static void test_set_string(void **state)
     (void)state;
 
     fresh(&pol, &err);
-    assert_int_equal(aj_policy_set_string(&pol.hostname, "one", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "identity.hostname", "one", &err), 0);
     assert_string_equal(pol.hostname, "one");
     /* replacing frees the old value (ASan's leak checker sees it if not) */
-    assert_int_equal(aj_policy_set_string(&pol.hostname, "two", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "identity.hostname", "two", &err), 0);
     assert_string_equal(pol.hostname, "two");
     aj_policy_clear(&pol);
 }
@@ -570,8 +572,8 @@ static void build_sample(struct aj_policy *pol)
     assert_int_equal(aj_policy_add_env(pol, "LANG=C.UTF-8", &err), 0);
     assert_int_equal(aj_policy_add_env(pol, "A=1", &err), 0);
     assert_int_equal(aj_policy_add_env_pass(pol, "TERM", &err), 0);
-    assert_int_equal(aj_policy_set_string(&pol->hostname, "box", &err), 0);
-    assert_int_equal(aj_policy_set_string(&pol->workdir, "/data", &err), 0);
+    assert_int_equal(aj_policy_set(pol, "identity.hostname", "box", &err), 0);
+    assert_int_equal(aj_policy_set(pol, "filesystem.workdir", "/data", &err), 0);
     pol->timeout_ms = 10000;
 }
 
@@ -790,11 +792,11 @@ static void test_sha256_covers_every_field(void **state)
         case 9: what = "allow_degraded"; pol.allow_degraded = !pol.allow_degraded; break;
         case 10:
             what = "hostname";
-            assert_int_equal(aj_policy_set_string(&pol.hostname, "other", &err), 0);
+            assert_int_equal(aj_policy_set(&pol, "identity.hostname", "other", &err), 0);
             break;
         case 11:
             what = "workdir";
-            assert_int_equal(aj_policy_set_string(&pol.workdir, "/tmp", &err), 0);
+            assert_int_equal(aj_policy_set(&pol, "filesystem.workdir", "/tmp", &err), 0);
             break;
         case 12: what = "bind rw"; pol.binds[0].rw = !pol.binds[0].rw; break;
         case 13:
