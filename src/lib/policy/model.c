@@ -179,13 +179,14 @@ void aj_policy_clear(struct aj_policy *pol)
     for (size_t i = 0; i < aj_policy_n_keys; i++) {
         const struct aj_policy_key *k = &aj_policy_keys[i];
         char *base = (char *)pol;
-        size_t n = k->count_offset ? *(size_t *)(void *)(base + k->count_offset) : 0;
+        size_t n = 0;
         switch (k->type) {
         case AJ_KEY_STRING:
             free(*str_slot(pol, k));
             break;
         case AJ_KEY_BIND_LIST: {
             struct aj_bind *b = *(struct aj_bind **)(void *)(base + k->offset);
+            n = *(size_t *)(void *)(base + k->count_offset);
             for (size_t j = 0; j < n; j++) {
                 free(b[j].host);
                 free(b[j].sandbox);
@@ -195,13 +196,15 @@ void aj_policy_clear(struct aj_policy *pol)
         }
         case AJ_KEY_TMPFS_LIST: {
             struct aj_tmpfs *t = *(struct aj_tmpfs **)(void *)(base + k->offset);
+            n = *(size_t *)(void *)(base + k->count_offset);
             for (size_t j = 0; j < n; j++)
                 free(t[j].path);
             free(t);
             break;
         }
         case AJ_KEY_ENV_MAP:
-        case AJ_KEY_NAME_LIST:
+        case AJ_KEY_NAME_LIST: /* count_offset: a size_t for lists (LIST() in keys.c) */
+            n = *(size_t *)(void *)(base + k->count_offset);
             free_strv(*(char ***)(void *)(base + k->offset), n);
             break;
         case AJ_KEY_BOOL:
