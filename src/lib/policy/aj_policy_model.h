@@ -9,7 +9,8 @@
  * Who reads the table (none of them lists keys of its own):
  *   model.c     defaults, clearing, setting a key from text (flags, aj_policy_set)
  *   validate.c  range checks from min/max; the cross-key checks stay code
- *   json.c      policy files in, canonical JSON out (and so the hash)
+ *   load.c      policy files in
+ *   canonical.c the canonical JSON out (and so the hash)
  *   diff.c      the reviewer's diff
  *   keydoc.c    the key reference in docs/policy.md
  *   src/assess/report.c  the risk report's penalties for weakening keys */

@@ -3,7 +3,7 @@
  * aj_policy_set, and the policy-file loader's values), all driven by the
  * key table (keys.c). The rules for paths and variable names that the
  * setters and validation share live here too. Knows nothing of JSON files:
- * json.c builds on this file, not the other way round. */
+ * load.c and canonical.c build on this file, not the other way round. */
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
