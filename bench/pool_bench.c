@@ -346,7 +346,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    struct aj_policy pol;
+    struct aj_policy *pol;
     uint64_t a, b;
     int r;
 
@@ -357,18 +357,22 @@ int main(int argc, char **argv)
         return 1;
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)now_ns());
-    aj_policy_init(&pol);
+    pol = aj_policy_new(); /* the defaults */
+    if (!pol)
+        return 1;
     if (strcmp(argv[1], "latency") == 0 && argc >= 4 && aj_parse_u64(argv[2], 1000000, &a) == 0 && a > 0)
-        r = latency(&pol, (unsigned long)a, argv + 3);
+        r = latency(pol, (unsigned long)a, argv + 3);
     else if (strcmp(argv[1], "throughput") == 0 && argc >= 5 && aj_parse_u64(argv[2], 3600, &a) == 0 && a > 0 &&
              aj_parse_u64(argv[3], 64, &b) == 0 && b > 0)
-        r = throughput(&pol, (double)a, (unsigned)b, argv + 4);
+        r = throughput(pol, (double)a, (unsigned)b, argv + 4);
     else if (strcmp(argv[1], "peak") == 0 && argc >= 4 && aj_parse_u64(argv[2], 1000000, &a) == 0 && a > 0)
         r = peak((unsigned long)a, argv + 3);
     else if (strcmp(argv[1], "memory") == 0 && aj_parse_u64(argv[2], 64, &a) == 0 && a > 0)
-        r = memory(&pol, (unsigned)a);
-    else
+        r = memory(pol, (unsigned)a);
+    else {
+        aj_policy_free(pol);
         usage();
-    aj_policy_clear(&pol);
+    }
+    aj_policy_free(pol);
     return r;
 }

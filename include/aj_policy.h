@@ -7,168 +7,45 @@
 
 #include "aj_error.h"
 
-/* The one normalised policy. CLI flags fill it today; policy files (JSON)
- * fill the same struct. Every layer reads it; nothing else decides what
- * the sandbox gets. The canonical JSON of this struct is what is hashed. */
+/* The one normalised policy: what the sandbox gets (host paths, variables,
+ * network, limits, detection). Opaque: it is filled from policy files,
+ * built-in profiles and keys set by name, each value checked as it is set,
+ * and the whole checked again by every run (aj_policy_validate). Its
+ * canonical JSON is what is hashed. Keys and their values are those of
+ * policy files (docs/policy.md, or aj_policy_describe_keys).
+ *
+ * A policy is not locked: use one from one thread at a time, and do not
+ * change it while a run or pool uses it. */
+struct aj_policy;
 
-enum aj_network {
-    AJ_NET_NONE = 0,    /* empty netns, lo down, Landlock refuses TCP */
-    AJ_NET_LOOPBACK,    /* the default: empty netns with lo up, the sandbox talks to itself */
-};
+/* A policy with every default. NULL when out of memory. */
+AJ_EXPORT struct aj_policy *aj_policy_new(void);
+/* Frees pol and all it holds; NULL is fine. */
+AJ_EXPORT void aj_policy_free(struct aj_policy *pol);
 
-enum aj_on_escape {
-    AJ_ON_ESCAPE_DENY = 0, /* refuse, record, go on */
-    AJ_ON_ESCAPE_KILL,     /* end the whole run at the first escape-indicative event */
-};
+/* Set one key from text, as a policy file or flag would give it:
+ *   aj_policy_set(pol, "limits.memory", "512M", &err);
+ *   aj_policy_set(pol, "network.mode", "none", &err);
+ *   aj_policy_set(pol, "environment.set", "LANG=C.UTF-8", &err);   lists add
+ * key is a key path ("limits.memory") or an `agentjail run` flag
+ * ("--memory"); the error names it as given. value is the text form
+ * ("512M", "10s", "0.5", "true"; NULL: no limit, or unset, where a key has
+ * that, as null in a policy file). A flag that takes no argument ("--no-decoys") sets its value with
+ * value NULL. The value is checked before it is stored: on error (-EINVAL,
+ * errnum 0) pol is unchanged. filesystem.binds: use aj_policy_add_bind. */
+AJ_EXPORT int aj_policy_set(struct aj_policy *pol, const char *key, const char *value,
+                            struct aj_error *err);
 
-struct aj_bind {
-    char *host;    /* absolute host path */
-    char *sandbox; /* absolute path inside the sandbox */
-    bool rw;
-    /* rw only: the host owner of the workspace's files (id-mapped mount,
-     * docs/policy.md "owner"); unset: the bind source's owner. */
-    bool owner_set;
-    uint32_t owner_uid, owner_gid;
-};
+/* Bind a host path, flag-shaped: spec "HOST[:SANDBOX]" (SANDBOX defaults to
+ * HOST), read-only or writable. Binds are mounted in the order added. */
+AJ_EXPORT int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw, struct aj_error *err);
+/* The host owner ("UID:GID", never root's) of what the sandbox writes in
+ * the bind added last, which must be writable (docs/policy.md, "owner").
+ * Once per bind. */
+AJ_EXPORT int aj_policy_set_bind_owner(struct aj_policy *pol, const char *owner, struct aj_error *err);
 
-struct aj_tmpfs {
-    char *path;    /* absolute path inside the sandbox */
-    uint64_t size; /* bytes */
-};
-
-#define AJ_DEFAULT_TIMEOUT_MS   0ULL            /* 0: no wall-clock limit */
-#define AJ_DEFAULT_TMP_SIZE     (64ULL << 20)   /* --tmpfs; /tmp and /dev/shm without a memory limit */
-#define AJ_TMP_SIZE_AUTO        0ULL            /* tmp_size: half the memory limit (aj_policy_tmp_size) */
-#define AJ_DEFAULT_UID          1000U
-#define AJ_DEFAULT_GID          1000U
-#define AJ_DEFAULT_UID_BASE     0x60000000U     /* root mode: host uids for runs */
-#define AJ_DEFAULT_UID_COUNT    65536U
-#define AJ_DEFAULT_NOFILE       1024ULL
-#define AJ_DEFAULT_FSIZE        (1ULL << 30)
-#define AJ_DEFAULT_HOSTNAME     "agentjail"
-#define AJ_DEFAULT_WORKDIR      "/tmp"
-#define AJ_DEFAULT_PATH         "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-
-struct aj_policy {
-    struct aj_bind *binds;
-    size_t n_binds;
-    struct aj_tmpfs *tmpfs;
-    size_t n_tmpfs;
-    char **env;       /* "K=V", in order; later entries override earlier */
-    size_t n_env;
-    char **env_pass;  /* names copied from the caller's environment */
-    size_t n_env_pass;
-    char *workdir;
-    char *hostname;
-    uint64_t timeout_ms;
-    uint64_t tmp_size;          /* /tmp and /dev/shm; AJ_TMP_SIZE_AUTO: by the memory limit */
-    enum aj_network network;
-    uint32_t uid, gid;          /* inside the sandbox */
-    uint32_t uid_base, uid_count; /* root mode: host uid/gid range for runs */
-    uint64_t rlimit_nofile;
-    uint64_t rlimit_fsize;
-    bool allow_degraded;        /* run without namespaces if they are refused */
-    bool allow_no_landlock;     /* run on a kernel without Landlock (before 5.13) */
-    bool noexec_tmp;            /* /tmp, /dev/shm, --tmpfs: noexec mounts, no Landlock execute */
-    bool allow_unscoped_signals; /* degraded rootless run where Landlock cannot scope signals (ABI < 6) */
-    bool allow_no_decoys;       /* run when the decoys cannot be watched (no CAP_LEASE) */
-    /* Bind a source that lies inside a directory a sandbox run was given to
-     * write (or that a sandbox made): what is there may have been planted
-     * by that run. Off by default. Symlinks are refused regardless. */
-    bool allow_bind_inside_writable;
-    /* Debuggers (gdb, strace, LeakSanitizer): ptrace, process_vm_readv/
-     * writev and kcmp between the payload's own processes; init (pid 1)
-     * stays refused and reported. Off by default (docs/security-model.md,
-     * "Debuggers"); never in degraded mode (no pid namespace). */
-    bool allow_ptrace;
-
-    /* Resource limits (0: none). A cgroup enforces memory, pids and cpu
-     * bandwidth; the supervisor enforces cpu time (from the cgroup's usage)
-     * and output size. */
-    uint64_t memory_max;        /* bytes, RAM + swap */
-    uint64_t pids_max;
-    uint32_t cpu_milli;         /* CPU bandwidth in thousandths of a CPU */
-    uint64_t cpu_time_ms;       /* CPU time of the whole tree */
-    uint64_t output_limit;      /* bytes per stream (stdout, stderr) */
-    /* The cgroup limits that must hold (AJ_LIMIT_* bits): the run fails
-     * closed if one cannot be enforced. A limit set by flag or policy key
-     * is required; the defaults apply only where a cgroup is available,
-     * and the result says what was applied. */
-    uint32_t required_limits;
-
-    /* Detection (see docs/events.md). Escape-indicative syscalls always go
-     * to the supervisor, which records them and answers EPERM. */
-    bool decoys;                /* docker.sock and Kubernetes token decoys (default on) */
-    bool cloud_decoys;          /* cloud credential decoys in env and ~/.aws (default off) */
-    enum aj_on_escape on_escape;
-    char *alert_cmd;            /* run on the host at the first high-severity event */
-    uint64_t alert_timeout_ms;
-    /* Events of the budgeted kinds (escape attempts, canaries, ...) written
-     * per run; past it they are counted and summarised once a second
-     * (events_suppressed), and the events file's growth is capped. */
-    uint64_t event_budget;
-};
-
-enum aj_limit_bit {
-    AJ_LIMIT_MEMORY = 1u << 0,
-    AJ_LIMIT_PIDS = 1u << 1,
-    AJ_LIMIT_CPUS = 1u << 2,
-    AJ_LIMIT_CPU_TIME = 1u << 3,
-};
-
-/* Applied when a cgroup is available and the user set no value: a fork
- * bomb or a runaway allocation must not reach the host by default. */
-#define AJ_DEFAULT_MEMORY_MAX   (2ULL << 30)
-#define AJ_DEFAULT_PIDS_MAX     1024ULL
-#define AJ_DEFAULT_ALERT_TIMEOUT_MS 10000ULL
-#define AJ_DEFAULT_EVENT_BUDGET 1000ULL
-#define AJ_MAX_EVENT_BUDGET     1000000ULL
-
-AJ_EXPORT void aj_policy_init(struct aj_policy *pol);
-/* The size /tmp and /dev/shm get: tmp_size if set; else ("auto") half the
- * memory limit when a cgroup enforces it (tmpfs pages are charged to it,
- * so both full still fit), at least AJ_DEFAULT_TMP_SIZE; without an
- * enforced memory limit, AJ_DEFAULT_TMP_SIZE (a tmpfs nothing bounds
- * would be host memory). */
-AJ_EXPORT uint64_t aj_policy_tmp_size(const struct aj_policy *pol, bool memory_enforced);
-AJ_EXPORT void aj_policy_clear(struct aj_policy *pol);
-
-/* Flag-shaped setters: each validates its own argument and reports the
- * problem in err (errnum 0: bad input). */
-AJ_EXPORT int aj_policy_add_bind(struct aj_policy *pol, const char *spec, bool rw,
-                                 struct aj_error *err);
-AJ_EXPORT int aj_policy_add_tmpfs(struct aj_policy *pol, const char *spec, struct aj_error *err);
-AJ_EXPORT int aj_policy_add_env(struct aj_policy *pol, const char *kv, struct aj_error *err);
-AJ_EXPORT int aj_policy_add_env_pass(struct aj_policy *pol, const char *name,
-                                     struct aj_error *err);
-AJ_EXPORT int aj_policy_set_string(char **slot, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_network(struct aj_policy *pol, const char *value,
-                                    struct aj_error *err);
-AJ_EXPORT int aj_policy_set_uid_range(struct aj_policy *pol, const char *spec,
-                                      struct aj_error *err);
-/* Limits, flag-shaped: "512M", "100", "0.5", "10s". */
-AJ_EXPORT int aj_policy_set_memory(struct aj_policy *pol, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_pids(struct aj_policy *pol, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_cpus(struct aj_policy *pol, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_cpu_time(struct aj_policy *pol, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_output_limit(struct aj_policy *pol, const char *value,
-                                         struct aj_error *err);
-AJ_EXPORT int aj_policy_set_file_size(struct aj_policy *pol, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_open_files(struct aj_policy *pol, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_on_escape(struct aj_policy *pol, const char *value, struct aj_error *err);
-AJ_EXPORT int aj_policy_set_alert_timeout(struct aj_policy *pol, const char *value, struct aj_error *err);
-/* 1..1000000 events per run. */
-AJ_EXPORT int aj_policy_set_event_budget(struct aj_policy *pol, const char *value, struct aj_error *err);
-
-AJ_EXPORT int aj_policy_add_bind_paths(struct aj_policy *pol, const char *host, const char *sandbox,
-                                       bool rw, struct aj_error *err);
-/* Same; *ret_bad_sandbox is set when the sandbox path (not the host path)
- * was at fault. */
-AJ_EXPORT int aj_policy_add_bind_paths_ex(struct aj_policy *pol, const char *host, const char *sandbox,
-                                          bool rw, int *ret_bad_sandbox, struct aj_error *err);
-
-/* Whole-policy checks (conflicts, paths that must exist). The _at form
- * also names the policy key at fault ("filesystem.binds[1].sandbox"). */
+/* Whole-policy checks (ranges, conflicts, paths that must exist). The _at
+ * form also names the policy key at fault ("filesystem.binds[1].sandbox"). */
 AJ_EXPORT int aj_policy_validate(const struct aj_policy *pol, struct aj_error *err);
 AJ_EXPORT int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key_size,
                                     struct aj_error *err);
@@ -179,22 +56,28 @@ AJ_EXPORT int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, 
  * NULL on allocation failure. Caller frees. */
 AJ_EXPORT char *aj_policy_to_json(const struct aj_policy *pol, bool compact);
 #define aj_policy_canonical_json(pol) aj_policy_to_json((pol), true)
+AJ_EXPORT int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65],
+                               struct aj_error *err);
 
 /* Policy files (JSON; see docs/policy.md). Loading fills pol on top of what
- * it holds (call aj_policy_init first for a fresh one). Errors name
- * FILE:LINE:COLUMN and the key path (errnum 0: bad input). */
+ * it holds (a profile, an earlier file). Errors name FILE:LINE:COLUMN and
+ * the key path (errnum 0: bad input). */
 AJ_EXPORT int aj_policy_load_file(struct aj_policy *pol, const char *path, struct aj_error *err);
 AJ_EXPORT int aj_policy_load_buffer(struct aj_policy *pol, const char *buf, size_t len,
                                     const char *name, struct aj_error *err);
 /* Built-in profiles, compiled in from the JSON files in profiles/. */
 AJ_EXPORT int aj_policy_load_profile(struct aj_policy *pol, const char *name, struct aj_error *err);
 AJ_EXPORT const char *const *aj_policy_profile_names(void);
+
 /* What a reviewer needs: one line per protection that differs between a
  * and b, saying which side is weaker. NULL when they are the same (and
  * *ret_oom set on allocation failure). Caller frees. */
 AJ_EXPORT char *aj_policy_diff(const struct aj_policy *a, const struct aj_policy *b, bool *ret_oom);
-AJ_EXPORT int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65],
-                               struct aj_error *err);
+
+/* The key reference: every key with its type, default, range, flag and
+ * what it protects against; Markdown tables (docs/policy.md's, generated
+ * from this) or plain lines. NULL on allocation failure. Caller frees. */
+AJ_EXPORT char *aj_policy_describe_keys(bool markdown);
 
 /* Strict number parsing shared by every caller (no atoi, no sscanf). */
 AJ_EXPORT int aj_parse_u64(const char *s, uint64_t max, uint64_t *ret);

@@ -4,7 +4,7 @@
  * sandbox start. Usage: gen-seccomp OUTPUT.c */
 #include <stdio.h>
 
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 #include "aj_seccomp.h"
 
 int main(int argc, char **argv)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agentjail.h"
+#include "aj_policy_model.h"
 #include "aj_cgroup.h"
 #include "aj_result.h"
 #include "kcve.h" /* src/probe: the CVE table, shared with agentjail-probe */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aj_policy_model.h"
 #include "aj_posture.h"
 #include "aj_util.h"
 
@@ -282,6 +283,15 @@ static const char *const surface_sysctls[] = {
     "kernel.perf_event_paranoid",       "kernel.kptr_restrict",        "kernel.dmesg_restrict",
 };
 
+/* The dimension a key-table row's risk_dim names ("G"); NDIM for none. */
+static enum dim dim_of(const char *letter)
+{
+    for (int d = 0; letter && d < NDIM; d++)
+        if (strcmp(dims[d].letter, letter) == 0)
+            return (enum dim)d;
+    return NDIM;
+}
+
 /* Every rule here is a row of the tables in docs/risk-model.md. */
 static void score(const struct facts *f, struct scoring *s)
 {
@@ -381,15 +391,17 @@ static void score(const struct facts *f, struct scoring *s)
     if (f->probe && f->check && f->probe_fail == 0 && aj_posture_count(f->check, AJ_POSTURE_FAIL) == 0)
         add_adj(s, DIM_G, -1, "the enforced sandbox and the host were measured and found clean",
                 "probe:all findings, check:all findings");
-    if (pol->allow_degraded)
-        add_adj(s, DIM_G, +1, "a run may go on without namespaces when they are refused",
-                "policy:degraded.allow");
-    if (pol->allow_no_landlock)
-        add_adj(s, DIM_G, +1, "a run may go on without Landlock on kernels that lack it",
-                "policy:degraded.without_landlock");
-    if (pol->allow_unscoped_signals)
-        add_adj(s, DIM_G, +1, "a degraded run may signal the caller's other processes (Landlock before ABI 6)",
-                "policy:degraded.without_signal_scope");
+    /* Keys that weaken the policy on their own: each key-table row with a
+     * risk penalty (src/lib/policy/keys.c), while the key is on its weaker
+     * side. Penalties that depend on more than one key stay code here. */
+    for (size_t i = 0; i < aj_policy_n_keys; i++) {
+        const struct aj_policy_key *k = &aj_policy_keys[i];
+        enum dim d = dim_of(k->risk_dim);
+        if (d < NDIM && aj_policy_key_is_weak(pol, k)) {
+            snprintf(ev, sizeof(ev), "policy:%s", k->key);
+            add_adj(s, d, k->risk_delta, k->risk_text, ev);
+        }
+    }
     if (pol->allow_bind_inside_writable && pol->n_binds)
         add_adj(s, DIM_G, +1, "a bind may come from inside a directory a sandbox could write (what is there "
                 "may have been planted by an earlier run)", "policy:filesystem.allow_bind_inside_writable");

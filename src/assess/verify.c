@@ -14,6 +14,7 @@
 #include "aj_mount.h"
 
 #include "agentjail.h"
+#include "aj_policy_model.h"
 #include "aj_util.h"
 
 #define PROBE_IN_SANDBOX "/opt/agentjail-probe"

@@ -40,17 +40,19 @@ static void policy_usage(FILE *f)
           "       agentjail policy show [FILE | --profile NAME]\n"
           "       agentjail policy diff A B          (files, or profile:NAME)\n"
           "       agentjail policy profiles\n"
+          "       agentjail policy keys [--markdown]\n"
           "\n"
           "check  validates FILE; exit 0 if it is valid, 2 with FILE:LINE:COLUMN and the key if not\n"
           "show   prints the normalised policy (every default filled in) and its sha256\n"
-          "diff   prints every protection that differs and which side is weaker; exit 1 if any\n",
+          "diff   prints every protection that differs and which side is weaker; exit 1 if any\n"
+          "keys   lists every policy key: type, default, range, flag (--markdown: the tables of\n"
+          "       docs/policy.md)\n",
           f);
 }
 
 /* "profile:NAME" or a file path. */
 static int load_named(const char *what, struct aj_policy *pol, struct aj_error *err)
 {
-    aj_policy_init(pol);
     if (strncmp(what, "profile:", 8) == 0)
         return aj_policy_load_profile(pol, what + 8, err);
     return aj_policy_load_file(pol, what, err);
@@ -76,7 +78,7 @@ static int show(struct aj_policy *pol)
 
 int aj_cmd_policy(int argc, char **argv)
 {
-    struct aj_policy a, b;
+    struct aj_policy *a = NULL, *b = NULL;
     struct aj_error err = {0};
     int code = AJ_EXIT_USAGE;
 
@@ -84,10 +86,15 @@ int aj_cmd_policy(int argc, char **argv)
         policy_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? AJ_EXIT_USAGE : 0;
     }
-    aj_policy_init(&a);
-    aj_policy_init(&b);
+    a = aj_policy_new();
+    b = aj_policy_new();
+    if (!a || !b) {
+        fprintf(stderr, "agentjail: out of memory\n");
+        code = AJ_EXIT_SETUP;
+        goto out;
+    }
     if (strcmp(argv[1], "check") == 0 && argc == 3) {
-        if (aj_policy_load_file(&a, argv[2], &err) < 0) {
+        if (aj_policy_load_file(a, argv[2], &err) < 0) {
             fprintf(stderr, "agentjail: %s\n", err.msg);
         } else {
             printf("%s: valid\n", argv[2]);
@@ -96,22 +103,22 @@ int aj_cmd_policy(int argc, char **argv)
     } else if (strcmp(argv[1], "show") == 0 && argc <= 4) {
         int r = 0;
         if (argc == 4 && strcmp(argv[2], "--profile") == 0)
-            r = aj_policy_load_profile(&a, argv[3], &err);
+            r = aj_policy_load_profile(a, argv[3], &err);
         else if (argc == 3)
-            r = aj_policy_load_file(&a, argv[2], &err);
+            r = aj_policy_load_file(a, argv[2], &err);
         else if (argc != 2)
             goto usage;
         if (r < 0)
             fprintf(stderr, "agentjail: %s\n", err.msg);
         else
-            code = show(&a);
+            code = show(a);
     } else if (strcmp(argv[1], "diff") == 0 && argc == 4) {
         bool oom;
         char *d;
-        if (load_named(argv[2], &a, &err) < 0 || load_named(argv[3], &b, &err) < 0) {
+        if (load_named(argv[2], a, &err) < 0 || load_named(argv[3], b, &err) < 0) {
             fprintf(stderr, "agentjail: %s\n", err.msg);
         } else {
-            d = aj_policy_diff(&a, &b, &oom);
+            d = aj_policy_diff(a, b, &oom);
             if (oom) {
                 fprintf(stderr, "agentjail: out of memory\n");
                 code = AJ_EXIT_SETUP;
@@ -128,15 +135,25 @@ int aj_cmd_policy(int argc, char **argv)
         for (const char *const *n = aj_policy_profile_names(); *n; n++)
             puts(*n);
         code = 0;
+    } else if (strcmp(argv[1], "keys") == 0 && (argc == 2 || (argc == 3 && strcmp(argv[2], "--markdown") == 0))) {
+        char *text = aj_policy_describe_keys(argc == 3);
+        if (!text || fputs(text, stdout) == EOF || fflush(stdout) != 0) {
+            fprintf(stderr, "agentjail: policy keys: %s\n", text ? strerror(errno) : "out of memory");
+            code = AJ_EXIT_SETUP;
+        } else {
+            code = 0;
+        }
+        free(text);
     } else {
         goto usage;
     }
-    aj_policy_clear(&a);
-    aj_policy_clear(&b);
+out:
+    aj_policy_free(a);
+    aj_policy_free(b);
     return code;
 usage:
-    aj_policy_clear(&a);
-    aj_policy_clear(&b);
+    aj_policy_free(a);
+    aj_policy_free(b);
     fprintf(stderr, "agentjail: bad 'policy' command (see agentjail policy --help)\n");
     return AJ_EXIT_USAGE;
 }

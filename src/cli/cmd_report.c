@@ -119,7 +119,7 @@ static int write_output(const char *path, const char *text, struct aj_error *wer
 
 int aj_cmd_report(int argc, char **argv)
 {
-    struct aj_policy pol;
+    struct aj_policy *pol = NULL;
     struct aj_error err = {0};
     struct aj_report_input in = {0};
     enum aj_report_format fmt = AJ_REPORT_MD;
@@ -130,7 +130,6 @@ int aj_cmd_report(int argc, char **argv)
     bool stamp = false;
     int opt, r, code = AJ_EXIT_SETUP;
 
-    aj_policy_init(&pol);
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+h", report_options, NULL)) != -1) {
@@ -176,15 +175,20 @@ int aj_cmd_report(int argc, char **argv)
         fprintf(stderr, "agentjail: report: unexpected argument '%s'\n", argv[optind]);
         return AJ_EXIT_USAGE;
     }
+    pol = aj_policy_new();
+    if (!pol) {
+        fprintf(stderr, "agentjail: out of memory\n");
+        return AJ_EXIT_SETUP;
+    }
     /* As `run`: the profile first, the policy file on top of it. */
     if (profile) {
-        if (aj_policy_load_profile(&pol, profile, &err) < 0)
+        if (aj_policy_load_profile(pol, profile, &err) < 0)
             goto bad_input;
         snprintf(label, sizeof(label), "profile:%s", profile);
     }
     if (policy) {
         char f[300];
-        if (aj_policy_load_file(&pol, policy, &err) < 0)
+        if (aj_policy_load_file(pol, policy, &err) < 0)
             goto bad_input;
         label_file(f, sizeof(f), "file:", policy);
         if (profile)
@@ -212,7 +216,7 @@ int aj_cmd_report(int argc, char **argv)
         struct aj_result res;
         char *out_json = NULL;
         json_error_t jerr;
-        if (aj_probe_in_policy(&pol, &out_json, &res, &err) < 0) {
+        if (aj_probe_in_policy(pol, &out_json, &res, &err) < 0) {
             fprintf(stderr, "agentjail: report: %s\n", err.msg);
             goto out;
         }
@@ -235,7 +239,7 @@ int aj_cmd_report(int argc, char **argv)
         in.generated_at = now;
     }
 
-    in.policy = &pol;
+    in.policy = pol;
     in.policy_label = label;
     in.probe = probe;
     in.probe_source = probe_src;
@@ -264,6 +268,6 @@ out:
     json_decref(rep);
     json_decref(probe);
     json_decref(check);
-    aj_policy_clear(&pol);
+    aj_policy_free(pol);
     return code;
 }

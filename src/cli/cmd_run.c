@@ -186,15 +186,14 @@ static bool flag_needs_argument(const char *arg)
     return false;
 }
 
-static int parse_id(const char *flag, const char *s, uint32_t *ret)
+/* A flag that is a policy key (keys.c names each key's flag): the library
+ * checks the value and words the error with the flag. */
+static int set_policy_flag(struct aj_policy *pol, const char *name, const char *value, struct aj_error *err)
 {
-    uint64_t v;
-    if (aj_parse_u64(s, 0xfffffffeULL, &v) < 0) {
-        fprintf(stderr, "agentjail: %s: '%s' is not an id (0..4294967294)\n", flag, s);
-        return -1;
-    }
-    *ret = (uint32_t)v;
-    return 0;
+    char flag[64];
+
+    (void)snprintf(flag, sizeof(flag), "--%s", name);
+    return aj_policy_set(pol, flag, value, err);
 }
 
 static void print_degraded_warning(const struct aj_result *res)
@@ -210,133 +209,74 @@ static void print_degraded_warning(const struct aj_result *res)
 
 int aj_cmd_run(int argc, char **argv)
 {
-    struct aj_policy pol;
+    struct aj_policy *pol = aj_policy_new();
     struct aj_result res;
     struct aj_error err = {0};
     const char *result_path = NULL, *events_path = NULL;
     sigset_t ending, old_mask;
-    int opt, r, code;
-    uint64_t v;
-    ssize_t last_rw = -1; /* the --bind-rw a --bind-owner applies to */
+    int opt, r, code, longindex = 0;
+    bool last_rw = false; /* the flag before was a --bind-rw: what a --bind-owner applies to */
 
-    aj_policy_init(&pol);
+    if (!pol) {
+        fprintf(stderr, "agentjail: out of memory\n");
+        return AJ_EXIT_SETUP;
+    }
     /* --profile, then --policy, then every other flag on top: the order
      * on the command line does not matter. */
-    if (aj_cli_load_base(argc, argv, run_options, OPT_PROFILE, OPT_POLICY, &pol, &err) < 0)
+    if (aj_cli_load_base(argc, argv, run_options, OPT_PROFILE, OPT_POLICY, pol, &err) < 0)
         goto usage_error;
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+:h", run_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:h", run_options, &longindex)) != -1) {
         r = 0;
         switch (opt) {
         case OPT_BIND_RO:
         case OPT_BIND_RW:
-            r = aj_policy_add_bind(&pol, optarg, opt == OPT_BIND_RW, &err);
-            last_rw = r == 0 && opt == OPT_BIND_RW ? (ssize_t)pol.n_binds - 1 : -1;
+            r = aj_policy_add_bind(pol, optarg, opt == OPT_BIND_RW, &err);
+            last_rw = r == 0 && opt == OPT_BIND_RW;
             break;
-        case OPT_BIND_OWNER: {
-            uint32_t ou, og;
-            if (last_rw < 0)
+        case OPT_BIND_OWNER:
+            if (!last_rw)
                 r = aj_err(&err, 0, "--bind-owner %s: it sets the owner of the --bind-rw just before it (e.g. "
                            "--bind-rw /srv/ws:/ws --bind-owner 1000:1000), and there is none", optarg);
-            else if (pol.binds[last_rw].owner_set)
-                r = aj_err(&err, 0, "--bind-owner %s: --bind-rw %s has an owner already", optarg,
-                           pol.binds[last_rw].host);
-            else if (aj_parse_owner(optarg, &ou, &og) < 0)
-                r = aj_err(&err, 0, "--bind-owner: '%s' is not UID:GID (decimal host ids, e.g. 1000:1000)", optarg);
-            else {
-                pol.binds[last_rw].owner_set = true;
-                pol.binds[last_rw].owner_uid = ou;
-                pol.binds[last_rw].owner_gid = og;
-            }
+            else
+                r = aj_policy_set_bind_owner(pol, optarg, &err);
             break;
-        }
         case OPT_TMPFS:
-            r = aj_policy_add_tmpfs(&pol, optarg, &err);
-            break;
         case OPT_TMP_SIZE:
-            if (aj_parse_size(optarg, &v) < 0 || v < 4096)
-                r = aj_err(&err, 0, "--tmp-size: '%s' is not a size of at least 4K (e.g. 64M)", optarg);
-            else
-                pol.tmp_size = v;
-            break;
         case OPT_WORKDIR:
-            r = aj_policy_set_string(&pol.workdir, optarg, &err);
-            break;
         case OPT_ENV:
-            r = aj_policy_add_env(&pol, optarg, &err);
-            break;
         case OPT_ENV_PASS:
-            r = aj_policy_add_env_pass(&pol, optarg, &err);
-            break;
         case OPT_HOSTNAME:
-            r = aj_policy_set_string(&pol.hostname, optarg, &err);
-            break;
         case OPT_TIMEOUT:
-            if (aj_parse_duration_ms(optarg, &v) < 0 || v == 0 || v > 7ULL * 24 * 3600 * 1000)
-                r = aj_err(&err, 0, "--timeout: '%s' is not a duration (e.g. 10, 10s, 500ms, 2m; > 0, <= 7 days)",
-                           optarg);
-            else
-                pol.timeout_ms = v;
+        case OPT_NETWORK:
+        case OPT_UID:
+        case OPT_GID:
+        case OPT_UID_RANGE:
+        case OPT_ALLOW_DEGRADED:
+        case OPT_ALLOW_NO_LANDLOCK:
+        case OPT_NOEXEC_TMP:
+        case OPT_ALLOW_PTRACE:
+        case OPT_ALLOW_UNSCOPED_SIGNALS:
+        case OPT_ALLOW_NO_DECOYS:
+        case OPT_ALLOW_BIND_INSIDE_WRITABLE:
+        case OPT_MEMORY:
+        case OPT_PIDS:
+        case OPT_CPUS:
+        case OPT_CPU_TIME:
+        case OPT_OUTPUT_LIMIT:
+        case OPT_FILE_SIZE:
+        case OPT_OPEN_FILES:
+        case OPT_ON_ESCAPE:
+        case OPT_ALERT_CMD:
+        case OPT_ALERT_TIMEOUT:
+        case OPT_EVENT_BUDGET:
+        case OPT_NO_DECOYS:
+        case OPT_DECOY_CLOUD:
+            r = set_policy_flag(pol, run_options[longindex].name, optarg, &err);
             break;
         case OPT_RESULT:
             result_path = optarg;
-            break;
-        case OPT_NETWORK:
-            r = aj_policy_set_network(&pol, optarg, &err);
-            break;
-        case OPT_UID:
-            if (parse_id("--uid", optarg, &pol.uid) < 0)
-                goto usage_error_printed;
-            break;
-        case OPT_GID:
-            if (parse_id("--gid", optarg, &pol.gid) < 0)
-                goto usage_error_printed;
-            break;
-        case OPT_UID_RANGE:
-            r = aj_policy_set_uid_range(&pol, optarg, &err);
-            break;
-        case OPT_ALLOW_DEGRADED:
-            pol.allow_degraded = true;
-            break;
-        case OPT_ALLOW_NO_LANDLOCK:
-            pol.allow_no_landlock = true;
-            break;
-        case OPT_NOEXEC_TMP:
-            pol.noexec_tmp = true;
-            break;
-        case OPT_ALLOW_PTRACE:
-            pol.allow_ptrace = true;
-            break;
-        case OPT_ALLOW_UNSCOPED_SIGNALS:
-            pol.allow_unscoped_signals = true;
-            break;
-        case OPT_ALLOW_NO_DECOYS:
-            pol.allow_no_decoys = true;
-            break;
-        case OPT_ALLOW_BIND_INSIDE_WRITABLE:
-            pol.allow_bind_inside_writable = true;
-            break;
-        case OPT_MEMORY:
-            r = aj_policy_set_memory(&pol, optarg, &err);
-            break;
-        case OPT_PIDS:
-            r = aj_policy_set_pids(&pol, optarg, &err);
-            break;
-        case OPT_CPUS:
-            r = aj_policy_set_cpus(&pol, optarg, &err);
-            break;
-        case OPT_CPU_TIME:
-            r = aj_policy_set_cpu_time(&pol, optarg, &err);
-            break;
-        case OPT_OUTPUT_LIMIT:
-            r = aj_policy_set_output_limit(&pol, optarg, &err);
-            break;
-        case OPT_FILE_SIZE:
-            r = aj_policy_set_file_size(&pol, optarg, &err);
-            break;
-        case OPT_OPEN_FILES:
-            r = aj_policy_set_open_files(&pol, optarg, &err);
             break;
         case OPT_POLICY:
         case OPT_PROFILE:
@@ -344,28 +284,10 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_EVENTS:
             events_path = optarg;
             break;
-        case OPT_ON_ESCAPE:
-            r = aj_policy_set_on_escape(&pol, optarg, &err);
-            break;
-        case OPT_ALERT_CMD:
-            r = aj_policy_set_string(&pol.alert_cmd, optarg, &err);
-            break;
-        case OPT_ALERT_TIMEOUT:
-            r = aj_policy_set_alert_timeout(&pol, optarg, &err);
-            break;
-        case OPT_EVENT_BUDGET:
-            r = aj_policy_set_event_budget(&pol, optarg, &err);
-            break;
-        case OPT_NO_DECOYS:
-            pol.decoys = false;
-            break;
-        case OPT_DECOY_CLOUD:
-            pol.cloud_decoys = true;
-            break;
         case OPT_HELP:
         case 'h':
             run_usage(stdout);
-            aj_policy_clear(&pol);
+            aj_policy_free(pol);
             return 0;
         case ':':
             aj_err(&err, 0, "%s needs an argument", argv[optind - 1]);
@@ -386,11 +308,11 @@ int aj_cmd_run(int argc, char **argv)
         aj_err(&err, 0, "no command given: agentjail run [FLAGS] -- CMD [ARGS...]");
         goto usage_error;
     }
-    r = aj_policy_validate(&pol, &err);
+    r = aj_policy_validate(pol, &err);
     if (r < 0)
         goto usage_error;
     /* Before anything starts: the result is written as root after the run. */
-    if (result_path && strcmp(result_path, "-") != 0 && aj_result_check_path(&pol, result_path, &err) < 0)
+    if (result_path && strcmp(result_path, "-") != 0 && aj_result_check_path(pol, result_path, &err) < 0)
         goto usage_error;
 
     /* A SIGTERM or ^C that ends the run is left pending for us by the
@@ -404,7 +326,7 @@ int aj_cmd_run(int argc, char **argv)
     (void)sigprocmask(SIG_BLOCK, &ending, &old_mask);
     {
         struct aj_run_options opts = {.events_path = events_path};
-        r = aj_run_ex(&pol, argv + optind, &opts, &res, &err);
+        r = aj_run_ex(pol, argv + optind, &opts, &res, &err);
     }
     if (res.degraded)
         print_degraded_warning(&res);
@@ -421,17 +343,17 @@ int aj_cmd_run(int argc, char **argv)
             if (!json || printf("%s\n", json) < 0 || fflush(stdout) != 0) {
                 fprintf(stderr, "agentjail: write the result to stdout: %s\n", strerror(errno ? errno : ENOMEM));
                 free(json);
-                aj_policy_clear(&pol);
+                aj_policy_free(pol);
                 return AJ_EXIT_SETUP;
             }
             free(json);
         } else if (aj_result_write_file(&res, result_path, &werr) < 0) {
             fprintf(stderr, "agentjail: %s\n", werr.msg);
-            aj_policy_clear(&pol);
+            aj_policy_free(pol);
             return AJ_EXIT_SETUP;
         }
     }
-    aj_policy_clear(&pol);
+    aj_policy_free(pol);
     (void)fflush(NULL);
     /* Delivered now if one came (default action: we die of it); ignored
      * ones (nohup) are discarded and the exit status says 128+N. */
@@ -443,7 +365,6 @@ int aj_cmd_run(int argc, char **argv)
 
 usage_error:
     fprintf(stderr, "agentjail: %s\n", err.msg);
-usage_error_printed:
-    aj_policy_clear(&pol);
+    aj_policy_free(pol);
     return AJ_EXIT_USAGE;
 }

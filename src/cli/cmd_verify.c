@@ -21,17 +21,20 @@ static const struct option verify_options[] = {
 
 int aj_cmd_verify(int argc, char **argv)
 {
-    struct aj_policy pol;
+    struct aj_policy *pol = aj_policy_new();
     struct aj_error err = {0};
     bool as_json = false;
     json_t *report = NULL, *row;
     size_t i, bad = 0;
     int opt, code;
 
-    aj_policy_init(&pol);
-    if (aj_cli_load_base(argc, argv, verify_options, V_PROFILE, V_POLICY, &pol, &err) < 0) {
+    if (!pol) {
+        fprintf(stderr, "agentjail: out of memory\n");
+        return AJ_EXIT_SETUP;
+    }
+    if (aj_cli_load_base(argc, argv, verify_options, V_PROFILE, V_POLICY, pol, &err) < 0) {
         fprintf(stderr, "agentjail: %s\n", err.msg);
-        aj_policy_clear(&pol);
+        aj_policy_free(pol);
         return AJ_EXIT_USAGE;
     }
     optind = 1;
@@ -43,22 +46,22 @@ int aj_cmd_verify(int argc, char **argv)
             puts("usage: agentjail verify [--policy FILE | --profile NAME] [--json]\n\n"
                  "Runs agentjail-probe inside the sandbox the policy describes and compares every\n"
                  "declared protection with what the probe observed. Exit 0: all match; 1: a mismatch.");
-            aj_policy_clear(&pol);
+            aj_policy_free(pol);
             return 0;
         } else if (opt != V_POLICY && opt != V_PROFILE) {
             fprintf(stderr, "agentjail: verify: unknown or incomplete flag '%s'\n", argv[optind - 1]);
-            aj_policy_clear(&pol);
+            aj_policy_free(pol);
             return AJ_EXIT_USAGE;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "agentjail: verify takes no command; it runs the probe itself\n");
-        aj_policy_clear(&pol);
+        aj_policy_free(pol);
         return AJ_EXIT_USAGE;
     }
-    if (aj_verify(&pol, &report, &err) < 0) {
+    if (aj_verify(pol, &report, &err) < 0) {
         fprintf(stderr, "agentjail: verify: %s\n", err.msg);
-        aj_policy_clear(&pol);
+        aj_policy_free(pol);
         return AJ_EXIT_SETUP;
     }
     json_array_foreach(json_object_get(report, "checks"), i, row)
@@ -83,6 +86,6 @@ int aj_cmd_verify(int argc, char **argv)
     }
     code = bad ? 1 : 0;
     json_decref(report);
-    aj_policy_clear(&pol);
+    aj_policy_free(pol);
     return code;
 }

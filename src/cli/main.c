@@ -7,7 +7,7 @@
 static void usage(FILE *f)
 {
     fputs("usage: agentjail run [--profile NAME] [--policy FILE] [FLAGS] -- CMD [ARGS...]\n"
-          "       agentjail policy check|show|diff|profiles ...\n"
+          "       agentjail policy check|show|diff|profiles|keys ...\n"
           "       agentjail verify [--policy FILE | --profile NAME] [--json]\n"
           "       agentjail probe [--json] [--only NAME]\n"
           "       agentjail check [--json]\n"

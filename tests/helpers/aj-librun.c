@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "agentjail.h"
+#include "aj_policy_model.h" /* internal: a timeout_ms no flag or file may set */
 
 int main(int argc, char **argv)
 {
@@ -38,7 +39,7 @@ int main(int argc, char **argv)
             pol.timeout_ms = v;
             i++;
         } else if (strcmp(argv[i], "--cpu-time") == 0 && i + 1 < argc) {
-            if (aj_policy_set_cpu_time(&pol, argv[++i], &err) < 0) {
+            if (aj_policy_set(&pol, "--cpu-time", argv[++i], &err) < 0) {
                 fprintf(stderr, "aj-librun: %s\n", err.msg);
                 return 2;
             }

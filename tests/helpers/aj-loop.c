@@ -29,7 +29,7 @@ static long rss_kb(void)
 
 int main(int argc, char **argv)
 {
-    struct aj_policy pol;
+    struct aj_policy *pol;
     char *cmd[] = {"/bin/true", NULL};
     uint64_t n;
     int fds_before, fds_after, failures = 0, children;
@@ -39,13 +39,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: aj-loop N\n");
         return 2;
     }
-    aj_policy_init(&pol);
+    pol = aj_policy_new();
+    if (!pol) {
+        fprintf(stderr, "aj-loop: out of memory\n");
+        return 2;
+    }
     fds_before = count_fds();
     rss_before = rss_kb();
     for (uint64_t i = 0; i < n; i++) {
         struct aj_result res;
         struct aj_error err = {0};
-        if (aj_run(&pol, cmd, &res, &err) < 0 || res.status != AJ_STATUS_OK) {
+        if (aj_run(pol, cmd, &res, &err) < 0 || res.status != AJ_STATUS_OK) {
             if (failures++ == 0)
                 fprintf(stderr, "aj-loop: run %llu: %s (status %s)\n", (unsigned long long)i, err.msg,
                         aj_status_name(res.status));
@@ -60,6 +64,6 @@ int main(int argc, char **argv)
            "\"rss_before_kb\": %ld, \"rss_warm_kb\": %ld, \"rss_after_kb\": %ld, \"children_left\": %s}\n",
            (unsigned long long)n, failures, fds_before, fds_after, rss_before, rss_mid, rss_after,
            children ? "true" : "false");
-    aj_policy_clear(&pol);
+    aj_policy_free(pol);
     return failures ? 1 : 0;
 }

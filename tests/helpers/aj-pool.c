@@ -33,7 +33,7 @@ static int open_out(const char *dir, unsigned i, const char *ext)
 
 int main(int argc, char **argv)
 {
-    struct aj_policy pol;
+    struct aj_policy *pol = NULL;
     struct aj_pool *pool = NULL;
     struct aj_error err = {0};
     struct aj_pool_stats ps;
@@ -65,20 +65,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "aj-pool: no command\n");
         return 2;
     }
-    aj_policy_init(&pol);
-    if (profile && aj_policy_load_profile(&pol, profile, &err) < 0) {
+    pol = aj_policy_new();
+    if (!pol) {
+        fprintf(stderr, "aj-pool: out of memory\n");
+        return 2;
+    }
+    if (profile && aj_policy_load_profile(pol, profile, &err) < 0) {
         fprintf(stderr, "aj-pool: %s\n", err.msg);
+        aj_policy_free(pol);
         return 2;
     }
     for (size_t k = 0; k < n_pass; k++)
-        if (aj_policy_add_env_pass(&pol, pass[k], &err) < 0) {
+        if (aj_policy_set(pol, "environment.pass", pass[k], &err) < 0) {
             fprintf(stderr, "aj-pool: %s\n", err.msg);
+            aj_policy_free(pol);
             return 2;
         }
     fds_before = count_fds();
-    if (aj_pool_new(&pol, (unsigned)size, &pool, &err) < 0) {
+    if (aj_pool_new(pol, (unsigned)size, &pool, &err) < 0) {
         fprintf(stderr, "aj-pool: %s\n", err.msg);
-        aj_policy_clear(&pol);
+        aj_policy_free(pol);
         return 1;
     }
     if (wait_file) {
@@ -138,6 +144,6 @@ int main(int argc, char **argv)
            (unsigned long long)ps.prepared, (unsigned long long)ps.warm_runs, (unsigned long long)ps.cold_runs,
            (unsigned long long)ps.discarded, (unsigned long long)ps.refill_failures, fds_before, count_fds(),
            waitpid(-1, NULL, WNOHANG) >= 0 ? "true" : "false");
-    aj_policy_clear(&pol);
+    aj_policy_free(pol);
     return failures ? 1 : 0;
 }

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* aj-rawpolicy: a library caller that fills struct aj_policy directly,
- * without the setters, as an embedder may. The library must still refuse
- * what the setters would (aj_policy_validate, called by every run and pool).
+/* aj-rawpolicy: a caller that fills struct aj_policy directly, without the
+ * setters. Embedders see the struct as opaque, but the library's own
+ * modules (and a future one with a bug) fill it directly, and a policy can
+ * be changed after it was set: the library must still refuse what the
+ * setters would (aj_policy_validate, called by every run and pool). So
+ * this helper includes the internal model header, as those modules do.
  *
  *   aj-rawpolicy [--pool] FIELD=VALUE... -- CMD...
  *
@@ -14,6 +17,7 @@
 #include <string.h>
 
 #include "agentjail.h"
+#include "aj_policy_model.h" /* internal: the struct itself */
 
 static int set_field(struct aj_policy *pol, const char *spec)
 {

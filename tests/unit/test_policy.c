@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for the pure logic in policy.h: strict number parsing, the
- * flag-shaped setters, and the canonical JSON / sha256 of a policy.
+/* Unit tests for the pure logic of the policy module: strict number
+ * parsing, the flag-shaped setters, and the canonical JSON / sha256 of a
+ * policy. Looks inside struct aj_policy, so it includes the internal model
+ * header (src/lib/policy/aj_policy_model.h).
  *
  * Every rejection is paired with an acceptance of the nearest good input,
  * so a parser that rejects everything fails here as surely as one that
@@ -18,7 +20,7 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -460,7 +462,7 @@ static void test_env_pass(void **state)
     aj_policy_clear(&pol);
 }
 
-/* ---- aj_policy_set_network / set_string / set_uid_range --------------- */
+/* ---- network.mode, strings, uid_range ---------------------------------- */
 
 static void test_network(void **state)
 {
@@ -470,15 +472,15 @@ static void test_network(void **state)
 
     fresh(&pol, &err);
     assert_int_equal(pol.network, AJ_NET_LOOPBACK); /* the default: a private loopback */
-    assert_int_equal(aj_policy_set_network(&pol, "loopback", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "--network", "loopback", &err), 0);
     assert_int_equal(pol.network, AJ_NET_LOOPBACK);
-    assert_int_equal(aj_policy_set_network(&pol, "none", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "--network", "none", &err), 0);
     assert_int_equal(pol.network, AJ_NET_NONE);
 
-    assert_int_equal(aj_policy_set_network(&pol, "loopback", &err), 0);
-    check_rejected(aj_policy_set_network(&pol, "host", &err), &err, "host");
+    assert_int_equal(aj_policy_set(&pol, "--network", "loopback", &err), 0);
+    check_rejected(aj_policy_set(&pol, "--network", "host", &err), &err, "host");
     assert_int_equal(pol.network, AJ_NET_LOOPBACK); /* unchanged on error */
-    check_rejected(aj_policy_set_network(&pol, "", &err), &err, "");
+    check_rejected(aj_policy_set(&pol, "--network", "", &err), &err, "");
     aj_policy_clear(&pol);
 }
 
@@ -526,10 +528,10 @@ static void test_set_string(void **state)
     (void)state;
 
     fresh(&pol, &err);
-    assert_int_equal(aj_policy_set_string(&pol.hostname, "one", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "identity.hostname", "one", &err), 0);
     assert_string_equal(pol.hostname, "one");
     /* replacing frees the old value (ASan's leak checker sees it if not) */
-    assert_int_equal(aj_policy_set_string(&pol.hostname, "two", &err), 0);
+    assert_int_equal(aj_policy_set(&pol, "identity.hostname", "two", &err), 0);
     assert_string_equal(pol.hostname, "two");
     aj_policy_clear(&pol);
 }
@@ -570,8 +572,8 @@ static void build_sample(struct aj_policy *pol)
     assert_int_equal(aj_policy_add_env(pol, "LANG=C.UTF-8", &err), 0);
     assert_int_equal(aj_policy_add_env(pol, "A=1", &err), 0);
     assert_int_equal(aj_policy_add_env_pass(pol, "TERM", &err), 0);
-    assert_int_equal(aj_policy_set_string(&pol->hostname, "box", &err), 0);
-    assert_int_equal(aj_policy_set_string(&pol->workdir, "/data", &err), 0);
+    assert_int_equal(aj_policy_set(pol, "identity.hostname", "box", &err), 0);
+    assert_int_equal(aj_policy_set(pol, "filesystem.workdir", "/data", &err), 0);
     pol->timeout_ms = 10000;
 }
 
@@ -790,11 +792,11 @@ static void test_sha256_covers_every_field(void **state)
         case 9: what = "allow_degraded"; pol.allow_degraded = !pol.allow_degraded; break;
         case 10:
             what = "hostname";
-            assert_int_equal(aj_policy_set_string(&pol.hostname, "other", &err), 0);
+            assert_int_equal(aj_policy_set(&pol, "identity.hostname", "other", &err), 0);
             break;
         case 11:
             what = "workdir";
-            assert_int_equal(aj_policy_set_string(&pol.workdir, "/tmp", &err), 0);
+            assert_int_equal(aj_policy_set(&pol, "filesystem.workdir", "/tmp", &err), 0);
             break;
         case 12: what = "bind rw"; pol.binds[0].rw = !pol.binds[0].rw; break;
         case 13:
@@ -852,6 +854,297 @@ static void test_sha256_covers_every_field(void **state)
     aj_policy_clear(&base);
 }
 
+/* ---- the key table ------------------------------------------------------- */
+
+static bool is_scalar(const struct aj_policy_key *k)
+{
+    switch (k->type) {
+    case AJ_KEY_BOOL:
+    case AJ_KEY_COUNT:
+    case AJ_KEY_ID:
+    case AJ_KEY_SIZE:
+    case AJ_KEY_DURATION:
+    case AJ_KEY_CPUS:
+    case AJ_KEY_ENUM:
+    case AJ_KEY_STRING:
+        return true;
+    case AJ_KEY_CONST:
+    case AJ_KEY_BIND_LIST:
+    case AJ_KEY_TMPFS_LIST:
+    case AJ_KEY_ENV_MAP:
+    case AJ_KEY_NAME_LIST:
+    case AJ_KEY_ID_RANGE:
+    case AJ_KEY_LIMIT_SET:
+        break;
+    }
+    return false;
+}
+
+static bool is_number(const struct aj_policy_key *k)
+{
+    return is_scalar(k) && k->type != AJ_KEY_BOOL && k->type != AJ_KEY_ENUM && k->type != AJ_KEY_STRING;
+}
+
+/* A row added with a mistake (a duplicate path or flag, a group out of
+ * order, a default outside its own bounds, an enum without names for its
+ * values, a weakening key without the reviewer's reason) fails here. */
+static void test_table_rows_are_consistent(void **state)
+{
+    static const char *const dims[] = {"D", "A", "M", "AS", "G", "E", NULL};
+    size_t group = 0;
+    (void)state;
+
+    assert_true(aj_policy_n_keys >= 30);
+    for (size_t i = 0; i < aj_policy_n_keys; i++) {
+        const struct aj_policy_key *k = &aj_policy_keys[i];
+        const char *dot = strchr(k->key, '.');
+
+        if (!dot || strchr(dot + 1, '.'))
+            fail_msg("%s: a key path is GROUP.NAME", k->key);
+        while (group < aj_policy_n_groups && !aj_policy_key_in_group(k, aj_policy_groups[group].name))
+            group++;
+        if (group == aj_policy_n_groups)
+            fail_msg("%s: group unknown or out of order", k->key);
+        assert_ptr_equal(aj_policy_key_find(k->key), k);
+        if (k->flag) {
+            assert_true(strncmp(k->flag, "--", 2) == 0);
+            assert_ptr_equal(aj_policy_key_find(k->flag), k);
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(aj_policy_keys[j].key, k->key) == 0)
+                fail_msg("%s: declared twice", k->key);
+        if (!k->doc || !k->doc[0])
+            fail_msg("%s: no documentation", k->key);
+        if (is_number(k)) {
+            uint64_t max = k->input_max ? k->input_max : k->max;
+            if (!(k->min <= max && max <= k->max))
+                fail_msg("%s: bounds %llu..%llu (input %llu)", k->key, (unsigned long long)k->min,
+                         (unsigned long long)k->max, (unsigned long long)max);
+            if (!(k->def == 0 && k->zero != AJ_ZERO_VALUE) && (k->def < k->min || k->def > k->max))
+                fail_msg("%s: default %llu outside its bounds", k->key, (unsigned long long)k->def);
+            /* ids are JSON integers only: the loader's message names the range */
+            if (!k->what || !k->bad || (!k->example && k->type != AJ_KEY_ID))
+                fail_msg("%s: a number needs .what, .bad and .example", k->key);
+        }
+        if (k->type == AJ_KEY_ENUM) {
+            for (uint64_t v = 0; v <= k->max; v++)
+                if (!k->names[v])
+                    fail_msg("%s: value %llu has no name", k->key, (unsigned long long)v);
+            assert_null(k->names[k->max + 1]);
+            assert_true(k->def <= k->max && k->what);
+        }
+        if ((k->weaker == AJ_WEAKER_TRUE || k->weaker == AJ_WEAKER_FALSE || k->weaker == AJ_WEAKER_VALUE) &&
+            !k->review)
+            fail_msg("%s: a weakening key needs the reviewer's reason", k->key);
+        if (k->risk_dim) {
+            bool known = false;
+            for (size_t d = 0; dims[d]; d++)
+                known |= strcmp(dims[d], k->risk_dim) == 0;
+            if (!known || !k->risk_text || k->risk_delta == 0 || !k->weaker || k->weaker == AJ_WEAKER_CUSTOM)
+                fail_msg("%s: risk penalty incomplete", k->key);
+        }
+    }
+}
+
+/* A value of k other than the default, as text a file or flag may give. */
+static void other_value(const struct aj_policy_key *k, char *buf, size_t size)
+{
+    uint64_t max = k->input_max ? k->input_max : k->max;
+
+    if (k->type == AJ_KEY_BOOL)
+        snprintf(buf, size, "%s", k->def ? "false" : "true");
+    else if (k->type == AJ_KEY_ENUM)
+        snprintf(buf, size, "%s", k->names[k->def == 0 ? 1 : 0]);
+    else if (k->type == AJ_KEY_STRING) /* absolute, and a valid hostname too */
+        snprintf(buf, size, "%s", k->offset == offsetof(struct aj_policy, workdir) ? "/srv" : "other");
+    else
+        aj_policy_key_format(k, k->def == k->min ? max : k->min, buf, size);
+}
+
+/* Every scalar key, set to another value by its path: the hash changes,
+ * the canonical JSON loads back to the same hash, and the diff reports it
+ * (unless the row says it is not a protection) but not the round trip. */
+static void test_every_scalar_key_is_hashed_loaded_and_diffed(void **state)
+{
+    struct aj_policy base;
+    char hbase[65];
+    (void)state;
+
+    aj_policy_init(&base);
+    hash_of(&base, hbase);
+    for (size_t i = 0; i < aj_policy_n_keys; i++) {
+        const struct aj_policy_key *k = &aj_policy_keys[i];
+        struct aj_policy pol, back;
+        struct aj_error err = {0};
+        char text[64], h[65], hback[65];
+        char *json, *d;
+        bool oom;
+
+        if (!is_scalar(k))
+            continue;
+        other_value(k, text, sizeof(text));
+        aj_policy_init(&pol);
+        if (aj_policy_set(&pol, k->key, text, &err) < 0)
+            fail_msg("%s = %s: %s", k->key, text, err.msg);
+        hash_of(&pol, h);
+        if (strcmp(h, hbase) == 0)
+            fail_msg("%s = %s does not change the hash", k->key, text);
+        json = aj_policy_canonical_json(&pol);
+        assert_non_null(json);
+        aj_policy_init(&back);
+        if (aj_policy_load_buffer(&back, json, strlen(json), "canonical", &err) < 0)
+            fail_msg("%s = %s: canonical JSON does not load: %s", k->key, text, err.msg);
+        hash_of(&back, hback);
+        assert_string_equal(h, hback);
+        d = aj_policy_diff(&base, &pol, &oom);
+        assert_false(oom);
+        if ((d == NULL) != (k->weaker == AJ_WEAKER_NOT_COMPARED))
+            fail_msg("%s = %s: diff says %s", k->key, text, d ? d : "nothing");
+        if (d && strncmp(d, k->key, strcspn(k->key, ".")) != 0)
+            fail_msg("%s: diff line does not name it: %s", k->key, d);
+        free(d);
+        d = aj_policy_diff(&pol, &back, &oom);
+        assert_null(d);
+        free(json);
+        aj_policy_clear(&pol);
+        aj_policy_clear(&back);
+    }
+    aj_policy_clear(&base);
+}
+
+/* Validation takes each number's bounds from its row: one past them is
+ * refused naming the key, the bound itself passes. */
+static void test_validate_bounds_come_from_the_table(void **state)
+{
+    (void)state;
+
+    for (size_t i = 0; i < aj_policy_n_keys; i++) {
+        const struct aj_policy_key *k = &aj_policy_keys[i];
+        uint64_t bad[2], good[2] = {k->min, k->max};
+        size_t n_bad = 0;
+
+        if (!is_number(k) && k->type != AJ_KEY_ENUM)
+            continue;
+        bad[n_bad++] = k->max + 1;
+        if (k->min > 1 || (k->min == 1 && k->zero == AJ_ZERO_VALUE))
+            bad[n_bad++] = k->min - 1;
+        for (size_t j = 0; j < n_bad + 2; j++) {
+            struct aj_policy pol;
+            struct aj_error err = {0};
+            char key[160] = "unset";
+            bool want_ok = j >= n_bad;
+            int r;
+
+            aj_policy_init(&pol);
+            aj_policy_key_put(&pol, k, want_ok ? good[j - n_bad] : bad[j]);
+            r = aj_policy_validate_at(&pol, key, sizeof(key), &err);
+            if (want_ok && r < 0)
+                fail_msg("%s = %llu refused: %s", k->key, (unsigned long long)good[j - n_bad], err.msg);
+            if (!want_ok) {
+                if (r >= 0)
+                    fail_msg("%s = %llu accepted", k->key, (unsigned long long)bad[j]);
+                assert_string_equal(key, k->key);
+                assert_int_equal(err.errnum, 0);
+                check_msg_names(&err, k->what);
+            }
+            aj_policy_clear(&pol);
+        }
+    }
+}
+
+/* aj_policy_set: by path or flag, errors named as the caller named the key,
+ * nothing changed on error. */
+static void test_set_by_path_or_flag(void **state)
+{
+    struct aj_policy *pol = aj_policy_new();
+    struct aj_error err = {0};
+    (void)state;
+
+    assert_non_null(pol);
+    assert_int_equal(aj_policy_set(pol, "--memory", "1K", &err), -EINVAL);
+    assert_string_equal(err.msg, "--memory: '1K' is not a size between 4M and 1P (e.g. 512M, 2G)");
+    assert_int_equal(aj_policy_set(pol, "limits.memory", "1K", &err), -EINVAL);
+    assert_string_equal(err.msg, "limits.memory: '1K' is not a size between 4M and 1P (e.g. 512M, 2G)");
+    assert_int_equal(pol->memory_max, AJ_DEFAULT_MEMORY_MAX); /* unchanged */
+    assert_int_equal(pol->required_limits, 0);
+    /* a limit given a value is required; NULL lifts it */
+    assert_int_equal(aj_policy_set(pol, "limits.memory", "512M", &err), 0);
+    assert_int_equal(pol->memory_max, 512ULL << 20);
+    assert_int_equal(pol->required_limits, AJ_LIMIT_MEMORY);
+    assert_int_equal(aj_policy_set(pol, "--memory", NULL, &err), 0);
+    assert_int_equal(pol->memory_max, 0);
+    /* a key without "no limit" needs a value */
+    assert_int_equal(aj_policy_set(pol, "limits.file_size", NULL, &err), -EINVAL);
+    assert_int_equal(pol->rlimit_fsize, AJ_DEFAULT_FSIZE);
+    /* a flag without an argument sets what the flag means */
+    assert_true(pol->decoys);
+    assert_int_equal(aj_policy_set(pol, "--no-decoys", NULL, &err), 0);
+    assert_false(pol->decoys);
+    assert_int_equal(aj_policy_set(pol, "--no-decoys", "true", &err), -EINVAL);
+    assert_false(pol->decoys);
+    assert_int_equal(aj_policy_set(pol, "detection.decoys", "true", &err), 0);
+    assert_true(pol->decoys);
+    check_rejected(aj_policy_set(pol, "detection.decoys", "yes", &err), &err, "yes");
+    /* list entries are added; their errors name the key as given */
+    check_rejected(aj_policy_set(pol, "filesystem.tmpfs", "rel", &err), &err, "rel");
+    assert_true(strncmp(err.msg, "filesystem.tmpfs: ", 18) == 0);
+    check_rejected(aj_policy_set(pol, "--tmpfs", "rel", &err), &err, "rel");
+    assert_true(strncmp(err.msg, "--tmpfs: ", 9) == 0);
+    assert_int_equal(aj_policy_set(pol, "environment.set", "A=1", &err), 0);
+    assert_int_equal(aj_policy_set(pol, "--env", "B=2", &err), 0);
+    assert_int_equal(pol->n_env, 2);
+    assert_int_equal(aj_policy_set(pol, "limits.require_cgroup", "pids,cpus", &err), 0);
+    assert_int_equal(pol->required_limits, AJ_LIMIT_PIDS | AJ_LIMIT_CPUS);
+    check_rejected(aj_policy_set(pol, "limits.require_cgroup", "pids,disk", &err), &err, "pids,disk");
+    assert_int_equal(pol->required_limits, AJ_LIMIT_PIDS | AJ_LIMIT_CPUS);
+    check_rejected(aj_policy_set(pol, "limits.memroy", "1G", &err), &err, "memroy");
+    check_rejected(aj_policy_set(pol, "filesystem.binds", "/usr", &err), &err, "aj_policy_add_bind");
+    assert_int_equal(pol->n_binds, 0);
+    aj_policy_free(pol);
+    aj_policy_free(NULL);
+}
+
+static void test_bind_owner(void **state)
+{
+    struct aj_policy *pol = aj_policy_new();
+    struct aj_error err = {0};
+    (void)state;
+
+    assert_non_null(pol);
+    check_rejected(aj_policy_set_bind_owner(pol, "1000:1000", &err), &err, "1000:1000"); /* no bind */
+    assert_int_equal(aj_policy_add_bind(pol, "/srv/ro:/ro", false, &err), 0);
+    check_rejected(aj_policy_set_bind_owner(pol, "1000:1000", &err), &err, "read-only");
+    assert_int_equal(aj_policy_add_bind(pol, "/srv/ws:/ws", true, &err), 0);
+    check_rejected(aj_policy_set_bind_owner(pol, "1000", &err), &err, "'1000' is not UID:GID");
+    assert_false(pol->binds[1].owner_set);
+    assert_int_equal(aj_policy_set_bind_owner(pol, "1000:1001", &err), 0);
+    assert_true(pol->binds[1].owner_set);
+    assert_int_equal(pol->binds[1].owner_uid, 1000);
+    assert_int_equal(pol->binds[1].owner_gid, 1001);
+    check_rejected(aj_policy_set_bind_owner(pol, "1002:1002", &err), &err, "has an owner already");
+    assert_int_equal(pol->binds[1].owner_uid, 1000);
+    aj_policy_free(pol);
+}
+
+/* The key reference names every key, in both forms. */
+static void test_describe_keys(void **state)
+{
+    char *md = aj_policy_describe_keys(true), *plain = aj_policy_describe_keys(false);
+    (void)state;
+
+    assert_non_null(md);
+    assert_non_null(plain);
+    for (size_t i = 0; i < aj_policy_n_keys; i++) {
+        const struct aj_policy_key *k = &aj_policy_keys[i];
+        char cell[96];
+        snprintf(cell, sizeof(cell), "| `%s` |", aj_policy_key_name(k));
+        if (!strstr(md, cell) || !strstr(plain, k->key))
+            fail_msg("%s missing from the key reference", k->key);
+    }
+    free(md);
+    free(plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -886,6 +1179,12 @@ int main(void)
         cmocka_unit_test(test_sha256_non_utf8_env),
         cmocka_unit_test(test_sha256_non_utf8_tmpfs),
         cmocka_unit_test(test_sha256_covers_every_field),
+        cmocka_unit_test(test_table_rows_are_consistent),
+        cmocka_unit_test(test_every_scalar_key_is_hashed_loaded_and_diffed),
+        cmocka_unit_test(test_validate_bounds_come_from_the_table),
+        cmocka_unit_test(test_set_by_path_or_flag),
+        cmocka_unit_test(test_bind_owner),
+        cmocka_unit_test(test_describe_keys),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

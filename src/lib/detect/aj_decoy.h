@@ -13,7 +13,7 @@
 
 #include "aj_audit.h"
 #include "aj_error.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 #define AJ_DECOY_MAX_FILES 16
 #define AJ_DECOY_SOCKET "/var/run/docker.sock"

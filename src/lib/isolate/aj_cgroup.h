@@ -10,7 +10,7 @@
 #include <sys/types.h>
 
 #include "aj_error.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 enum aj_cg_ctrl {
     AJ_CG_MEMORY = 0,

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "aj_error.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* The Landlock ABI this kernel offers (0: none). Query only. */
 AJ_EXPORT int aj_landlock_abi(void);

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "aj_error.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* Sandbox side: core dumps off (a dump can carry secrets out, and
  * core_pattern pipes run on the host), open files and file size capped. */

@@ -9,7 +9,7 @@
 #include "aj_error.h"
 #include "aj_bindreg.h"
 #include "aj_hostpath.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 enum aj_mnt_kind {
     AJ_MNT_BIND,    /* host path, cloned with open_tree before the root is built */

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "aj_error.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* Sandbox side, inside the new network namespace: with network=loopback
  * bring lo up; with none leave it down (no interface at all is usable). */

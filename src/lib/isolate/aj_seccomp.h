@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "aj_error.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* A compiled filter: built once in the supervisor with libseccomp, loaded
  * in the sandbox with one seccomp(2) call (no malloc after clone). */

@@ -5,7 +5,7 @@
 #include <sys/types.h>
 
 #include "aj_error.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* Root mode: a host uid/gid of its own for this run, from the policy's
  * range, held (an OFD lock on one byte of /run/agentjail/uids.lock) until

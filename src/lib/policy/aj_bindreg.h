@@ -8,7 +8,7 @@
 
 #include "aj_error.h"
 #include "aj_hostpath.h"
-#include "aj_policy.h"
+#include "aj_policy_model.h"
 
 /* The run's writable bind sources, resolved (no symlink followed). A
  * source that cannot be resolved is left out here: the mount layer reports
