@@ -11,7 +11,7 @@
 
 int main(int argc, char **argv)
 {
-    struct aj_policy pol;
+    struct aj_policy *pol;
     struct aj_result res;
     struct aj_error err = {0};
     int r;
@@ -20,9 +20,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s CMD [ARGS...]\n", argv[0]);
         return 2;
     }
-    aj_policy_init(&pol);
-    r = aj_run(&pol, argv + 1, &res, &err);
-    aj_policy_clear(&pol);
+    pol = aj_policy_new(); /* the default policy */
+    if (!pol) {
+        fprintf(stderr, "embed: out of memory\n");
+        return 1;
+    }
+    r = aj_run(pol, argv + 1, &res, &err);
+    aj_policy_free(pol);
     if (r < 0) {
         fprintf(stderr, "embed: %s\n", err.msg);
         return 1;

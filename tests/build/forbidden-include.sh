@@ -17,7 +17,7 @@ cases=(
   "src/lib/isolate/seccomp.c|aj_util.h|cli.h|a layer includes the CLI"
   "src/lib/detect/decoy.c|aj_audit.h|aj_mount.h|detection includes an isolation layer"
   "src/lib/base/util.c|aj_error.h|aj_bindreg.h|base includes the policy group"
-  "src/lib/policy/policy.c|aj_util.h|aj_seccomp.h|the policy group includes a layer"
+  "src/lib/policy/model.c|aj_util.h|aj_seccomp.h|the policy group includes a layer"
   "src/lib/run/result.c|aj_mount.h|aj_report.h|libagentjail includes assess (the report)"
 )
 echo "1..$(( ${#cases[@]} * 2 ))"

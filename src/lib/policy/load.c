@@ -593,9 +593,19 @@ int aj_policy_load_buffer(struct aj_policy *pol, const char *buf, size_t len, co
         if (r < 0) {
             /* Name the key as it is in the file (optional binds may have
              * been skipped, so indices can differ). */
-            size_t bi;
-            if (sscanf(key, "filesystem.binds[%zu]", &bi) == 1) {
-                const char *rest = strchr(key, ']') + 1;
+            static const char binds[] = "filesystem.binds[";
+            char *end = NULL;
+            unsigned long long bi = 0;
+            /* Our own key text, still parsed strictly (STYLE.md §3: no sscanf). */
+            if (strncmp(key, binds, sizeof(binds) - 1) == 0 && key[sizeof(binds) - 1] >= '0' &&
+                key[sizeof(binds) - 1] <= '9') {
+                errno = 0;
+                bi = strtoull(key + sizeof(binds) - 1, &end, 10);
+                if (errno || *end != ']')
+                    end = NULL;
+            }
+            if (end) {
+                const char *rest = end + 1;
                 char fixed[160];
                 if (bi >= L.bind_base && bi - L.bind_base < L.n_bind_keys)
                     (void)snprintf(fixed, sizeof(fixed), "filesystem.binds[%zu]%s", L.bind_keys[bi - L.bind_base],
