@@ -120,7 +120,7 @@ static const char *const etc_allowed[] = {
 
 /* What agentjail generates under /etc (passwd, group, hosts, hostname,
  * nsswitch.conf, resolv.conf) is never bound from the host; a policy's
- * --bind-ro may add other /etc entries (policy.c keeps the generated
+ * --bind-ro may add other /etc entries (src/lib/policy/model.c keeps the generated
  * names out). */
 
 bool aj_mount_is_host_etc(const char *path)
