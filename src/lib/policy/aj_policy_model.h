@@ -13,7 +13,7 @@
  *   canonical.c the canonical JSON out (and so the hash)
  *   diff.c      the reviewer's diff
  *   keydoc.c    the key reference in docs/policy.md
- *   src/assess/report.c  the risk report's penalties for weakening keys */
+ *   src/assess/scoring.c the risk report's penalties for weakening keys */
 #pragma once
 
 #include <stdbool.h>
@@ -229,7 +229,7 @@ struct aj_policy_key {
     uint64_t weak_value;       /* AJ_WEAKER_VALUE: the weaker value */
     const char *review;        /* diff: why that side is weaker, or (AJ_WEAKER_NEITHER) a note */
     /* The risk report's penalty while the key is on its weaker side
-     * (src/assess/report.c, docs/risk-model.md): dimension, +delta, why. */
+     * (src/assess/scoring.c, docs/risk-model.md): dimension, +delta, why. */
     const char *risk_dim;
     int risk_delta;
     const char *risk_text;

@@ -155,7 +155,7 @@ const struct aj_policy_key aj_policy_keys[] = {
         FIELD(allow_bind_inside_writable),
         .weaker = AJ_WEAKER_TRUE,
         .review = "may bind what an earlier run could have planted",
-        /* The report's penalty needs binds as well: code in report.c. */
+        /* The report's penalty needs binds as well: code in src/assess/scoring.c. */
         .doc = "a run with a writable bind can plant a directory (or a symlink) in it for a later run to "
                "bind: `false` refuses a bind source that lies inside a directory any run was given to write "
                "(the supervisor's registry of writable bind sources, this run's included) or, as root, that "
