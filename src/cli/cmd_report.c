@@ -17,7 +17,6 @@
 #include "aj_hostpath.h"
 #include "aj_posture.h"
 #include "aj_report.h"
-#include "aj_util.h"
 #include "aj_verify.h"
 #include "cli.h"
 
