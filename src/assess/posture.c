@@ -625,7 +625,7 @@ static int check_trial_run(struct ctx *c)
     struct aj_policy pol;
     struct aj_result res;
     struct aj_error rerr = {0};
-    struct aj_run_options opts = {0};
+    struct aj_request req = AJ_REQUEST_INIT;
     char value[1024], miss[512];
     int devnull, r;
 
@@ -635,15 +635,16 @@ static int check_trial_run(struct ctx *c)
     devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (devnull < 0)
         return aj_err(c->err, errno, "open /dev/null");
-    opts.stdout_fd = opts.stderr_fd = devnull;
+    req.argv = argv;
+    req.stdio[1] = req.stdio[2] = AJ_STDIO_OF_FD(devnull);
     aj_policy_init(&pol);
-    r = aj_run_ex(&pol, argv, &opts, &res, &rerr);
+    r = aj_run_ex(&pol, &req, &res, &rerr);
     if (r < 0) {
         const char *fix = strstr(rerr.msg, "fix: ");
         char degraded[256] = "";
         /* Would --allow-degraded work? Say so, with what it lacks. */
         pol.allow_degraded = true;
-        if (aj_run_ex(&pol, argv, &opts, &res, &(struct aj_error){0}) == 0 && res.degraded) {
+        if (aj_run_ex(&pol, &req, &res, &(struct aj_error){0}) == 0 && res.degraded) {
             missing_layers(res.layers, security | limits, miss, sizeof(miss));
             snprintf(degraded, sizeof(degraded), "; --allow-degraded would run, without: %.200s", miss);
         }

@@ -48,7 +48,7 @@ int aj_probe_in_policy(const struct aj_policy *pol_in, char **ret_json, struct a
     struct aj_bind *binds = NULL;
     char probe[4096];
     char *argv[] = {PROBE_IN_SANDBOX, "--json", NULL};
-    struct aj_run_options opts = {0};
+    struct aj_request req = AJ_REQUEST_INIT;
     _cleanup_close_ int out = -1;
     struct stat st;
     char *buf = NULL;
@@ -75,8 +75,12 @@ int aj_probe_in_policy(const struct aj_policy *pol_in, char **ret_json, struct a
         free(binds);
         return aj_err(err, errno, "memfd for the probe's output");
     }
-    opts.stdout_fd = out;
-    r = aj_run_ex(&pol, argv, &opts, ret_res, err);
+    /* stdout to the memfd; stderr is ours, as it was (the probe's
+     * complaints reach whoever runs verify); stdin none. */
+    req.argv = argv;
+    req.stdio[1] = AJ_STDIO_OF_FD(out);
+    req.stdio[2] = AJ_STDIO_OF_FD(STDERR_FILENO);
+    r = aj_run_ex(&pol, &req, ret_res, err);
     free(binds);
     if (r < 0)
         return aj_err_prefix(err, r, "probe run");

@@ -403,8 +403,14 @@ int aj_cmd_run(int argc, char **argv)
     sigaddset(&ending, SIGQUIT);
     (void)sigprocmask(SIG_BLOCK, &ending, &old_mask);
     {
-        struct aj_run_options opts = {.events_path = events_path};
-        r = aj_run_ex(&pol, argv + optind, &opts, &res, &err);
+        /* The CLI's own 0, 1 and 2, named: the library never hands them
+         * over by default. */
+        struct aj_request req = AJ_REQUEST_INIT;
+        req.argv = argv + optind;
+        req.events_path = events_path;
+        for (int i = 0; i < 3; i++)
+            req.stdio[i] = AJ_STDIO_OF_FD(i);
+        r = aj_run_ex(&pol, &req, &res, &err);
     }
     if (res.degraded)
         print_degraded_warning(&res);

@@ -25,7 +25,7 @@ int main(int argc, char **argv)
     struct aj_policy pol;
     struct aj_result res;
     struct aj_error err = {0};
-    struct aj_run_options opts = {0};
+    struct aj_request req = AJ_REQUEST_INIT;
     struct aj_pool *pool = NULL;
     bool block = false, pooled = false;
     sigset_t set, pend;
@@ -43,7 +43,7 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (strcmp(argv[i], "--events") == 0 && i + 1 < argc) {
-            opts.events_path = argv[++i];
+            req.events_path = argv[++i];
         } else if (strcmp(argv[i], "--block-signals") == 0) {
             block = true;
         } else if (strcmp(argv[i], "--ignore-signals") == 0) {
@@ -72,14 +72,18 @@ int main(int argc, char **argv)
         sigaddset(&set, SIGTERM);
         sigprocmask(SIG_BLOCK, &set, NULL);
     }
+    /* Our own 0-2, named (the library gives none by default). */
+    req.argv = argv + i + 1;
+    for (int k = 0; k < 3; k++)
+        req.stdio[k] = AJ_STDIO_OF_FD(k);
     if (pooled) {
         if (aj_pool_new(&pol, 1, &pool, &err) < 0) {
             fprintf(stderr, "aj-librun: %s\n", err.msg);
             return 1;
         }
-        r = aj_pool_run(pool, argv + i + 1, &opts, &res, &err);
+        r = aj_pool_run(pool, &req, &res, &err);
     } else {
-        r = aj_run_ex(&pol, argv + i + 1, &opts, &res, &err);
+        r = aj_run_ex(&pol, &req, &res, &err);
     }
     if (r < 0)
         fprintf(stderr, "aj-librun: %s\n", err.msg);

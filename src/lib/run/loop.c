@@ -302,7 +302,7 @@ static void pty_attach(struct supervise_state *st, int master)
     if (fl >= 0)
         (void)fcntl(master, F_SETFL, fl | O_NONBLOCK); /* our own description */
     st->out[0].rfd = master;
-    if (ioctl(st->out[0].dest, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+    if (ioctl(st->out[0].dest, TIOCGWINSZ, &ws) == 0 || ioctl(st->in_dest, TIOCGWINSZ, &ws) == 0)
         (void)ioctl(master, TIOCSWINSZ, &ws);
     st->in.buf = malloc(RELAY_BUF_SIZE);
     st->in.wfd = fcntl(master, F_DUPFD_CLOEXEC, 3);
@@ -311,12 +311,17 @@ static void pty_attach(struct supervise_state *st, int master)
     st->in.own_wfd = true;
     st->in.how = RELAY_NONBLOCK;
     st->in.no_limit = true;
-    /* The caller's stdin, read through a non-blocking description of our own. */
-    st->in.rfd = open("/proc/self/fd/0", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (st->in.rfd >= 0 && tcgetpgrp(STDIN_FILENO) == getpgrp() && tcgetattr(STDIN_FILENO, &st->saved_tio) == 0) {
+    /* The caller's terminal (the request's stdin), read through a
+     * non-blocking description of our own. */
+    {
+        char path[64];
+        (void)snprintf(path, sizeof(path), "/proc/self/fd/%d", st->in_dest);
+        st->in.rfd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    }
+    if (st->in.rfd >= 0 && tcgetpgrp(st->in_dest) == getpgrp() && tcgetattr(st->in_dest, &st->saved_tio) == 0) {
         struct termios raw = st->saved_tio;
         cfmakeraw(&raw);
-        if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
+        if (tcsetattr(st->in_dest, TCSANOW, &raw) == 0)
             st->tio_saved = true;
     }
 }
@@ -629,7 +634,7 @@ static void read_signals(struct supervise_state *st)
  * the run was already ended by a limit or a signal, nor past a signal. */
 #define RELAY_GRACE_MS 1000
 
-void aj_loop_finish_output(struct supervise_state *st)
+static void relay_rest(struct supervise_state *st)
 {
     uint64_t deadline = st->deadline;
     uint64_t grace = 0;
@@ -695,6 +700,27 @@ void aj_loop_finish_output(struct supervise_state *st)
             if (o->how == RELAY_PLAIN)
                 flush_output(o, true);
         }
+    }
+}
+
+void aj_loop_finish_output(struct supervise_state *st)
+{
+    relay_rest(st);
+    /* Done with the destinations we own (a pipe the library made for the
+     * caller, /dev/null): closed now, so the caller's end of a pipe reads
+     * EOF as the run ends, not when its handle is freed. */
+    for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
+        if (!o->owns_dest)
+            continue;
+        if (o->own_wfd && o->wfd >= 0)
+            (void)close(o->wfd);
+        o->own_wfd = false;
+        o->wfd = -1;
+        if (o->dest >= 0)
+            (void)close(o->dest);
+        o->dest = -1;
+        o->owns_dest = false;
     }
 }
 

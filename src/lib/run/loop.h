@@ -44,7 +44,8 @@ struct out_stream {
     int rfd;          /* read end, -1 once EOF */
     int wfd_child;    /* what the sandbox gets as this fd, or -1 for ours as it is */
     bool owns_w;      /* wfd_child is our pipe's write end (closed after clone) */
-    int dest;         /* our own fd 1 or 2 */
+    int dest;         /* where it goes: the caller's fd, or (owns_dest) our /dev/null or pipe */
+    bool owns_dest;   /* closed when the output is done, so a pipe's reader sees EOF */
     int wfd;          /* what the relay writes to: dest, or its reopening (own_wfd) */
     bool own_wfd;
     enum relay_how how;
@@ -78,6 +79,7 @@ struct supervise_state {
      * (stdout, and stderr with pty_err), in relays the caller's terminal
      * to it, which is in raw mode meanwhile (saved_tio). */
     bool pty, pty_err;
+    int in_dest;      /* the request's stdin (the caller's terminal in pty mode), or -1 */
     struct out_stream in;
     bool tio_saved;
     struct termios saved_tio;

@@ -87,9 +87,9 @@ static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
     }
     sb_init(sb, pool->pol);
     result_reset(&sb->prepared);
-    r = sb_begin(sb, &sb->prepared, err);
+    r = sb_begin(sb, pool->pol, NULL, &sb->prepared, err);
     if (r == 0)
-        r = sb_prepare(sb, NULL, NULL, &pool->base_mask, &sb->prepared, err);
+        r = sb_prepare(sb, true, &pool->base_mask, &sb->prepared, err);
     if (r < 0) {
         pool_discard(sb);
         return NULL;
@@ -250,7 +250,7 @@ static bool parked_alive(const struct sandbox *sb)
 /* Whether the request fits what a parked payload takes (AJ_RUN_MAX_*):
  * argv, and the environment it will get (built again at launch; the decoy
  * variables are short, a page covers them). */
-static bool run_request_fits(const struct aj_policy *pol, char *const argv[])
+static bool run_request_fits(const struct aj_policy *pol, char *const *argv)
 {
     size_t len = sizeof(struct aj_run_msg) + 4096, argc = 0;
 
@@ -295,35 +295,52 @@ static struct sandbox *pool_take(struct aj_pool *pool)
     return sb;
 }
 
-int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_options *opts,
-                struct aj_result *res, struct aj_error *err)
+int aj_pool_run(struct aj_pool *pool, const struct aj_request *req, struct aj_result *res, struct aj_error *err)
 {
     struct sandbox *sb;
     struct aj_cgroup spent;
+    struct aj_req rq;
     bool retry;
     int r;
 
-    if (!argv || !argv[0]) {
+    r = aj_req_take(pool->pol, req, &rq, err);
+    for (int i = 0; r == 0 && i < 3; i++)
+        if (rq.stdio[i].kind == AJ_STDIO_PIPE)
+            r = aj_err(err, EINVAL, "request: a pipe needs aj_sandbox_start (nobody could read it while "
+                       "aj_pool_run blocks)");
+    if (r < 0) {
+        aj_req_clear(&rq);
         result_reset(res);
-        return aj_err(err, 0, "no command given");
+        result_refused(res, err);
+        return r;
     }
-    if (!run_request_fits(pool->pol, argv)) {
-        /* Beyond what a parked payload takes (AJ_RUN_MAX_*): a cold run,
-         * which has no such bound. The parked sandboxes stay parked. */
+    if (rq.fixed_in_parked || !run_request_fits(&rq.eff, rq.argv)) {
+        /* Beyond what a parked payload takes (AJ_RUN_MAX_*), or what it has
+         * fixed already (working directory, memory and cpu-time limits): a
+         * cold run, which has no such bound. The parked sandboxes stay
+         * parked. */
+        aj_req_clear(&rq);
         pthread_mutex_lock(&pool->mu);
         pool->stats.cold_runs++;
         pthread_mutex_unlock(&pool->mu);
-        return aj_run_ex(pool->pol, argv, opts, res, err);
+        return aj_run_ex(pool->pol, req, res, err);
     }
     sb = pool_take(pool);
-    if (!sb) /* empty (or every parked one had died): a cold run, same result */
-        return aj_run_ex(pool->pol, argv, opts, res, err);
+    if (!sb) { /* empty (or every parked one had died): a cold run, same result */
+        aj_req_clear(&rq);
+        return aj_run_ex(pool->pol, req, res, err);
+    }
     *res = sb->prepared;
     sb->start = aj_now_ms();
-    sb->st.argv = argv;
-    r = sb_open_audit(sb, opts, res, err);
+    /* The request's timeout and output limit from here on (both the
+     * supervisor's to enforce); the sandbox side has its copy already. */
+    aj_req_clear(&sb->req);
+    sb->req = rq;
+    sb_use_policy(sb, &sb->req.eff);
+    sb->st.argv = sb->req.argv;
+    r = sb_open_audit(sb, res, err);
     if (r == 0)
-        r = sb_launch(sb, argv, opts, res, err);
+        r = sb_launch(sb, res, err);
     if (r == 0)
         r = sb_supervise(sb, res, err);
     /* A parked sandbox can die between the liveness check and the launch
@@ -353,7 +370,7 @@ int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_op
     aj_cgroup_destroy(&spent); /* only if the list was full */
     if (retry) {
         *err = (struct aj_error){0};
-        return aj_run_ex(pool->pol, argv, opts, res, err);
+        return aj_run_ex(pool->pol, req, res, err);
     }
     return r;
 }

@@ -243,6 +243,14 @@ static void kill_orphans(const struct prior_children *prior, pid_t keep)
     }
 }
 
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        (void)close(*fd);
+        *fd = -1;
+    }
+}
+
 static void fill_layers_from_ns(struct aj_result *res, bool degraded)
 {
     if (!degraded)
@@ -279,20 +287,75 @@ static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, stru
     return 0;
 }
 
-static int setup_output(const struct aj_policy *pol, const struct aj_run_options *opts, struct supervise_state *st,
-                        struct aj_error *err)
+/* A destination for the payload's stdout or stderr (i: 0 or 1), from the
+ * request: the caller's fd, a pipe of ours (the caller's end kept for
+ * aj_sandbox_take_pipe), or /dev/null. */
+static int stdio_dest(struct sandbox *sb, int i, struct aj_error *err)
+{
+    const struct aj_stdio *s = &sb->req.stdio[1 + i];
+    struct out_stream *o = &sb->st.out[i];
+    int p[2];
+
+    switch (s->kind) {
+    case AJ_STDIO_FD:
+        if (fcntl(s->fd, F_GETFD) < 0)
+            return aj_err(err, errno, "request: %s: fd %d", i ? "stderr" : "stdout", s->fd);
+        o->dest = s->fd;
+        return 0;
+    case AJ_STDIO_PIPE:
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return aj_err(err, errno, "request: %s pipe", i ? "stderr" : "stdout");
+        sb->caller_pipe[1 + i] = p[0];
+        o->dest = p[1];
+        o->owns_dest = true;
+        return 0;
+    case AJ_STDIO_NULL:
+        break;
+    }
+    o->dest = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (o->dest < 0)
+        return aj_err(err, errno, "open /dev/null");
+    o->owns_dest = true;
+    return 0;
+}
+
+/* The payload's stdin from the request; -1: /dev/null. */
+static int stdio_in(struct sandbox *sb, struct aj_error *err)
+{
+    const struct aj_stdio *s = &sb->req.stdio[0];
+    int p[2];
+
+    switch (s->kind) {
+    case AJ_STDIO_FD:
+        if (fcntl(s->fd, F_GETFD) < 0)
+            return aj_err(err, errno, "request: stdin: fd %d", s->fd);
+        return s->fd;
+    case AJ_STDIO_PIPE:
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return aj_err(err, errno, "request: stdin pipe");
+        sb->caller_pipe[0] = p[1];
+        sb->stdin_own = p[0];
+        return p[0];
+    case AJ_STDIO_NULL:
+        break;
+    }
+    return -1;
+}
+
+/* stdout and stderr: straight to their destination, or through a capture
+ * pipe the supervisor relays (with the output budget, and always for a
+ * terminal). */
+static int setup_output(const struct aj_policy *pol, struct supervise_state *st, struct aj_error *err)
 {
     for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
         int p[2], r;
-        int dest = i == 0 ? (opts && opts->stdout_fd > 0 ? opts->stdout_fd : 1)
-                          : (opts && opts->stderr_fd > 0 ? opts->stderr_fd : 2);
-        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest, .wfd = -1};
         if (st->pty && (i == 0 || st->pty_err)) {
             /* The payload's pty carries it (see pty_attach): stdout's
              * stream reads the master when it comes; stderr has none. */
             if (i == 1)
                 continue;
-            r = aj_loop_relay_open(&st->out[i], err);
+            r = aj_loop_relay_open(o, err);
             if (r < 0)
                 return r;
             continue;
@@ -300,38 +363,92 @@ static int setup_output(const struct aj_policy *pol, const struct aj_run_options
         /* A terminal is never handed to the sandbox (it would be the
          * host's: TIOCSTI, job control, the scrollback): its output is
          * relayed like a captured stream, without a budget. */
-        if (!pol->output_limit && !isatty(dest)) {
+        if (!pol->output_limit && !isatty(o->dest)) {
             /* No budget: the sandbox writes to the destination directly
              * (init makes it its fd 1/2). */
-            if (dest != i + 1)
-                st->out[i].wfd_child = dest;
+            o->wfd_child = o->dest;
             continue;
         }
-        r = aj_loop_relay_open(&st->out[i], err);
+        r = aj_loop_relay_open(o, err);
         if (r < 0)
             return r;
         if (pipe2(p, O_CLOEXEC) < 0)
             return aj_err(err, errno, "pipe for output capture");
-        st->out[i].rfd = p[0];
-        st->out[i].wfd_child = p[1];
-        st->out[i].owns_w = true;
+        o->rfd = p[0];
+        o->wfd_child = p[1];
+        o->owns_w = true;
         if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)
             return aj_err(err, errno, "nonblocking output pipe");
     }
     return 0;
 }
 
-static void close_fd(int *fd)
+/* The payload's 0, 1 and 2 as the request names them (init's copies are
+ * c->in_fd, c->out_fd, c->err_fd, all three always set: never whatever
+ * the caller's own 0-2 are). Interactive (stdin and stdout both
+ * terminals, and pty_ok): the payload gets a pty of its own. */
+static int setup_stdio(struct sandbox *sb, bool pty_ok, struct aj_result *res, struct aj_error *err)
 {
-    if (*fd >= 0) {
-        (void)close(*fd);
-        *fd = -1;
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int in, r;
+
+    in = stdio_in(sb, err);
+    if (in < -1)
+        return in;
+    for (int i = 0; i < 2; i++) {
+        r = stdio_dest(sb, i, err);
+        if (r < 0)
+            return r;
     }
+    st->in_dest = in;
+    /* Not degraded: devpts needs the user namespace. */
+    c->want_pty = st->pty = pty_ok && !pol->allow_degraded && in >= 0 && isatty(in) && isatty(st->out[0].dest);
+    c->pty_err = st->pty_err = c->want_pty && isatty(st->out[1].dest);
+    r = setup_output(pol, st, err);
+    if (r < 0)
+        return r;
+    c->out_fd = st->out[0].wfd_child;
+    c->err_fd = st->out[1].wfd_child;
+    c->in_fd = in;
+    if (in < 0 || isatty(in)) {
+        /* Never the caller's terminal (see setup_output): stdin is
+         * /dev/null instead, for init, and for the payload unless it has
+         * its own pty. */
+        sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (sb->null_fd < 0)
+            return aj_err(err, errno, "open /dev/null");
+        c->in_fd = sb->null_fd;
+        if (c->want_pty)
+            c->out_fd = sb->null_fd;
+        if (c->pty_err)
+            c->err_fd = sb->null_fd;
+    }
+    if (pol->output_limit)
+        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
+    return 0;
 }
 
-int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res, struct aj_error *err)
+/* After the sandbox has its copies: what we made for it alone goes (the
+ * capture pipes' write ends, a stdin pipe's read end, a destination that
+ * is not relayed), so that the caller's end sees EOF when the sandbox is
+ * done with it. */
+static void stdio_handed_over(struct sandbox *sb)
 {
-    return aj_run_ex(pol, argv, NULL, res, err);
+    struct supervise_state *st = &sb->st;
+
+    close_fd(&sb->null_fd);
+    close_fd(&sb->stdin_own);
+    for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
+        if (o->owns_w)
+            close_fd(&o->wfd_child); /* the sandbox has its copy now */
+        o->wfd_child = -1;           /* a caller's fd is not ours to close */
+        o->owns_w = false;
+        if (!o->buf && o->owns_dest) /* not relayed: the sandbox writes to it */
+            close_fd(&o->dest);
+    }
 }
 
 void sb_init(struct sandbox *sb, const struct aj_policy *pol)
@@ -344,15 +461,25 @@ void sb_init(struct sandbox *sb, const struct aj_policy *pol)
                                       .sock = -1, .sigfd = -1, .decoy_sock = -1,
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
-    sb->st.out[0] = sb->st.out[1] = sb->st.in = (struct out_stream){.rfd = -1, .wfd_child = -1, .wfd = -1};
+    sb->st.out[0] = sb->st.out[1] = sb->st.in =
+        (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = -1, .wfd = -1};
+    sb->st.in_dest = -1;
     sigemptyset(&sb->st.got_signals);
     sb->st.notify.fd = -1;
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
     sb->socks[0] = sb->socks[1] = -1;
     sb->null_fd = -1;
+    sb->stdin_own = -1;
+    sb->caller_pipe[0] = sb->caller_pipe[1] = sb->caller_pipe[2] = -1;
     sb->netns_userns_fd = -1;
     aj_cgroup_init(&sb->cg);
+}
+
+void sb_use_policy(struct sandbox *sb, const struct aj_policy *pol)
+{
+    sb->c.pol = pol;
+    sb->st.pol = pol;
 }
 
 /* Signals that end a run arrive through a signalfd: the supervisor kills
@@ -636,15 +763,15 @@ static int sb_plant_decoys(struct sandbox *sb, struct aj_result *res, struct aj_
 
 /* Everything up to the GO message: cgroups, clone, id maps. argv NULL
  * prepares a parked sandbox for the pool (its command comes at launch). */
-int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-                      const sigset_t *base_mask, struct aj_result *res, struct aj_error *err)
+int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struct aj_result *res,
+               struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     struct supervise_state *st = &sb->st;
     const struct aj_policy *pol = c->pol;
     int r;
 
-    c->parked = argv == NULL;
+    c->parked = parked;
     r = aj_notify_init(&st->notify, -1, err);
     if (r < 0)
         return r;
@@ -715,8 +842,8 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
     if (r < 0)
         return r;
     st->decoys = &c->decoys;
-    if (argv) {
-        c->argv = copy_argv(argv);
+    if (!parked) {
+        c->argv = copy_argv(sb->req.argv);
         if (!c->argv)
             return aj_err(err, ENOMEM, "copy argv");
     }
@@ -747,32 +874,9 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
         c->in_fd = c->out_fd = c->err_fd = sb->null_fd;
         sb->orig_mask = *base_mask;
     } else {
-        int od = opts && opts->stdout_fd > 0 ? opts->stdout_fd : STDOUT_FILENO;
-        int ed = opts && opts->stderr_fd > 0 ? opts->stderr_fd : STDERR_FILENO;
-        /* Interactive (stdin and stdout a terminal): the payload gets a pty
-         * of its own. Not degraded: devpts needs the user namespace. */
-        c->want_pty = st->pty = !pol->allow_degraded && isatty(STDIN_FILENO) && isatty(od);
-        c->pty_err = st->pty_err = c->want_pty && isatty(ed);
-        r = setup_output(pol, opts, st, err);
+        r = setup_stdio(sb, true, res, err);
         if (r < 0)
             return r;
-        c->out_fd = st->out[0].wfd_child;
-        c->err_fd = st->out[1].wfd_child;
-        if (isatty(STDIN_FILENO)) {
-            /* Never the caller's terminal (see setup_output): stdin is
-             * /dev/null instead, for init, and for the payload unless it
-             * has its own pty. */
-            sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-            if (sb->null_fd < 0)
-                return aj_err(err, errno, "open /dev/null");
-            c->in_fd = sb->null_fd;
-            if (c->want_pty)
-                c->out_fd = sb->null_fd;
-            if (c->pty_err)
-                c->err_fd = sb->null_fd;
-        }
-        if (pol->output_limit)
-            res->layers |= AJ_LAYER_OUTPUT_LIMIT;
         r = sb_block_signals(sb, &sb->orig_mask, err);
         if (r < 0)
             return r;
@@ -805,18 +909,12 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
     c->sock = -1;
     st->sock = sb->socks[0];
     sb->socks[0] = -1;
-    close_fd(&sb->null_fd);
+    stdio_handed_over(sb);
     aj_mount_plan_close_idmaps(&c->plan); /* init has its copies */
     if (c->degraded && res->has_rw_binds) {
         res->workspace_idmap = false; /* no mount namespace to attach them in */
         snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note),
                  "degraded mode: no mount namespace, the writable binds are the host paths themselves");
-    }
-    for (int i = 0; i < 2; i++) {
-        if (st->out[i].owns_w)
-            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
-        st->out[i].wfd_child = -1;           /* a caller's fd is not ours to close */
-        st->out[i].owns_w = false;
     }
     fill_layers_from_ns(res, c->degraded);
 
@@ -874,14 +972,14 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
     return 0;
 }
 
-/* Hand a parked sandbox its command: argv, then the caller's stdin and
- * the stdout/stderr it is to write to (our capture pipes when there is an
- * output budget). */
-int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-                     struct aj_result *res, struct aj_error *err)
+/* Hand a parked sandbox its command: argv and environment, then its
+ * stdin, stdout and stderr (our capture pipes when there is an output
+ * budget). */
+int sb_launch(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     const struct aj_policy *pol = sb->c.pol;
+    char *const *argv = sb->req.argv;
     char *buf;
     size_t len = sizeof(struct aj_run_msg), argc = 0, envc = 0;
     int fds[3], r;
@@ -900,11 +998,9 @@ int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_option
                       "command line and environment too long for a pooled sandbox (%zu arguments, %zu variables, "
                       "%zu bytes)",
                       argc, envc, len);
-    r = setup_output(pol, opts, st, err);
+    r = setup_stdio(sb, false, res, err);
     if (r < 0)
         return r;
-    if (pol->output_limit)
-        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
     r = sb_block_signals(sb, &sb->orig_mask, err);
     if (r < 0)
         return r;
@@ -932,27 +1028,12 @@ int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_option
             off += n;
         }
     }
-    fds[0] = STDIN_FILENO;
-    if (isatty(STDIN_FILENO)) {
-        /* Never the caller's terminal (see setup_output). */
-        sb->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (sb->null_fd < 0) {
-            free(buf);
-            return aj_err(err, errno, "open /dev/null");
-        }
-        fds[0] = sb->null_fd;
-    }
-    for (int i = 0; i < 2; i++)
-        fds[1 + i] = st->out[i].wfd_child >= 0 ? st->out[i].wfd_child : st->out[i].dest;
+    fds[0] = sb->c.in_fd;
+    fds[1] = sb->c.out_fd;
+    fds[2] = sb->c.err_fd;
     r = aj_proto_send_with_fds(st->sock, buf, len, fds, 3);
     free(buf);
-    close_fd(&sb->null_fd);
-    for (int i = 0; i < 2; i++) {
-        if (st->out[i].owns_w)
-            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
-        st->out[i].wfd_child = -1;
-        st->out[i].owns_w = false;
-    }
+    stdio_handed_over(sb);
     if (r < 0)
         return aj_err(err, -r, "hand the command to the pooled sandbox");
     return 0;
@@ -1037,7 +1118,7 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     if (st->pid > 0)
         kill_and_reap(st->pid, st->pidfd);
     if (st->tio_saved) /* the caller's terminal as it was */
-        (void)tcsetattr(STDIN_FILENO, TCSADRAIN, &st->saved_tio);
+        (void)tcsetattr(st->in_dest, TCSADRAIN, &st->saved_tio);
     st->tio_saved = false;
     if (sb->netns_helper > 0)
         kill_and_reap(sb->netns_helper, -1);
@@ -1061,11 +1142,8 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     if (sb->subreaper_set)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
     if (res) {
-        if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
-            snprintf(res->error, sizeof(res->error), "%s", err->msg);
-            if (res->exit_code == 0) /* 2: refused input (a bind, an output path), nothing started */
-                res->exit_code = err->exit_hint ? err->exit_hint : 125;
-        }
+        if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err)
+            result_refused(res, err);
         if (!res->wall_ms)
             res->wall_ms = aj_now_ms() - sb->start;
         if (sb->audit_open) {
@@ -1096,8 +1174,14 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     close_fd(&sb->socks[0]);
     close_fd(&sb->socks[1]);
     close_fd(&sb->null_fd);
+    close_fd(&sb->stdin_own);
+    for (int i = 0; i < 3; i++)
+        close_fd(&sb->caller_pipe[i]); /* not taken by the caller */
     for (int i = 0; i < 2; i++) {
         close_fd(&st->out[i].rfd);
+        if (st->out[i].owns_dest)
+            close_fd(&st->out[i].dest);
+        st->out[i].owns_dest = false;
         if (st->out[i].owns_w)
             close_fd(&st->out[i].wfd_child);
         if (st->out[i].own_wfd)
@@ -1122,28 +1206,42 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     free_envp(c->envp);
     free_envp(c->argv);
     c->envp = c->argv = NULL;
+    aj_req_clear(&sb->req);
     /* Last, with everything released: the caller's signal mask back. */
     if (sb->mask_set)
         restore_signals(sb);
     sb->mask_set = false;
 }
 
-/* What every run starts with: an id, the policy's hash, the events file. */
-int sb_begin(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+/* What every run starts with: the caller's policy validated and hashed
+ * (the result names the policy, not the request), then the request taken
+ * against it (see request.c): from here on the sandbox enforces
+ * sb->req.eff. */
+int sb_begin(struct sandbox *sb, const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res,
+             struct aj_error *err)
 {
     int r;
 
-    r = aj_policy_validate(sb->c.pol, err);
+    r = aj_policy_validate(pol, err);
     if (r < 0)
         return r;
-    return aj_policy_sha256(sb->c.pol, res->policy_sha256, err);
+    r = aj_policy_sha256(pol, res->policy_sha256, err);
+    if (r < 0)
+        return r;
+    if (req)
+        r = aj_req_take(pol, req, &sb->req, err);
+    else
+        aj_req_plain(pol, NULL, &sb->req);
+    if (r < 0)
+        return r;
+    sb_use_policy(sb, &sb->req.eff);
+    sb->st.argv = sb->req.argv;
+    return 0;
 }
 
-int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, struct aj_result *res,
-                         struct aj_error *err)
+int sb_open_audit(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
-    int r = aj_audit_open(&sb->audit, sb->c.pol, opts ? opts->events_path : NULL, res->sandbox_id,
-                          res->policy_sha256, err);
+    int r = aj_audit_open(&sb->audit, sb->c.pol, sb->req.events_path, res->sandbox_id, res->policy_sha256, err);
     if (r == 0) {
         sb->audit_open = true;
         aj_audit_set_budget(&sb->audit, sb->c.pol->event_budget);
@@ -1158,8 +1256,16 @@ void result_reset(struct aj_result *res)
     (void)aj_random_hex(res->sandbox_id, 32);
 }
 
-int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,
-              struct aj_result *res, struct aj_error *err)
+void result_refused(struct aj_result *res, const struct aj_error *err)
+{
+    res->status = AJ_STATUS_SETUP_ERROR;
+    snprintf(res->error, sizeof(res->error), "%s", err->msg);
+    if (res->exit_code == 0) /* 2: refused input (a bind, an output path), nothing started */
+        res->exit_code = err->exit_hint ? err->exit_hint : 125;
+}
+
+/* A cold run, start to end, in the caller's thread. */
+int aj_run_ex(const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res, struct aj_error *err)
 {
     struct sandbox sb;
     int r;
@@ -1167,17 +1273,25 @@ int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_r
     sb_init(&sb, pol);
     sb.start = aj_now_ms();
     result_reset(res);
-    if (!argv || !argv[0])
-        return aj_err(err, 0, "no command given");
-    sb.st.argv = argv;
-    r = sb_begin(&sb, res, err);
+    r = sb_begin(&sb, pol, req, res, err);
+    for (int i = 0; r == 0 && i < 3; i++)
+        if (sb.req.stdio[i].kind == AJ_STDIO_PIPE)
+            r = aj_err(err, EINVAL, "request: a pipe needs aj_sandbox_start (nobody could read it while "
+                       "aj_run_ex blocks)");
     if (r == 0)
-        r = sb_open_audit(&sb, opts, res, err);
+        r = sb_open_audit(&sb, res, err);
     if (r == 0)
-        r = sb_prepare(&sb, argv, opts, NULL, res, err);
+        r = sb_prepare(&sb, false, NULL, res, err);
     if (r == 0)
         r = sb_supervise(&sb, res, err);
     sb_cleanup(&sb, r, res, err, NULL);
     return r;
 }
 
+int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res, struct aj_error *err)
+{
+    struct aj_request req = AJ_REQUEST_INIT;
+
+    req.argv = argv;
+    return aj_run_ex(pol, &req, res, err);
+}

@@ -17,6 +17,7 @@
 #include "aj_userns.h"
 #include "child.h"
 #include "loop.h"
+#include "request.h"
 
 /* Degraded runs have no pid namespace: the supervisor is a subreaper and,
  * when the payload ends, kills what was reparented to it from the run. */
@@ -35,12 +36,15 @@ struct prior_children {
 struct sandbox {
     struct aj_child_ctx c;
     struct supervise_state st;
+    struct aj_req req;    /* the request taken; req.eff is the policy this sandbox enforces */
     struct aj_uid_lease lease;
     struct aj_cgroup cg;
     struct aj_audit audit;
     char *decoy_env[2];
     int socks[2];
-    int null_fd;          /* parked: init's and the waiting payload's 0, 1, 2 */
+    int null_fd;          /* /dev/null for init's 0-2 (parked) or a stdin that is none or a terminal */
+    int stdin_own;        /* our end of a stdin pipe, until the sandbox has its copy */
+    int caller_pipe[3];   /* the caller's ends of AJ_STDIO_PIPE streams, until taken */
     pid_t netns_helper;   /* see spawn_netns_helper; reaped at cleanup */
     int netns_userns_fd;  /* init's user namespace, opened before it changes ids */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
@@ -53,18 +57,20 @@ struct sandbox {
 };
 
 void sb_init(struct sandbox *sb, const struct aj_policy *pol);
-/* Validate the policy and fill res->policy_sha256. */
-int sb_begin(struct sandbox *sb, struct aj_result *res, struct aj_error *err);
-int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, struct aj_result *res,
-                  struct aj_error *err);
-/* Everything up to GO. argv NULL prepares a parked sandbox for the pool
- * (its command comes at launch); base_mask is then the signal mask its
- * payload would otherwise inherit. */
-int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-               const sigset_t *base_mask, struct aj_result *res, struct aj_error *err);
-/* A parked sandbox gets its command. */
-int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-              struct aj_result *res, struct aj_error *err);
+/* The policy the sandbox enforces from now on (both sides read it). */
+void sb_use_policy(struct sandbox *sb, const struct aj_policy *pol);
+/* Validate and hash pol, take req against it (NULL: a parked sandbox's
+ * empty request). */
+int sb_begin(struct sandbox *sb, const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res,
+             struct aj_error *err);
+int sb_open_audit(struct sandbox *sb, struct aj_result *res, struct aj_error *err);
+/* Everything up to GO. parked: for the pool (its command comes at
+ * launch); base_mask is then the signal mask its payload would otherwise
+ * inherit. */
+int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struct aj_result *res,
+               struct aj_error *err);
+/* A parked sandbox gets its command (sb->req). */
+int sb_launch(struct sandbox *sb, struct aj_result *res, struct aj_error *err);
 /* From GO (or the launch) to the result. */
 int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err);
 /* Kill what is left, report the end, release everything; keep_cg: hand
@@ -72,3 +78,5 @@ int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err
 void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_error *err,
                 struct aj_cgroup *keep_cg);
 void result_reset(struct aj_result *res);
+/* A run that failed before it started: setup_error, err's message. */
+void result_refused(struct aj_result *res, const struct aj_error *err);
