@@ -35,6 +35,6 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("status=%s exit_code=%d seccomp=%s\n", aj_status_name(res.status), res.exit_code,
-           (res.layers & AJ_LAYER_SECCOMP) ? "applied" : "missing");
+           aj_result_has_layer(&res, AJ_LAYER_SECCOMP) ? "applied" : "missing");
     return res.status == AJ_STATUS_OK ? 0 : 1;
 }

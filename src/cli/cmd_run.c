@@ -203,8 +203,8 @@ static void print_degraded_warning(const struct aj_result *res)
             res->degraded_reason);
     fputs("agentjail: WARNING: missing layers:", stderr);
     for (unsigned i = 0; i < AJ_LAYER_COUNT; i++)
-        if (!(res->layers & (1u << i)))
-            fprintf(stderr, " %s", aj_layer_name((enum aj_layer)(1u << i)));
+        if (!aj_result_has_layer(res, (enum aj_layer)i))
+            fprintf(stderr, " %s", aj_layer_name((enum aj_layer)i));
     fputc('\n', stderr);
 }
 

@@ -90,7 +90,7 @@ int main(int argc, char **argv)
     sigemptyset(&pend);
     sigpending(&pend);
     printf("{\"status\": \"%s\", \"signal\": %d, \"rc\": %d, \"escape_attempt\": %llu, \"pending\": [", aj_status_name(res.status),
-           res.signal, r, (unsigned long long)res.event_counts[2]);
+           res.signal, r, (unsigned long long)aj_result_event_count(&res, AJ_EV_ESCAPE_ATTEMPT));
     {
         const char *sep = "";
         for (int s = 1; s < 32; s++)

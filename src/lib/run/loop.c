@@ -211,8 +211,8 @@ static void emit_start(struct supervise_state *st)
     for (size_t i = 0; st->argv[i] && argv; i++)
         (void)json_array_append_new(argv, json_string(st->argv[i]));
     for (unsigned i = 0; i < AJ_LAYER_COUNT && layers; i++)
-        if ((st->layers | st->base_layers) & (1u << i))
-            (void)json_array_append_new(layers, json_string(aj_layer_name((enum aj_layer)(1u << i))));
+        if ((st->layers | st->base_layers) & AJ_LAYER_BIT(i))
+            (void)json_array_append_new(layers, json_string(aj_layer_name((enum aj_layer)i)));
     if (ev) {
         (void)json_object_set_new(ev, "command", argv ? argv : json_array());
         (void)json_object_set_new(ev, "layers", layers ? layers : json_array());
@@ -892,7 +892,7 @@ int aj_loop_supervise(struct supervise_state *st, struct aj_error *err)
     uint64_t deadline = st->deadline;
     uint64_t last_cg_check = 0;
     bool watch_cgroup = st->cg && st->cg->created &&
-                        (st->cg->limits & (AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT) ||
+                        (st->cg->limits & (AJ_LAYER_BIT(AJ_LAYER_MEMORY_LIMIT) | AJ_LAYER_BIT(AJ_LAYER_PIDS_LIMIT)) ||
                          st->pol->cpu_time_ms);
 
     for (;;) {
@@ -1013,9 +1013,9 @@ void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res)
     struct aj_cgroup_stats cs = {0};
     bool cg_stats = st->cg && st->cg->created && aj_cgroup_read_stats(st->cg, &cs) == 0;
 
-    res->layers |= st->layers;
+    res->layer_set[0] |= st->layers;
     if (st->decoy_unarmed)
-        res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* present, but not all watched */
+        res->layer_set[0] &= ~AJ_LAYER_BIT(AJ_LAYER_DECOYS); /* present, but not all watched */
     res->stdout_truncated = st->out[0].truncated;
     res->stderr_truncated = st->out[1].truncated;
     res->stdout_bytes = st->out[0].bytes;
@@ -1094,7 +1094,8 @@ void aj_loop_emit_end(struct supervise_state *st, struct aj_result *res)
         (void)json_object_set_new(ev, "wall_ms", json_integer((json_int_t)res->wall_ms));
     }
     emit(st, ev, AJ_EV_EXIT, AJ_SEV_INFO);
-    for (int i = 0; i < AJ_EV_COUNT && i < 8; i++)
-        res->event_counts[i] = st->audit->counts[i];
+    for (int i = 0; i < AJ_EV_COUNT && i < (int)AJ_ARRAY_SIZE(res->event_count); i++)
+        if (i != AJ_EV_EVENTS_SUPPRESSED) /* the budget's own summaries are not counted */
+            res->event_count[i] = st->audit->counts[i];
     res->escape_attempted = st->audit->counts[AJ_EV_ESCAPE_ATTEMPT] + st->audit->counts[AJ_EV_CANARY] > 0;
 }

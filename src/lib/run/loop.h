@@ -99,8 +99,8 @@ struct supervise_state {
     int exit_wstatus, init_status, interrupted;
     enum aj_status limit;  /* the limit that ended the run, or AJ_STATUS_OK */
     struct aj_error child_err;
-    uint32_t layers;       /* reported by the sandbox side */
-    uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
+    uint64_t layers;       /* reported by the sandbox side (AJ_LAYER_BIT) */
+    uint64_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
     const char *unsafe_skipped;
     struct rusage ru;
     sigset_t got_signals;  /* every run-ending signal received, for the caller */

@@ -254,8 +254,8 @@ static void close_fd(int *fd)
 static void fill_layers_from_ns(struct aj_result *res, bool degraded)
 {
     if (!degraded)
-        res->layers |= AJ_LAYER_USERNS | AJ_LAYER_PIDNS | AJ_LAYER_MOUNTNS | AJ_LAYER_NETNS |
-                       AJ_LAYER_IPCNS | AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_USERNS) | AJ_LAYER_BIT(AJ_LAYER_PIDNS) | AJ_LAYER_BIT(AJ_LAYER_MOUNTNS) | AJ_LAYER_BIT(AJ_LAYER_NETNS) |
+                       AJ_LAYER_BIT(AJ_LAYER_IPCNS) | AJ_LAYER_BIT(AJ_LAYER_UTSNS) | AJ_LAYER_BIT(AJ_LAYER_CGROUPNS);
 }
 
 static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, struct aj_cgroup *cg,
@@ -281,9 +281,9 @@ static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, stru
         snprintf(res->cgroup_versions[c], sizeof(res->cgroup_versions[c]), "%s",
                  cg->version[c] == 2 ? "v2" : cg->version[c] == 1 ? "v1" : "none");
     if (cg->created)
-        res->layers |= AJ_LAYER_CGROUP | cg->limits;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_CGROUP) | cg->limits;
     if (pol->cpu_time_ms && cg->created)
-        res->layers |= AJ_LAYER_CPU_TIME_LIMIT;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_CPU_TIME_LIMIT);
     return 0;
 }
 
@@ -426,7 +426,7 @@ static int setup_stdio(struct sandbox *sb, bool pty_ok, struct aj_result *res, s
             c->err_fd = sb->null_fd;
     }
     if (pol->output_limit)
-        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_OUTPUT_LIMIT);
     return 0;
 }
 
@@ -786,7 +786,7 @@ int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struc
             return r;
         c->host_uid = sb->lease.host_uid;
         c->host_gid = sb->lease.host_gid;
-        res->layers |= AJ_LAYER_UID_ISOLATION;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_UID_ISOLATION);
     }
     res->host_uid = c->host_uid;
     res->host_gid = c->host_gid;
@@ -859,7 +859,7 @@ int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struc
         return r;
     /* tmp_size "auto": /tmp and /dev/shm by the memory limit, now that
      * whether a cgroup enforces it is known. */
-    aj_mount_plan_set_scratch_size(&c->plan, aj_policy_tmp_size(pol, (sb->cg.limits & AJ_LAYER_MEMORY_LIMIT) != 0));
+    aj_mount_plan_set_scratch_size(&c->plan, aj_policy_tmp_size(pol, (sb->cg.limits & AJ_LAYER_BIT(AJ_LAYER_MEMORY_LIMIT)) != 0));
     if (sb->cg.created) {
         r = aj_cgroup_open_join_fds(&sb->cg, c->cg_join, &c->n_cg_join, err);
         if (r < 0)
@@ -1045,7 +1045,7 @@ int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err
     struct supervise_state *st = &sb->st;
     int r;
 
-    st->base_layers = res->layers;
+    st->base_layers = res->layer_set[0];
     st->unsafe_skipped = res->unsafe_skipped;
     st->deadline = aj_loop_deadline(sb->start, st->pol->timeout_ms);
     r = aj_loop_supervise(st, err);
@@ -1064,9 +1064,9 @@ int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err
     aj_loop_finish_output(st);
     res->wall_ms = aj_now_ms() - sb->start;
     if (st->have_child_err && st->limit == AJ_STATUS_OK && !st->interrupted) {
-        res->layers |= st->layers;
+        res->layer_set[0] |= st->layers;
         if (st->decoy_unarmed)
-            res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* as fill_result: present, not watched */
+            res->layer_set[0] &= ~AJ_LAYER_BIT(AJ_LAYER_DECOYS); /* as fill_result: present, not watched */
         res->status = AJ_STATUS_SETUP_ERROR;
         res->exit_code = st->child_err.exit_hint ? st->child_err.exit_hint : 125;
         *err = st->child_err;
