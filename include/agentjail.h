@@ -69,6 +69,17 @@ AJ_EXPORT int aj_run_ex(const struct aj_policy *pol, const struct aj_request *re
 AJ_EXPORT int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res,
                      struct aj_error *err);
 
+/* Decoys are watched with file leases, and the kernel reports a lease
+ * break only by a signal. It goes to a thread of the library's own
+ * (started at the first sandbox with decoys), which blocks every signal:
+ * a thread-directed signal reaches no other thread, whatever its mask or
+ * disposition, so an embedder need do nothing about it. The default is
+ * SIGRTMIN+6; change it (before the first sandbox; EBUSY after) only if the
+ * process uses that number process-wide with every thread blocking it,
+ * where the library's thread could read it: then the signal is taken but
+ * ignored (a kill or sigqueue is not a lease break). */
+AJ_EXPORT int aj_set_lease_signal(int sig, struct aj_error *err);
+
 /* A warm pool: sandboxes prepared ahead of time from one policy (namespaces,
  * root filesystem, cgroups, id maps, Landlock, seccomp, the payload process
  * forked and waiting), so a run costs little more than an exec. Each

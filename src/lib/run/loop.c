@@ -21,6 +21,7 @@
 
 #include "aj_missing.h"
 #include "aj_util.h"
+#include "leases.h"
 #include "protocol.h"
 
 /* Past the event budget, notifications are taken at FLOOD_PER_WINDOW per
@@ -234,6 +235,19 @@ static void emit_start(struct supervise_state *st)
 static void on_decoy_socket(struct supervise_state *st);
 static void check_dconns(struct supervise_state *st, bool all);
 
+static void on_lease_break(struct supervise_state *st, int fd);
+
+/* The breaks leases.c routed to us since the last look. */
+static void read_lease_breaks(struct supervise_state *st)
+{
+    int fds[64];
+    ssize_t n;
+
+    while (st->lease_wake[0] >= 0 && (n = read(st->lease_wake[0], fds, sizeof(fds))) > 0)
+        for (size_t i = 0; i < (size_t)n / sizeof(int); i++)
+            on_lease_break(st, fds[i]);
+}
+
 /* Record what is pending on the decoy socket, then let go of the decoys.
  * Now, while the sandbox's mounts are alive: the socket is bound on the
  * sandbox's /var/run, and if our close() dropped the last reference to
@@ -245,13 +259,27 @@ static void finish_decoys(struct supervise_state *st)
     if (st->decoy_sock >= 0 && poll(&d, 1, 0) > 0 && (d.revents & POLLIN))
         on_decoy_socket(st);
     check_dconns(st, true);
+    read_lease_breaks(st);
     if (st->decoy_sock >= 0)
         (void)close(st->decoy_sock);
     st->decoy_sock = -1;
+    aj_loop_close_decoy_files(st);
+}
+
+void aj_loop_close_decoy_files(struct supervise_state *st)
+{
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         if (st->decoy_files[i] >= 0) {
+            /* Unrouted first: a break of a later lease on the same fd
+             * number must not be taken for this one's (see on_lease_break). */
+            aj_leases_unwatch(st->decoy_files[i]);
             (void)close(st->decoy_files[i]);
             st->decoy_files[i] = -1;
+        }
+    for (int i = 0; i < 2; i++)
+        if (st->lease_wake[i] >= 0) {
+            (void)close(st->lease_wake[i]);
+            st->lease_wake[i] = -1;
         }
 }
 
@@ -360,10 +388,16 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
         }
         int failed = 0;
         for (int i = 0; i < msg->wstatus; i++, k++) {
-            struct aj_error lerr;
+            struct aj_error lerr = {0};
+            pid_t tid = 0;
+            int sig = 0;
             st->decoy_files[i] = fds[k];
             fds[k] = -1;
-            if (aj_decoy_parent_lease(st->decoy_files[i], SIG_DECOY, &lerr) < 0) {
+            /* Routed to us before the lease exists: no break is lost. */
+            if ((st->lease_wake[0] < 0 && pipe2(st->lease_wake, O_CLOEXEC | O_NONBLOCK) < 0 &&
+                 aj_err(&lerr, errno, "decoy wake pipe") < 0) ||
+                aj_leases_watch(st->decoy_files[i], st->lease_wake[1], &tid, &sig, &lerr) < 0 ||
+                aj_decoy_parent_lease(st->decoy_files[i], sig, tid, &lerr) < 0) {
                 bool first = !st->decoy_unarmed;
                 st->decoy_unarmed = true;
                 failed++;
@@ -605,19 +639,14 @@ static int relay_open_dest(struct out_stream *o, struct aj_error *err)
     return 0;
 }
 
-/* Signals from the signalfd: decoy lease breaks, and the ones that end
- * the run (each kept in got_signals for the caller, see sb_cleanup). */
-static void on_lease_break(struct supervise_state *st, int fd);
+/* Signals from the signalfd: the ones that end the run (each kept in
+ * got_signals for the caller, see sb_cleanup). */
 
 static void read_signals(struct supervise_state *st)
 {
     struct signalfd_siginfo si;
 
     while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-        if ((int)si.ssi_signo == SIG_DECOY) {
-            on_lease_break(st, (int)si.ssi_fd);
-            continue;
-        }
         (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
         if (!st->interrupted) {
             st->interrupted = (int)si.ssi_signo;
@@ -742,7 +771,10 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
-enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_IN, PF_NOTIFY, PF_DSOCK, PF_OUT_W, PF_ERR_W, PF_IN_W, PF_COUNT };
+enum {
+    PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_IN, PF_NOTIFY, PF_DSOCK, PF_LEASE, PF_OUT_W, PF_ERR_W, PF_IN_W,
+    PF_COUNT
+};
 
 /* Every message the sandbox side queued before this moment: the payload
  * sends READY (and with it the start event) before it execs, so draining
@@ -876,6 +908,12 @@ static void on_lease_break(struct supervise_state *st, int fd)
 {
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         if (st->decoy_files[i] == fd && fd >= 0) {
+            /* Once per decoy (the lease is gone after), and only a break
+             * of our own lease: one that still reads F_WRLCK is unbroken,
+             * the wake-up was for an earlier lease on this fd number. */
+            if (st->decoy_fired[i] || fcntl(fd, F_GETLEASE) == F_WRLCK)
+                return;
+            st->decoy_fired[i] = true;
             aj_loop_drain_msgs(st);
             /* The opener waits until the lease goes: record (and maybe end
              * the run) first, then let it through. */
@@ -902,6 +940,7 @@ int aj_loop_supervise(struct supervise_state *st, struct aj_error *err)
             [PF_SIG] = {.fd = st->sigfd, .events = POLLIN},
             [PF_NOTIFY] = {.fd = st->notify.fd, .events = POLLIN},
             [PF_DSOCK] = {.fd = st->decoy_sock, .events = POLLIN},
+            [PF_LEASE] = {.fd = st->lease_wake[0], .events = POLLIN},
         };
         int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
         int r;
@@ -968,6 +1007,8 @@ int aj_loop_supervise(struct supervise_state *st, struct aj_error *err)
             aj_notify_clear(&st->notify);
             (void)aj_notify_init(&st->notify, -1, NULL);
         }
+        if (pfd[PF_LEASE].revents & POLLIN)
+            read_lease_breaks(st);
         if (pfd[PF_DSOCK].revents & POLLIN)
             on_decoy_socket(st);
         check_dconns(st, false);

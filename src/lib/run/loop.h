@@ -22,10 +22,6 @@
 #include "aj_decoy.h"
 #include "aj_notify.h"
 
-/* Lease breaks on the decoy files (see aj_decoy_parent_lease). Real-time,
- * so each break is queued with its fd; clear of glibc's own (SIGRTMIN+0..2). */
-#define SIG_DECOY (SIGRTMIN + 6)
-
 /* How the relay writes to the caller's fd without ever blocking on it: a
  * stalled reader must not suspend the supervisor (deadlines, cgroup
  * checks, seccomp notifications), and O_NONBLOCK is a property of the open
@@ -90,6 +86,8 @@ struct supervise_state {
         uint64_t deadline;
     } dconn[4];                          /* decoy socket connections awaiting their request */
     int decoy_files[AJ_DECOY_MAX_FILES]; /* leased (see aj_decoy_parent_lease) */
+    bool decoy_fired[AJ_DECOY_MAX_FILES]; /* its break recorded, its lease let go */
+    int lease_wake[2];                   /* breaks routed here by leases.c: an int fd each */
     bool decoy_unarmed;                  /* a lease failed: the decoys are not all watched */
     bool decoys_armed;                   /* leases taken, AJ_MSG_ARMED sent to init */
     struct alert alert;
@@ -133,6 +131,8 @@ void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res);
 void aj_loop_emit_summary(struct supervise_state *st, bool final);
 void aj_loop_emit_end(struct supervise_state *st, struct aj_result *res);
 void aj_loop_check_alert(struct supervise_state *st, bool final);
+/* Let go of the decoy files (their leases) and the lease wake pipe. */
+void aj_loop_close_decoy_files(struct supervise_state *st);
 /* A relayed stream: its bounded buffer and our own non-blocking
  * description of the destination o->dest. */
 int aj_loop_relay_open(struct out_stream *o, struct aj_error *err);

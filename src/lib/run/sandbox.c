@@ -468,6 +468,7 @@ void sb_init(struct sandbox *sb, const struct aj_policy *pol)
     sb->st.notify.fd = -1;
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
+    sb->st.lease_wake[0] = sb->st.lease_wake[1] = -1;
     sb->socks[0] = sb->socks[1] = -1;
     sb->null_fd = -1;
     sb->stdin_own = -1;
@@ -495,7 +496,6 @@ static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_err
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGQUIT);
-    sigaddset(&mask, SIG_DECOY);
     {
         /* Blocked in this thread for the run, but not read from the
          * signalfd: a write to a caller's pipe whose reader is gone gives
@@ -1124,20 +1124,16 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
         kill_and_reap(sb->netns_helper, -1);
     sb->netns_helper = 0;
     close_fd(&sb->netns_userns_fd);
-    /* No lease may outlive the blocked signal it reports with: drop the
-     * decoys, then discard any break still queued, then unblock. */
     close_fd(&st->decoy_sock);
     for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
         close_fd(&st->dconn[i].fd);
-    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
-        close_fd(&st->decoy_files[i]);
+    aj_loop_close_decoy_files(st);
     if (st->sigfd >= 0) {
-        /* Lease breaks are dropped; a SIGTERM or ^C that came at the end is
-         * the caller's (re-raised below). */
+        /* A SIGTERM or ^C that came at the end is the caller's (re-raised
+         * below). */
         struct signalfd_siginfo si;
         while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-            if ((int)si.ssi_signo != SIG_DECOY)
-                (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
+            (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
     }
     if (sb->subreaper_set)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
