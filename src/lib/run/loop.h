@@ -57,8 +57,36 @@ struct out_stream {
  * high-severity event, with that event on stdin and a deadline. */
 struct alert {
     pid_t pid;
+    int pidfd;        /* to wait for it in the event loop; -1: polled on a timer */
     uint64_t deadline;
     bool fired;
+};
+
+/* What the loop watches, one fd each (-1: nothing now). */
+enum {
+    AJ_SLOT_SOCK,
+    AJ_SLOT_PIDFD,    /* init's; the alert hook's once the run is over */
+    AJ_SLOT_OUT,      /* stdout, stderr, the caller's terminal (pty): read ends */
+    AJ_SLOT_ERR,
+    AJ_SLOT_IN,
+    AJ_SLOT_NOTIFY,
+    AJ_SLOT_DSOCK,
+    AJ_SLOT_LEASE,
+    AJ_SLOT_OUT_W,    /* their destinations, while something waits to be written */
+    AJ_SLOT_ERR_W,
+    AJ_SLOT_IN_W,
+    AJ_SLOTS,
+    AJ_SLOT_TIMER = AJ_SLOTS, /* the timerfd's tag in the epoll set */
+};
+
+/* Where a run is. */
+enum aj_loop_phase {
+    AJ_LOOP_SUPERVISE, /* init runs */
+    AJ_LOOP_INIT_GONE, /* reaped this round: the lifecycle takes over, then aj_loop_drain_begin */
+    AJ_LOOP_DRAIN,     /* relaying what is left in the output pipes */
+    AJ_LOOP_DRAINED,   /* output done: the lifecycle concludes, then aj_loop_alert_begin */
+    AJ_LOOP_ALERT,     /* waiting (bounded) for the alert hook */
+    AJ_LOOP_DONE,
 };
 
 struct supervise_state {
@@ -69,7 +97,7 @@ struct supervise_state {
     json_t *decoy_info;
     const struct aj_decoy_files *decoys;
     pid_t pid;
-    int pidfd, sock, sigfd;
+    int pidfd, sock;
     struct out_stream out[2];
     /* pty mode (aj_child_ctx.want_pty): out[0] reads the payload's pty master
      * (stdout, and stderr with pty_err), in relays the caller's terminal
@@ -101,7 +129,6 @@ struct supervise_state {
     uint64_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
     const char *unsafe_skipped;
     struct rusage ru;
-    sigset_t got_signals;  /* every run-ending signal received, for the caller */
     /* The event budget's summaries (see emit_summary). */
     uint64_t last_summary_ms;
     struct {
@@ -114,16 +141,50 @@ struct supervise_state {
     uint64_t deadline;           /* the run's wall-clock deadline (ms, aj_now_ms), 0: none */
     uint64_t flood_window;       /* past the budget: the current FLOOD_WINDOW_MS slot */
     unsigned flood_taken;        /* notifications taken in it */
+    bool watch_cgroup;           /* limits read from the cgroup every CGROUP_POLL_MS */
+    uint64_t last_cg_check;
+    uint64_t drain_grace;        /* the output relay's end after a limit or a kill, 0: not yet */
+    /* The event loop: an epoll set of the slots' fds and a timerfd for
+     * the next timed check; aj_loop_fd is what the embedder polls. */
+    enum aj_loop_phase phase;
+    int epfd, timerfd;
+    int reg_fd[AJ_SLOTS];        /* registered in epfd now, or -1 */
+    uint32_t reg_ev[AJ_SLOTS];
+    uint32_t always[AJ_SLOTS];   /* an fd epoll cannot watch (EPERM): taken as always ready */
+    uint64_t timer_at;           /* armed for (ms), 0: disarmed */
 };
 
 /* Every message the sandbox side queued before this moment. */
 void aj_loop_drain_msgs(struct supervise_state *st);
-/* Poll until init is reaped; then take its last messages and let go of the
- * decoys. -errno only when the loop itself fails (poll). */
-int aj_loop_supervise(struct supervise_state *st, struct aj_error *err);
+
+/* The epoll set and timerfd (before the sandbox is released), and their
+ * end (after everything else is closed). */
+int aj_loop_open(struct supervise_state *st, struct aj_error *err);
+void aj_loop_close(struct supervise_state *st);
+/* Supervision starts: the deadline and the timed checks. */
+void aj_loop_begin(struct supervise_state *st, uint64_t start);
+/* One round: what epoll says is ready now, handled, never waiting.
+ * Returns the phase reached. At AJ_LOOP_INIT_GONE init has been reaped
+ * and its last messages taken; the caller kills what is left of a
+ * degraded run, then calls aj_loop_drain_begin. */
+enum aj_loop_phase aj_loop_round(struct supervise_state *st);
 /* Relay what is left in the output pipes (everything inside is dead),
- * bounded by the deadline, or a short grace after a limit or a signal. */
-void aj_loop_finish_output(struct supervise_state *st);
+ * bounded by the deadline, or a short grace after a limit or a kill. */
+void aj_loop_drain_begin(struct supervise_state *st);
+/* After the end events: wait for the alert hook if it runs (bounded by
+ * its deadline), else done. */
+void aj_loop_alert_begin(struct supervise_state *st);
+/* The epoll set and the timer as this phase needs them; at
+ * AJ_LOOP_DONE: nothing but the timer, fired, so the fd stays readable. */
+void aj_loop_arm(struct supervise_state *st);
+/* End the run from outside (aj_sandbox_kill): the result says signaled,
+ * signal sig. A no-op once something else ended it. */
+void aj_loop_interrupt(struct supervise_state *st, int sig);
+/* The handle is freed while running: what the payload still writes is
+ * counted and dropped, not relayed (no reader is waited for). */
+void aj_loop_discard_output(struct supervise_state *st);
+/* Before an fd the loop may watch is closed. */
+void aj_loop_unwatch(struct supervise_state *st, int fd);
 /* The run's outcome into res (status, exit code, usage, layers). */
 void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res);
 /* The end of the events: the pending summary (final), error and exit

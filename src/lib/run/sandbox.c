@@ -49,6 +49,7 @@
 #include "aj_mount.h"
 #include "aj_seccomp.h"
 #include "aj_util.h"
+#include "children.h"
 #include "protocol.h"
 
 #define NS_FLAGS                                                                                   \
@@ -191,6 +192,7 @@ static void kill_and_reap(pid_t pid, int pidfd)
         (void)kill(pid, SIGKILL);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
+    aj_children_del(pid);
 }
 
 /* Degraded runs have no pid namespace: the supervisor is a subreaper and,
@@ -220,6 +222,9 @@ static size_t list_children(pid_t *out, size_t max)
     return n;
 }
 
+static pthread_mutex_t degraded_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool degraded_busy;
+
 static void kill_orphans(const struct prior_children *prior, pid_t keep)
 {
     for (int round = 0; round < 100; round++) {
@@ -228,7 +233,10 @@ static void kill_orphans(const struct prior_children *prior, pid_t keep)
         bool found = false;
 
         for (size_t i = 0; i < n; i++) {
-            bool mine = kids[i] == keep;
+            /* The library's own (another handle's sandbox, a pool's
+             * parked ones, a helper) and the embedder's earlier children
+             * stay. */
+            bool mine = kids[i] == keep || aj_children_has(kids[i]);
             for (size_t j = 0; !mine && j < prior->n; j++)
                 mine = prior->pids[j] == kids[i];
             if (mine)
@@ -290,7 +298,7 @@ static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, stru
 /* A destination for the payload's stdout or stderr (i: 0 or 1), from the
  * request: the caller's fd, a pipe of ours (the caller's end kept for
  * aj_sandbox_take_pipe), or /dev/null. */
-static int stdio_dest(struct sandbox *sb, int i, struct aj_error *err)
+static int stdio_dest(struct aj_sandbox *sb, int i, struct aj_error *err)
 {
     const struct aj_stdio *s = &sb->req.stdio[1 + i];
     struct out_stream *o = &sb->st.out[i];
@@ -320,7 +328,7 @@ static int stdio_dest(struct sandbox *sb, int i, struct aj_error *err)
 }
 
 /* The payload's stdin from the request; -1: /dev/null. */
-static int stdio_in(struct sandbox *sb, struct aj_error *err)
+static int stdio_in(struct aj_sandbox *sb, struct aj_error *err)
 {
     const struct aj_stdio *s = &sb->req.stdio[0];
     int p[2];
@@ -387,7 +395,7 @@ static int setup_output(const struct aj_policy *pol, struct supervise_state *st,
  * c->in_fd, c->out_fd, c->err_fd, all three always set: never whatever
  * the caller's own 0-2 are). Interactive (stdin and stdout both
  * terminals, and pty_ok): the payload gets a pty of its own. */
-static int setup_stdio(struct sandbox *sb, bool pty_ok, struct aj_result *res, struct aj_error *err)
+static int setup_stdio(struct aj_sandbox *sb, bool pty_ok, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     struct supervise_state *st = &sb->st;
@@ -434,7 +442,7 @@ static int setup_stdio(struct sandbox *sb, bool pty_ok, struct aj_result *res, s
  * capture pipes' write ends, a stdin pipe's read end, a destination that
  * is not relayed), so that the caller's end sees EOF when the sandbox is
  * done with it. */
-static void stdio_handed_over(struct sandbox *sb)
+static void stdio_handed_over(struct aj_sandbox *sb)
 {
     struct supervise_state *st = &sb->st;
 
@@ -451,20 +459,22 @@ static void stdio_handed_over(struct sandbox *sb)
     }
 }
 
-void sb_init(struct sandbox *sb, const struct aj_policy *pol)
+void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol)
 {
     memset(sb, 0, sizeof(*sb));
     sb->c = (struct aj_child_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1, .pty_slave = -1};
     sb->lease = (struct aj_uid_lease){.lock_fd = -1};
     sb->audit = (struct aj_audit){.fd = -1};
     sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
-                                      .sock = -1, .sigfd = -1, .decoy_sock = -1,
+                                      .sock = -1, .decoy_sock = -1, .epfd = -1, .timerfd = -1,
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
     sb->st.out[0] = sb->st.out[1] = sb->st.in =
         (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = -1, .wfd = -1};
     sb->st.in_dest = -1;
-    sigemptyset(&sb->st.got_signals);
+    sb->st.alert.pidfd = -1;
+    for (int i = 0; i < AJ_SLOTS; i++)
+        sb->st.reg_fd[i] = -1;
     sb->st.notify.fd = -1;
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
@@ -477,51 +487,16 @@ void sb_init(struct sandbox *sb, const struct aj_policy *pol)
     aj_cgroup_init(&sb->cg);
 }
 
-void sb_use_policy(struct sandbox *sb, const struct aj_policy *pol)
+void sb_use_policy(struct aj_sandbox *sb, const struct aj_policy *pol)
 {
     sb->c.pol = pol;
     sb->st.pol = pol;
 }
 
-/* Signals that end a run arrive through a signalfd: the supervisor kills
- * the sandbox, reports, and exits 128+N. Blocked from before the clone in
- * a direct run (a ^C in between must not orphan the sandbox), from the
- * launch in a pooled one. */
-static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_error *err)
-{
-    sigset_t mask;
-
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGQUIT);
-    {
-        /* Blocked in this thread for the run, but not read from the
-         * signalfd: a write to a caller's pipe whose reader is gone gives
-         * EPIPE, not a SIGPIPE that would kill the caller's whole process
-         * (sb_cleanup consumes the one we caused); a write to the caller's
-         * terminal from a background job is not stopped by SIGTTOU. The
-         * process-wide dispositions are the caller's and stay untouched. */
-        sigset_t run_mask = mask, pend;
-        sigaddset(&run_mask, SIGPIPE);
-        sigaddset(&run_mask, SIGTTOU);
-        sigaddset(&run_mask, SIGTTIN); /* a background read of the terminal: EIO, not a stop */
-        sb->sigpipe_was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
-        if (pthread_sigmask(SIG_BLOCK, &run_mask, ret_old) != 0)
-            return aj_err(err, EINVAL, "sigprocmask");
-    }
-    sb->mask_set = true;
-    sb->st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sb->st.sigfd < 0)
-        return aj_err(err, errno, "signalfd");
-    return 0;
-}
-
 /* Degraded: no namespaces at all. Landlock confines the filesystem to the
  * named host paths, seccomp and no_new_privs stay, the supervisor becomes a
  * subreaper to kill leftovers. */
-static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_result *res, struct aj_error *err)
+static int sb_clone_degraded(struct aj_sandbox *sb, int clone_errno, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     const struct aj_policy *pol = c->pol;
@@ -574,6 +549,17 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
                           "drop the bind's \"owner\" to run degraded", pol->binds[i].host, pol->binds[i].owner_uid,
                           pol->binds[i].owner_gid);
     }
+    /* The subreaper is the process, not the run: one degraded run at a
+     * time per process, so that one's leftovers are not taken for
+     * another's. */
+    pthread_mutex_lock(&degraded_mu);
+    if (degraded_busy) {
+        pthread_mutex_unlock(&degraded_mu);
+        return aj_err(err, EBUSY, "another degraded run is in flight in this process (one at a time: without "
+                      "a pid namespace the process itself reaps and kills what a run leaves behind)");
+    }
+    degraded_busy = sb->degraded_held = true;
+    pthread_mutex_unlock(&degraded_mu);
     if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
         return aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
     sb->subreaper_set = !was;
@@ -620,8 +606,10 @@ static void set_memfd_noexec(pid_t init_pid)
     (void)close(fd);
     if (helper < 0)
         return;
+    aj_children_add(helper);
     while (waitpid(helper, &st, 0) < 0 && errno == EINTR)
         ;
+    aj_children_del(helper);
 }
 
 /* The sandbox's network namespace, made on another CPU while init builds
@@ -634,7 +622,7 @@ static void set_memfd_noexec(pid_t init_pid)
  * then it runs only our code, in the host's network namespace, where its
  * user namespace gives it no privilege. The helper (aj_child_netns_helper_main)
  * uses system calls only: the supervisor may be multithreaded. */
-static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
+static int spawn_netns_helper(struct aj_sandbox *sb, struct aj_error *err)
 {
     pid_t pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
 
@@ -642,6 +630,7 @@ static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
         return aj_err(err, errno, "fork the network namespace helper");
     if (pid == 0)
         aj_child_netns_helper_main(sb->netns_userns_fd, sb->st.sock);
+    aj_children_add(pid);
     sb->netns_helper = pid;
     close_fd(&sb->netns_userns_fd); /* the helper has its copy */
     return 0;
@@ -650,7 +639,7 @@ static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
 /* Bind sources are resolved here, once, without following a symlink, and
  * checked against the registry of writable bind sources (this run's are
  * added to it first); see aj_mount_plan_resolve. */
-static int sb_resolve_binds(struct sandbox *sb, struct aj_error *err)
+static int sb_resolve_binds(struct aj_sandbox *sb, struct aj_error *err)
 {
     const struct aj_policy *pol = sb->c.pol;
     struct aj_bindreg reg = {0};
@@ -676,7 +665,7 @@ static int sb_resolve_binds(struct sandbox *sb, struct aj_error *err)
  * or filesystem without id-mapped mounts) the bind works as before, and
  * the result says so, unless the policy set the owner: then the run
  * stops. */
-static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+static int sb_idmap_workspaces(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     const struct aj_policy *pol = c->pol;
@@ -745,7 +734,7 @@ static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct
 
 /* The decoys' files and their /var/run go into the mount plan: the decoy
  * module says what, the mount layer plants it. */
-static int sb_plant_decoys(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+static int sb_plant_decoys(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     struct aj_decoy_plants plants;
@@ -763,8 +752,7 @@ static int sb_plant_decoys(struct sandbox *sb, struct aj_result *res, struct aj_
 
 /* Everything up to the GO message: cgroups, clone, id maps. argv NULL
  * prepares a parked sandbox for the pool (its command comes at launch). */
-int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struct aj_result *res,
-               struct aj_error *err)
+int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     struct supervise_state *st = &sb->st;
@@ -843,9 +831,9 @@ int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struc
         return r;
     st->decoys = &c->decoys;
     if (!parked) {
-        c->argv = copy_argv(sb->req.argv);
-        if (!c->argv)
-            return aj_err(err, ENOMEM, "copy argv");
+        r = sb_keep_argv(sb, err);
+        if (r < 0)
+            return r;
     }
     /* A parked sandbox's environment is built when its run starts
      * (sb_launch): env_pass values are the caller's at that moment. */
@@ -872,12 +860,8 @@ int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struc
         if (sb->null_fd < 0)
             return aj_err(err, errno, "open /dev/null");
         c->in_fd = c->out_fd = c->err_fd = sb->null_fd;
-        sb->orig_mask = *base_mask;
     } else {
         r = setup_stdio(sb, true, res, err);
-        if (r < 0)
-            return r;
-        r = sb_block_signals(sb, &sb->orig_mask, err);
         if (r < 0)
             return r;
     }
@@ -896,6 +880,8 @@ int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struc
         if (r < 0)
             return r;
     }
+    if (st->pid > 0)
+        aj_children_add(st->pid);
     if (st->pid == 0) {
         (void)close(sb->socks[0]);
         for (int i = 0; i < 2; i++)
@@ -975,7 +961,7 @@ int sb_prepare(struct sandbox *sb, bool parked, const sigset_t *base_mask, struc
 /* Hand a parked sandbox its command: argv and environment, then its
  * stdin, stdout and stderr (our capture pipes when there is an output
  * budget). */
-int sb_launch(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+int sb_launch(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     const struct aj_policy *pol = sb->c.pol;
@@ -999,9 +985,6 @@ int sb_launch(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
                       "%zu bytes)",
                       argc, envc, len);
     r = setup_stdio(sb, false, res, err);
-    if (r < 0)
-        return r;
-    r = sb_block_signals(sb, &sb->orig_mask, err);
     if (r < 0)
         return r;
     /* What the parked sandbox sent while it waited (the seccomp listener,
@@ -1039,34 +1022,34 @@ int sb_launch(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
     return 0;
 }
 
-/* From GO (or the launch) to the result. */
-int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+/* ---- the end of a run ------------------------------------------------------------- */
+
+/* After init is reaped: what a degraded run left behind, and its status. */
+static void sb_after_init(struct aj_sandbox *sb)
 {
     struct supervise_state *st = &sb->st;
-    int r;
 
-    st->base_layers = res->layer_set[0];
-    st->unsafe_skipped = res->unsafe_skipped;
-    st->deadline = aj_loop_deadline(sb->start, st->pol->timeout_ms);
-    r = aj_loop_supervise(st, err);
-    if (r < 0)
-        return r;
-    if (st->degraded) {
-        kill_orphans(&sb->prior, st->alert.pid);
-        /* The payload is the direct child: its status is init_status. */
-        if (!st->have_exit && !st->have_child_err) {
-            st->exit_wstatus = st->init_status;
-            st->have_exit = true;
-        }
+    if (!st->degraded)
+        return;
+    kill_orphans(&sb->prior, st->alert.pid);
+    /* The payload is the direct child: its status is init_status. */
+    if (!st->have_exit && !st->have_child_err) {
+        st->exit_wstatus = st->init_status;
+        st->have_exit = true;
     }
-    /* Everything inside is dead now (pid namespace, or orphans killed):
-     * relay what is left in the pipes until EOF. */
-    aj_loop_finish_output(st);
+}
+
+/* The run's outcome, once everything inside is dead and the output is
+ * relayed: 0, or the sandbox side's setup error. */
+static int sb_conclude(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+
     res->wall_ms = aj_now_ms() - sb->start;
     if (st->have_child_err && st->limit == AJ_STATUS_OK && !st->interrupted) {
         res->layer_set[0] |= st->layers;
-        if (st->decoy_unarmed)
-            res->layer_set[0] &= ~AJ_LAYER_BIT(AJ_LAYER_DECOYS); /* as fill_result: present, not watched */
+        if (st->decoy_unarmed) /* as aj_loop_fill_result: present, not watched */
+            res->layer_set[0] &= ~AJ_LAYER_BIT(AJ_LAYER_DECOYS);
         res->status = AJ_STATUS_SETUP_ERROR;
         res->exit_code = st->child_err.exit_hint ? st->child_err.exit_hint : 125;
         *err = st->child_err;
@@ -1077,46 +1060,16 @@ int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err
     return 0;
 }
 
-/* The caller's mask back, and with it what the run kept from the caller:
- * the signals that ended it were read from our signalfd and would be lost,
- * so they are sent again to the process while still blocked here. With
- * the caller's mask they are then delivered (a CLI that does not block them
- * dies of them, as it would have without us) or stay pending for the
- * caller to see. A SIGPIPE that our writes to a gone reader caused is
- * consumed; one the caller had pending before is left alone. */
-static void restore_signals(struct sandbox *sb)
-{
-    static const int ending[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-    sigset_t pend;
-
-    if (!sb->sigpipe_was_pending && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
-        sigset_t one;
-        struct timespec zero = {0, 0};
-        sigemptyset(&one);
-        sigaddset(&one, SIGPIPE);
-        /* Thread- and process-directed: at most one of each. */
-        for (int i = 0; i < 2 && sigtimedwait(&one, NULL, &zero) == SIGPIPE; i++)
-            ;
-    }
-    /* To the process, as they came: in a server whose signal thread
-     * (sigwait) is the only one that takes them, that thread gets them. */
-    for (size_t i = 0; i < AJ_ARRAY_SIZE(ending); i++)
-        if (sigismember(&sb->st.got_signals, ending[i]) == 1)
-            (void)kill(getpid(), ending[i]);
-    (void)pthread_sigmask(SIG_SETMASK, &sb->orig_mask, NULL);
-}
-
-/* Kill what is left, report the end, release everything. With keep_cg the
- * cgroup directories are handed back (emptied and killed) for the caller to
- * remove later, off the run's path. */
-void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_error *err,
-                       struct aj_cgroup *keep_cg)
+/* Kill what is left of the sandbox and its helpers, let go of the decoys,
+ * and write the end of the events (res NULL: a parked sandbox that never
+ * ran a command reports nothing). The alert hook may still run. */
+void sb_end(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
-    struct aj_child_ctx *c = &sb->c;
 
     if (st->pid > 0)
         kill_and_reap(st->pid, st->pidfd);
+    st->pid = -1;
     if (st->tio_saved) /* the caller's terminal as it was */
         (void)tcsetattr(st->in_dest, TCSADRAIN, &st->saved_tio);
     st->tio_saved = false;
@@ -1124,19 +1077,20 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
         kill_and_reap(sb->netns_helper, -1);
     sb->netns_helper = 0;
     close_fd(&sb->netns_userns_fd);
+    aj_loop_unwatch(st, st->decoy_sock);
     close_fd(&st->decoy_sock);
     for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
         close_fd(&st->dconn[i].fd);
     aj_loop_close_decoy_files(st);
-    if (st->sigfd >= 0) {
-        /* A SIGTERM or ^C that came at the end is the caller's (re-raised
-         * below). */
-        struct signalfd_siginfo si;
-        while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-            (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
-    }
     if (sb->subreaper_set)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
+    sb->subreaper_set = false;
+    if (sb->degraded_held) {
+        pthread_mutex_lock(&degraded_mu);
+        degraded_busy = false;
+        pthread_mutex_unlock(&degraded_mu);
+        sb->degraded_held = false;
+    }
     if (res) {
         if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err)
             result_refused(res, err);
@@ -1145,12 +1099,23 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
         if (sb->audit_open) {
             aj_loop_emit_summary(st, true);
             aj_loop_emit_end(st, res);
-            aj_loop_check_alert(st, true); /* the hook finishes (or is killed) before we return */
         }
     }
+}
+
+/* Release everything else; with keep_cg the cgroup directories are handed
+ * back (emptied and killed) for the caller to remove later, off the run's
+ * path. The caller's untaken pipe ends and the event loop's own fds stay:
+ * they belong to the handle (aj_sandbox_free). */
+void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
+{
+    struct supervise_state *st = &sb->st;
+    struct aj_child_ctx *c = &sb->c;
+
     if (sb->audit_open)
         aj_audit_close(&sb->audit);
     sb->audit_open = false;
+    aj_loop_unwatch(st, st->notify.fd);
     aj_notify_clear(&st->notify);
     json_decref(st->decoy_info);
     st->decoy_info = NULL;
@@ -1164,29 +1129,35 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     } else {
         aj_cgroup_destroy(&sb->cg);
     }
-    close_fd(&st->sigfd);
+    aj_loop_unwatch(st, st->pidfd);
     close_fd(&st->pidfd);
+    aj_loop_unwatch(st, st->sock);
     close_fd(&st->sock);
     close_fd(&sb->socks[0]);
     close_fd(&sb->socks[1]);
     close_fd(&sb->null_fd);
     close_fd(&sb->stdin_own);
-    for (int i = 0; i < 3; i++)
-        close_fd(&sb->caller_pipe[i]); /* not taken by the caller */
     for (int i = 0; i < 2; i++) {
-        close_fd(&st->out[i].rfd);
-        if (st->out[i].owns_dest)
-            close_fd(&st->out[i].dest);
-        st->out[i].owns_dest = false;
-        if (st->out[i].owns_w)
-            close_fd(&st->out[i].wfd_child);
-        if (st->out[i].own_wfd)
-            close_fd(&st->out[i].wfd);
-        st->out[i].own_wfd = false;
-        free(st->out[i].buf);
-        st->out[i].buf = NULL;
+        struct out_stream *o = &st->out[i];
+        aj_loop_unwatch(st, o->rfd);
+        close_fd(&o->rfd);
+        aj_loop_unwatch(st, o->wfd);
+        if (o->owns_dest) {
+            aj_loop_unwatch(st, o->dest);
+            close_fd(&o->dest);
+        }
+        o->owns_dest = false;
+        if (o->owns_w)
+            close_fd(&o->wfd_child);
+        if (o->own_wfd)
+            close_fd(&o->wfd);
+        o->own_wfd = false;
+        free(o->buf);
+        o->buf = NULL;
     }
+    aj_loop_unwatch(st, st->in.rfd);
     close_fd(&st->in.rfd);
+    aj_loop_unwatch(st, st->in.wfd);
     if (st->in.own_wfd)
         close_fd(&st->in.wfd);
     st->in.own_wfd = false;
@@ -1203,17 +1174,26 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     free_envp(c->argv);
     c->envp = c->argv = NULL;
     aj_req_clear(&sb->req);
-    /* Last, with everything released: the caller's signal mask back. */
-    if (sb->mask_set)
-        restore_signals(sb);
-    sb->mask_set = false;
 }
 
-/* What every run starts with: the caller's policy validated and hashed
- * (the result names the policy, not the request), then the request taken
- * against it (see request.c): from here on the sandbox enforces
- * sb->req.eff. */
-int sb_begin(struct sandbox *sb, const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res,
+/* A sandbox that never became a running handle: everything, at once. */
+void sb_discard(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error *err, struct aj_cgroup *keep_cg)
+{
+    sb_end(sb, r, res, err);
+    aj_loop_check_alert(&sb->st, true); /* none can run yet; bounded anyway */
+    sb_release(sb, keep_cg);
+    for (int i = 0; i < 3; i++)
+        close_fd(&sb->caller_pipe[i]);
+    aj_loop_close(&sb->st);
+    free(sb);
+}
+
+/* ---- what every run starts with ----------------------------------------------------- */
+
+/* The caller's policy validated and hashed (the result names the policy,
+ * not the request), then the request taken against it (see request.c):
+ * from here on the sandbox enforces sb->req.eff. */
+int sb_begin(struct aj_sandbox *sb, const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res,
              struct aj_error *err)
 {
     int r;
@@ -1231,11 +1211,10 @@ int sb_begin(struct sandbox *sb, const struct aj_policy *pol, const struct aj_re
     if (r < 0)
         return r;
     sb_use_policy(sb, &sb->req.eff);
-    sb->st.argv = sb->req.argv;
     return 0;
 }
 
-int sb_open_audit(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+int sb_open_audit(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     int r = aj_audit_open(&sb->audit, sb->c.pol, sb->req.events_path, res->sandbox_id, res->policy_sha256, err);
     if (r == 0) {
@@ -1243,6 +1222,29 @@ int sb_open_audit(struct sandbox *sb, struct aj_result *res, struct aj_error *er
         aj_audit_set_budget(&sb->audit, sb->c.pol->event_budget);
     }
     return r;
+}
+
+/* The command line the start event names: a copy (the caller's argv need
+ * only last through the call that starts the run). */
+int sb_keep_argv(struct aj_sandbox *sb, struct aj_error *err)
+{
+    if (!sb->c.argv) {
+        sb->c.argv = copy_argv(sb->req.argv);
+        if (!sb->c.argv)
+            return aj_err(err, ENOMEM, "copy argv");
+    }
+    sb->st.argv = sb->c.argv;
+    return 0;
+}
+
+/* Supervision starts: what the supervisor applied (for the start event),
+ * the deadline, the event loop armed. */
+void sb_go(struct aj_sandbox *sb)
+{
+    sb->st.base_layers = sb->res.layer_set[0];
+    sb->st.unsafe_skipped = sb->res.unsafe_skipped;
+    aj_loop_begin(&sb->st, sb->start);
+    aj_loop_arm(&sb->st);
 }
 
 void result_reset(struct aj_result *res)
@@ -1260,27 +1262,256 @@ void result_refused(struct aj_result *res, const struct aj_error *err)
         res->exit_code = err->exit_hint ? err->exit_hint : 125;
 }
 
+/* ---- signals: none taken from the embedder ------------------------------------------- */
+
+/* While the library works in the caller's thread (starting a run, a
+ * round of its loop, freeing it), SIGPIPE, SIGTTOU and SIGTTIN are blocked
+ * in that thread alone, and restored before returning: a write to a pipe
+ * whose reader is gone gives EPIPE, not a SIGPIPE that would end the
+ * embedder's process (a write's SIGPIPE goes to the writing thread, which
+ * blocks it; the one we caused is taken back); a write to, or the pty's
+ * read of, the caller's terminal from a background job is not stopped.
+ * Dispositions, other threads' masks and every other signal are the
+ * embedder's. */
+void sb_guard_enter(struct sig_guard *g)
+{
+    sigset_t set, pend;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigaddset(&set, SIGTTOU);
+    sigaddset(&set, SIGTTIN);
+    g->pipe_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
+    (void)pthread_sigmask(SIG_BLOCK, &set, &g->old);
+}
+
+void sb_guard_leave(struct sig_guard *g)
+{
+    if (!g->pipe_pending) {
+        sigset_t one, pend;
+        struct timespec zero = {0, 0};
+        sigemptyset(&one);
+        sigaddset(&one, SIGPIPE);
+        /* Thread- and process-directed: at most one of each. */
+        for (int i = 0; i < 2 && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1 &&
+                        sigtimedwait(&one, NULL, &zero) == SIGPIPE;
+             i++)
+            ;
+    }
+    (void)pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* ---- the handle ---------------------------------------------------------------------- */
+
+void sb_release_run(struct aj_sandbox *sb)
+{
+    if (sb->pool) {
+        struct aj_cgroup spent;
+        aj_cgroup_init(&spent);
+        sb_release(sb, &spent);
+        aj_pool_run_ended(sb->pool, &spent);
+        sb->pool = NULL;
+    } else {
+        sb_release(sb, NULL);
+    }
+}
+
+/* A run that could not be set up is a handle that has ended already:
+ * its result (setup_error) and error are there, nothing else of it is. */
+void sb_fail_at_start(struct aj_sandbox *sb, int r, const struct aj_error *err)
+{
+    sb->rc = r;
+    sb->run_err = *err;
+    sb_end(sb, r, &sb->res, &sb->run_err);
+    aj_loop_check_alert(&sb->st, true); /* none can have started; bounded anyway */
+    sb->st.phase = AJ_LOOP_DONE;
+    aj_loop_arm(&sb->st);
+    sb_release_run(sb);
+    sb->ended = true;
+}
+
+/* A cold run up to GO, in the caller's thread: a running handle, or one
+ * that has ended (sb_fail_at_start). A negative errno only when there is
+ * no handle to return. */
+int sb_start_cold(const struct aj_policy *pol, const struct aj_request *req, bool pipes_ok, struct aj_sandbox **ret,
+                  struct aj_error *err)
+{
+    struct aj_sandbox *sb;
+    int r;
+
+    *ret = NULL;
+    sb = malloc(sizeof(*sb));
+    if (!sb)
+        return aj_err(err, ENOMEM, "sandbox");
+    sb_init(sb, pol);
+    sb->start = aj_now_ms();
+    result_reset(&sb->res);
+    r = aj_loop_open(&sb->st, err);
+    if (r < 0) {
+        aj_loop_close(&sb->st);
+        free(sb);
+        return r;
+    }
+    r = sb_begin(sb, pol, req, &sb->res, err);
+    for (int i = 0; r == 0 && !pipes_ok && i < 3; i++)
+        if (sb->req.stdio[i].kind == AJ_STDIO_PIPE) {
+            r = aj_err(err, EINVAL, "request: a pipe needs aj_sandbox_start or aj_pool_start (nobody could read "
+                       "it while this call blocks)");
+            err->exit_hint = 2;
+        }
+    if (r == 0)
+        r = sb_keep_argv(sb, err);
+    if (r == 0)
+        r = sb_open_audit(sb, &sb->res, err);
+    if (r == 0)
+        r = sb_prepare(sb, false, &sb->res, err);
+    if (r < 0)
+        sb_fail_at_start(sb, r, err);
+    else
+        sb_go(sb);
+    *ret = sb;
+    return 0;
+}
+
+int aj_sandbox_start(const struct aj_policy *pol, const struct aj_request *req, struct aj_sandbox **ret,
+                     struct aj_error *err)
+{
+    struct sig_guard g;
+    int r;
+
+    if (!ret)
+        return aj_err(err, EINVAL, "aj_sandbox_start: no handle to return");
+    sb_guard_enter(&g);
+    r = sb_start_cold(pol, req, true, ret, err);
+    sb_guard_leave(&g);
+    return r;
+}
+
+int aj_sandbox_fd(const struct aj_sandbox *sb)
+{
+    return sb ? sb->st.epfd : -EINVAL;
+}
+
+const char *aj_sandbox_id(const struct aj_sandbox *sb)
+{
+    return sb ? sb->res.sandbox_id : NULL;
+}
+
+int aj_sandbox_process(struct aj_sandbox *sb)
+{
+    struct supervise_state *st;
+    struct sig_guard g;
+    enum aj_loop_phase ph;
+
+    if (!sb)
+        return -EINVAL;
+    if (sb->ended)
+        return 1;
+    st = &sb->st;
+    sb_guard_enter(&g);
+    ph = aj_loop_round(st);
+    if (ph == AJ_LOOP_INIT_GONE) {
+        sb_after_init(sb);
+        aj_loop_drain_begin(st);
+        ph = st->phase;
+    }
+    if (ph == AJ_LOOP_DRAINED) {
+        sb->rc = sb_conclude(sb, &sb->res, &sb->run_err);
+        sb_end(sb, sb->rc, &sb->res, &sb->run_err);
+        aj_loop_alert_begin(st);
+    }
+    /* Done: the epoll set is emptied (and its fd reads ready for good)
+     * before the fds it watched are closed. */
+    aj_loop_arm(st);
+    if (st->phase == AJ_LOOP_DONE) {
+        sb_release_run(sb);
+        sb->ended = true;
+    }
+    sb_guard_leave(&g);
+    return sb->ended ? 1 : 0;
+}
+
+int aj_sandbox_wait(struct aj_sandbox *sb, struct aj_error *err)
+{
+    if (!sb)
+        return aj_err(err, EINVAL, "aj_sandbox_wait: no handle");
+    while (!sb->ended) {
+        struct pollfd p = {.fd = sb->st.epfd, .events = POLLIN};
+        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            return aj_err(err, errno, "poll");
+        (void)aj_sandbox_process(sb);
+    }
+    if (sb->rc < 0 && err)
+        *err = sb->run_err;
+    return sb->rc;
+}
+
+int aj_sandbox_kill(struct aj_sandbox *sb, int sig)
+{
+    if (!sb || sig <= 0 || sig >= NSIG)
+        return -EINVAL;
+    if (sb->ended)
+        return -ESRCH;
+    aj_loop_interrupt(&sb->st, sig);
+    return 0;
+}
+
+const struct aj_result *aj_sandbox_result(const struct aj_sandbox *sb)
+{
+    return sb && sb->ended ? &sb->res : NULL;
+}
+
+int aj_sandbox_take_pipe(struct aj_sandbox *sb, int stream)
+{
+    int fd;
+
+    if (!sb || stream < 0 || stream > 2)
+        return -EINVAL;
+    fd = sb->caller_pipe[stream];
+    sb->caller_pipe[stream] = -1;
+    return fd >= 0 ? fd : -ENOENT;
+}
+
+void aj_sandbox_free(struct aj_sandbox *sb)
+{
+    struct sig_guard g;
+
+    if (!sb)
+        return;
+    sb_guard_enter(&g);
+    if (!sb->ended) {
+        /* Killed, its output dropped rather than waited for; then the same
+         * end as any run (events, alert hook, everything released). */
+        aj_loop_interrupt(&sb->st, SIGKILL);
+        aj_loop_discard_output(&sb->st);
+        while (!sb->ended) {
+            struct pollfd p = {.fd = sb->st.epfd, .events = POLLIN};
+            (void)poll(&p, 1, 100);
+            (void)aj_sandbox_process(sb);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        close_fd(&sb->caller_pipe[i]);
+    aj_loop_close(&sb->st);
+    free(sb);
+    sb_guard_leave(&g);
+}
+
 /* A cold run, start to end, in the caller's thread. */
 int aj_run_ex(const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res, struct aj_error *err)
 {
-    struct sandbox sb;
+    struct aj_sandbox *sb;
     int r;
 
-    sb_init(&sb, pol);
-    sb.start = aj_now_ms();
-    result_reset(res);
-    r = sb_begin(&sb, pol, req, res, err);
-    for (int i = 0; r == 0 && i < 3; i++)
-        if (sb.req.stdio[i].kind == AJ_STDIO_PIPE)
-            r = aj_err(err, EINVAL, "request: a pipe needs aj_sandbox_start (nobody could read it while "
-                       "aj_run_ex blocks)");
-    if (r == 0)
-        r = sb_open_audit(&sb, res, err);
-    if (r == 0)
-        r = sb_prepare(&sb, false, NULL, res, err);
-    if (r == 0)
-        r = sb_supervise(&sb, res, err);
-    sb_cleanup(&sb, r, res, err, NULL);
+    r = sb_start_cold(pol, req, false, &sb, err);
+    if (r < 0) {
+        result_reset(res);
+        result_refused(res, err);
+        return r;
+    }
+    r = aj_sandbox_wait(sb, err);
+    *res = sb->res;
+    aj_sandbox_free(sb);
     return r;
 }
 
