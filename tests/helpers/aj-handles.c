@@ -7,6 +7,8 @@
  *   aj-handles kill -- CMD...                    kill the run once it printed a line
  *   aj-handles free -- CMD...                    free the handle while the run goes on
  *   aj-handles stdin TEXT -- CMD...              TEXT down a stdin pipe, then EOF
+ *   aj-handles lease-signal OFF -- CMD...        aj_set_lease_signal(SIGRTMIN+OFF) first, one run,
+ *                                                then what setting it again answers
  *
  * Every run's stdout is a pipe the library makes; "@" in CMD's arguments
  * becomes the run's number. One JSON line per run ({"run", "rc", "status",
@@ -287,6 +289,26 @@ static int mode_stdin(const char *text)
     return 0;
 }
 
+/* The lease signal is the process's choice until the library's thread
+ * runs: set before the first run, refused after (but the same value). */
+static int mode_lease_signal(int off)
+{
+    static struct run r;
+    struct aj_error err = {0};
+    int first = aj_set_lease_signal(SIGRTMIN + off, &err), other, same, bad;
+
+    if (start(&r, 0, NULL) < 0)
+        return 1;
+    run_one(&r);
+    report(&r);
+    other = aj_set_lease_signal(SIGRTMIN + off + 1, &err);
+    same = aj_set_lease_signal(SIGRTMIN + off, &err);
+    bad = aj_set_lease_signal(SIGTERM, &err);
+    printf("{\"set_first\": %d, \"set_other_after\": %d, \"set_same_after\": %d, \"set_sigterm\": %d}\n", first,
+           other, same, bad);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int i = 1, fds_before, rc = 2;
@@ -324,6 +346,8 @@ int main(int argc, char **argv)
         rc = mode_kill(true);
     else if (strcmp(mode, "stdin") == 0)
         rc = mode_stdin(argv[i]);
+    else if (strcmp(mode, "lease-signal") == 0)
+        rc = mode_lease_signal(atoi(argv[i]));
     else
         goto usage;
     {

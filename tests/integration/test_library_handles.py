@@ -111,3 +111,22 @@ def test_free_while_running_leaves_nothing():
     # pid namespace went with its init, the background sleep with it.
     assert not pids_with(tag), pids_with(tag)
     no_leftovers(runs, summary)
+
+
+def test_lease_signal_is_configurable(hostdir):
+    """aj_set_lease_signal before the first sandbox: decoy reads are still
+    canaries (with SIGRTMIN+8 now); once the library's thread runs, another
+    number is refused (EBUSY) and the same one accepted; SIGTERM is no
+    real-time signal (EINVAL)."""
+    os.chmod(hostdir, 0o777)
+    env = dict(os.environ, AJ_HANDLES_EVENTS=hostdir)
+    if not os.path.exists(HELPER):
+        must_skip("aj-handles helper not built")
+    p = subprocess.run([HELPER, "lease-signal", "8", "--", "/bin/sh", "-c", "head -c 3 %s" % TOKEN],
+                       capture_output=True, text=True, timeout=60, env=env)
+    lines = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    run, sets = lines[0], lines[1]
+    assert run["status"] == "ok" and run["stdout"] == "eyJ", (run, p.stderr)
+    kinds = [json.loads(l)["type"] for l in open(os.path.join(hostdir, "0.jsonl"))]
+    assert "canary" in kinds, kinds
+    assert sets == {"set_first": 0, "set_other_after": -16, "set_same_after": 0, "set_sigterm": -22}, sets
