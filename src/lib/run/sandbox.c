@@ -1,20 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* One sandbox, from preparation to teardown: the order of steps (see
- * sandbox.h). The steps of a run, in order:
+/* One sandbox, from preparation to teardown: the only place that knows
+ * the order of steps (as nsjail's contain.cc). A run, in order:
  *
- *   sb_begin        validate the policy, hash it
- *   sb_open_audit   the events file (or counting only)
- *   sb_prepare      host uid lease, Landlock ABI, seccomp programs, mount
- *                   plan (bind sources resolved once, workspaces id-mapped,
- *                   decoys planted), argv/envp copies, cgroups, output
- *                   relay, signals, sync socket, clone3 (into the cgroup),
- *                   [degraded: fall back], v2 attach, vm.memfd_noexec, id
- *                   maps, GO, the netns helper
- *   sb_launch       pooled only: the parked payload gets its command
- *   sb_supervise    the event loop (loop.c) until init is gone, orphans
- *                   (degraded), the rest of the output, the result
- *   sb_cleanup      kill what is left, final events and the alert hook,
- *                   release every fd, cgroup, lease and buffer
+ *   sb_begin          the policy validated and hashed, the request taken
+ *   sb_open_audit     the events file (or counting only)
+ *   sb_prepare        everything up to GO:
+ *     prep_identity     host uid (root mode: leased), Landlock ABI
+ *     prep_filters      the seccomp programs
+ *     prep_root         mount plan: binds resolved once, workspaces
+ *                       id-mapped, decoys planted
+ *     prep_command      argv and environment (parked: at launch)
+ *     prep_cgroup       the run's cgroups, /tmp by the memory limit
+ *     prep_stdio        0, 1, 2 as the request names them, the relay
+ *     launch_init       sync socket, clone3 into the cgroup (or degraded)
+ *     release_init      v2 attach, vm.memfd_noexec, id maps, GO, netns helper
+ *   sb_launch         pooled only: the parked payload gets its command
+ *   sb_go             the event loop armed; the handle is the caller's
+ *   (aj_sandbox_process: loop.c until init is gone; sb_after_init for a
+ *    degraded run's leftovers; the output relayed to its end)
+ *   sb_conclude       the result
+ *   sb_end            kill what is left, the end events (the alert hook
+ *                     may still run: loop.c waits for it, bounded)
+ *   sb_release        every fd, cgroup, lease and buffer of the run
  *
  * The sandbox side of the clone is child.c; nothing here runs there. */
 #include "sandbox.h"
@@ -750,19 +757,14 @@ static int sb_plant_decoys(struct aj_sandbox *sb, struct aj_result *res, struct 
     return r;
 }
 
-/* Everything up to the GO message: cgroups, clone, id maps. argv NULL
- * prepares a parked sandbox for the pool (its command comes at launch). */
-int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct aj_error *err)
+/* Who the run is on the host (root mode: a leased uid of its own), the
+ * Landlock ABI, and a layer left out on purpose (tests only). */
+static int prep_identity(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
-    struct supervise_state *st = &sb->st;
     const struct aj_policy *pol = c->pol;
     int r;
 
-    c->parked = parked;
-    r = aj_notify_init(&st->notify, -1, err);
-    if (r < 0)
-        return r;
     c->rootless = geteuid() != 0;
     res->rootless = c->rootless;
     if (c->rootless) {
@@ -803,6 +805,17 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
                           "degraded.without_landlock in the policy (--allow-no-landlock)");
         c->skip |= AJ_SKIP_LANDLOCK;
     }
+    return 0;
+}
+
+/* The seccomp programs, built before the clone (the child does not
+ * allocate). */
+static int prep_filters(struct aj_sandbox *sb, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     /* Monitored filter: escape-indicative calls come to the supervisor. */
     r = aj_seccomp_build(pol, true, &c->bpf, err);
     if (r < 0)
@@ -814,6 +827,18 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+/* The root filesystem's plan: binds resolved once, workspaces id-mapped,
+ * decoys planted. */
+static int prep_root(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     r = aj_mount_check_bind_submounts(pol, err);
     if (r < 0)
         return r;
@@ -830,7 +855,17 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
     if (r < 0)
         return r;
     st->decoys = &c->decoys;
-    if (!parked) {
+    return 0;
+}
+
+/* The command and its environment (a parked sandbox's come at launch). */
+static int prep_command(struct aj_sandbox *sb, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
+    if (!c->parked) {
         r = sb_keep_argv(sb, err);
         if (r < 0)
             return r;
@@ -842,6 +877,17 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
         if (!c->envp)
             return -ENOMEM;
     }
+    return 0;
+}
+
+/* The run's cgroups (and, by them, the size of /tmp), and the fds through
+ * which the child joins v1 groups. */
+static int prep_cgroup(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     r = setup_cgroup(pol, res, &sb->cg, err);
     if (r < 0)
         return r;
@@ -853,6 +899,15 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+/* What the sandbox gets as 0, 1 and 2. */
+static int prep_stdio(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    int r;
+
     if (c->parked) {
         /* Until its command comes, a parked sandbox holds none of the
          * caller's fds: 0, 1 and 2 are /dev/null. */
@@ -865,6 +920,18 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+/* The sync socket, then clone3: init (or, degraded, the payload) is
+ * born here, in its cgroup; our copies of what it was handed go. */
+static int launch_init(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sb->socks) < 0)
         return aj_err(err, errno, "socketpair");
     c->sock = sb->socks[1];
@@ -904,8 +971,19 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
     }
     fill_layers_from_ns(res, c->degraded);
 
-    /* Confined before it runs anything of its own: cgroups (v1, and v2 when
-     * CLONE_INTO_CGROUP was not possible), then id maps, then GO. */
+    return 0;
+}
+
+/* Confined before it runs anything of its own: cgroups (v1, and v2 when
+ * CLONE_INTO_CGROUP was not possible), then id maps, then GO; the network
+ * namespace helper last. */
+static int release_init(struct aj_sandbox *sb, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     /* v1: the child joins by itself (see aj_cgroup_open_join_fds); v2 was
      * entered at clone time, or is joined here if that was not possible. */
     for (size_t i = 0; i < c->n_cg_join; i++)
@@ -956,6 +1034,33 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
             return r;
     }
     return 0;
+}
+
+/* Everything up to the GO message, in this order (see the steps above).
+ * parked: for the pool (its command comes at launch). */
+int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct aj_error *err)
+{
+    int r;
+
+    sb->c.parked = parked;
+    r = aj_notify_init(&sb->st.notify, -1, err);
+    if (r == 0)
+        r = prep_identity(sb, res, err);
+    if (r == 0)
+        r = prep_filters(sb, err);
+    if (r == 0)
+        r = prep_root(sb, res, err);
+    if (r == 0)
+        r = prep_command(sb, err);
+    if (r == 0)
+        r = prep_cgroup(sb, res, err);
+    if (r == 0)
+        r = prep_stdio(sb, res, err);
+    if (r == 0)
+        r = launch_init(sb, res, err);
+    if (r == 0)
+        r = release_init(sb, err);
+    return r;
 }
 
 /* Hand a parked sandbox its command: argv and environment, then its
