@@ -2,7 +2,9 @@
 /* aj-handles: the asynchronous interface as embedders use it
  * (tests/integration/test_library_handles.py).
  *
- *   aj-handles [--pool N] loop N -- CMD...      N runs at once from one thread (one epoll loop)
+ *   aj-handles [--pool N] loop N -- CMD...      N runs at once from one thread (one epoll loop);
+ *                                                with AJ_HANDLES_FREE_POOL=1 the pool is freed
+ *                                                as soon as they are started
  *   aj-handles [--pool N] threads T N -- CMD... T threads, N runs each, one at a time per thread
  *   aj-handles kill -- CMD...                    kill the run once it printed a line
  *   aj-handles free -- CMD...                    free the handle while the run goes on
@@ -158,6 +160,11 @@ static int mode_loop(int n)
         ev.data.u64 = ((uint64_t)i << 1) | 1;
         epoll_ctl(ep, EPOLL_CTL_ADD, runs[i].out, &ev);
         open_items += 2;
+    }
+    if (pool && getenv("AJ_HANDLES_FREE_POOL")) {
+        /* The runs keep what they need of it. */
+        aj_pool_free(pool);
+        pool = NULL;
     }
     while (open_items > 0) {
         struct epoll_event evs[64];

@@ -130,3 +130,13 @@ def test_lease_signal_is_configurable(hostdir):
     kinds = [json.loads(l)["type"] for l in open(os.path.join(hostdir, "0.jsonl"))]
     assert "canary" in kinds, kinds
     assert sets == {"set_first": 0, "set_other_after": -16, "set_same_after": 0, "set_sigterm": -22}, sets
+
+
+def test_pool_freed_while_its_runs_go_on():
+    """aj_pool_free right after starting pooled runs: they finish as usual
+    (each keeps what it needs of the pool), and their cgroups and the
+    pool's are all removed."""
+    env = dict(os.environ, AJ_HANDLES_FREE_POOL="1")
+    runs, summary, _ = handles(["--pool", "3", "loop", "3"], ["/bin/sh", "-c", "sleep 0.5; echo p-$0", "@"], env=env)
+    assert [(r["status"], r["stdout"]) for r in runs] == [("ok", "p-%d " % i) for i in range(3)], runs
+    no_leftovers(runs, summary)

@@ -1155,8 +1155,7 @@ void aj_loop_arm(struct supervise_state *st)
     }
     /* Removals first: an fd number freed by one slot may be another's now. */
     for (int i = 0; i < AJ_SLOTS; i++)
-        if (st->reg_fd[i] >= 0 && (pfd[i].fd != st->reg_fd[i] || to_epoll(pfd[i].events) != st->reg_ev[i]) &&
-            pfd[i].fd != st->reg_fd[i]) {
+        if (st->reg_fd[i] >= 0 && pfd[i].fd != st->reg_fd[i]) {
             if (!st->always[i])
                 (void)epoll_ctl(st->epfd, EPOLL_CTL_DEL, st->reg_fd[i], NULL);
             st->reg_fd[i] = -1;
