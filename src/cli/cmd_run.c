@@ -221,17 +221,17 @@ static int run_until_end(const struct aj_policy *pol, const struct aj_request *r
     struct signalfd_siginfo si;
     int sfd, r;
 
+    memset(res, 0, sizeof(*res));
+    res->status = AJ_STATUS_SETUP_ERROR;
+    res->exit_code = AJ_EXIT_SETUP;
     sfd = signalfd(-1, ending, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0)
-        return aj_err(err, errno, "signalfd");
-    r = aj_sandbox_start(pol, req, &h, err);
-    if (r < 0) {
-        (void)close(sfd);
-        memset(res, 0, sizeof(*res));
-        res->status = AJ_STATUS_SETUP_ERROR;
-        res->exit_code = AJ_EXIT_SETUP;
+    r = sfd < 0 ? aj_err(err, errno, "signalfd") : aj_sandbox_start(pol, req, &h, err);
+    if (r < 0 || !h) {
+        /* No handle (out of memory or fds): the one line says why. */
+        if (sfd >= 0)
+            (void)close(sfd);
         snprintf(res->error, sizeof(res->error), "%s", err->msg);
-        return r;
+        return r < 0 ? r : -EINVAL;
     }
     while (aj_sandbox_process(h) == 0) {
         struct pollfd p[2] = {{.fd = aj_sandbox_fd(h), .events = POLLIN}, {.fd = sfd, .events = POLLIN}};

@@ -358,6 +358,7 @@ static void wait_ready(struct aj_sandbox *sb)
 static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool pipes_ok, struct aj_sandbox **ret,
                       struct aj_error *err)
 {
+    const struct aj_policy *pol;
     struct aj_sandbox *sb;
     struct aj_cgroup spent;
     struct aj_req rq;
@@ -424,9 +425,10 @@ static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool p
     pool->stats.cold_runs++;
     pool->stats.discarded++;
     pthread_mutex_unlock(&pool->mu);
+    pol = pool->pol; /* the caller's: it outlives the pool, whose reference we drop */
     aj_pool_run_ended(pool, &spent);
     *err = (struct aj_error){0};
-    return sb_start_cold(pool->pol, req, pipes_ok, ret, err);
+    return sb_start_cold(pol, req, pipes_ok, ret, err);
 }
 
 int aj_pool_start(struct aj_pool *pool, const struct aj_request *req, struct aj_sandbox **ret, struct aj_error *err)

@@ -1609,10 +1609,10 @@ int aj_run_ex(const struct aj_policy *pol, const struct aj_request *req, struct 
     int r;
 
     r = sb_start_cold(pol, req, false, &sb, err);
-    if (r < 0) {
+    if (r < 0 || !sb) {
         result_reset(res);
         result_refused(res, err);
-        return r;
+        return r < 0 ? r : -EINVAL;
     }
     r = aj_sandbox_wait(sb, err);
     *res = sb->res;
