@@ -342,7 +342,7 @@ static void fail_unarmed_decoys(struct supervise_state *st, const struct aj_erro
  * is copied, and the caller's terminal is put in raw mode (only when we
  * are its foreground: a background job must not change the terminal of
  * the shell in front), so that ^C, ^Z and line editing are the payload's
- * pty's business. Restored in sb_cleanup, on every path. */
+ * pty's business. Restored in sb_end, on every path. */
 static void pty_attach(struct supervise_state *st, int master)
 {
     struct winsize ws;
@@ -524,8 +524,8 @@ static void drop_output(struct out_stream *o)
 
 /* Write what the buffer holds, as far as the destination takes it now.
  * writable: poll said POLLOUT (the only time RELAY_CHUNKED may write). A
- * reader that went away (EPIPE; SIGPIPE is blocked during the run, see
- * sb_block_signals) is that reader's business: the payload's accounting
+ * reader that went away (EPIPE; SIGPIPE is blocked in this thread while
+ * the library works, see sb_guard_enter) is that reader's business: the payload's accounting
  * goes on, its output is dropped. */
 static void flush_output(struct out_stream *o, bool writable)
 {
