@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import AJ_BIN, must_skip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,6 +22,8 @@ def test_child_object_calls_only_async_signal_safe_functions():
     if not all(os.path.exists(l) for l in libs):
         must_skip("static libraries not found next to AJ_BIN: %s" % BUILD)
     p = subprocess.run([sys.executable, CHECK] + libs, capture_output=True, text=True, timeout=120)
+    if p.returncode == 77:
+        pytest.skip("not applicable to a sanitizer build (its runtime is called everywhere): " + p.stdout.strip())
     assert p.returncode == 0, p.stdout + p.stderr
     assert "every outside call allowed" in p.stdout, p.stdout
 
