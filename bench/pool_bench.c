@@ -56,11 +56,13 @@ static int run_bare(char **cmd)
 
 static int run_warm(struct aj_pool *pool, char **cmd)
 {
-    struct aj_run_options o = {.stdout_fd = devnull, .stderr_fd = devnull};
+    struct aj_request req = AJ_REQUEST_INIT;
     struct aj_result res;
     struct aj_error err = {0};
 
-    if (aj_pool_run(pool, cmd, &o, &res, &err) < 0) {
+    req.argv = cmd;
+    req.stdio[1] = req.stdio[2] = AJ_STDIO_OF_FD(devnull);
+    if (aj_pool_run(pool, &req, &res, &err) < 0) {
         fprintf(stderr, "aj-pool-bench: %s\n", err.msg);
         return -1;
     }

@@ -20,40 +20,57 @@ enum aj_status {
 };
 
 /* Which layers were actually applied: set by the code that applied them,
- * never from the policy alone. */
+ * never from the policy alone. Indices (not bits): ask a result with
+ * aj_result_has_layer, so the set can grow past 32 (or 64) kinds without
+ * changing what a caller compiled against this header sees. */
 enum aj_layer {
-    AJ_LAYER_USERNS = 1u << 0,
-    AJ_LAYER_PIDNS = 1u << 1,
-    AJ_LAYER_MOUNTNS = 1u << 2,
-    AJ_LAYER_NETNS = 1u << 3,
-    AJ_LAYER_IPCNS = 1u << 4,
-    AJ_LAYER_UTSNS = 1u << 5,
-    AJ_LAYER_CGROUPNS = 1u << 6,
-    AJ_LAYER_TIMENS = 1u << 7,
-    AJ_LAYER_ROOTFS = 1u << 8,      /* tmpfs root + pivot_root, old root detached */
-    AJ_LAYER_CAPS = 1u << 9,        /* all five capability sets empty, securebits locked */
-    AJ_LAYER_NNP = 1u << 10,
-    AJ_LAYER_SECCOMP = 1u << 11,
-    AJ_LAYER_LANDLOCK_FS = 1u << 12,
-    AJ_LAYER_LANDLOCK_NET = 1u << 13,
-    AJ_LAYER_LANDLOCK_SCOPE = 1u << 14,
-    AJ_LAYER_RLIMITS = 1u << 15,
-    AJ_LAYER_UID_ISOLATION = 1u << 16, /* run has its own host uid (root mode) */
-    AJ_LAYER_ENV_CLEARED = 1u << 17,
-    AJ_LAYER_FDS_CLOSED = 1u << 18,
-    AJ_LAYER_NEW_SESSION = 1u << 19,
-    AJ_LAYER_KEYRING = 1u << 20,
-    AJ_LAYER_CGROUP = 1u << 21,       /* the tree is in its own cgroup: accounted, killable */
-    AJ_LAYER_MEMORY_LIMIT = 1u << 22,
-    AJ_LAYER_PIDS_LIMIT = 1u << 23,
-    AJ_LAYER_CPU_LIMIT = 1u << 24,    /* CPU bandwidth */
-    AJ_LAYER_CPU_TIME_LIMIT = 1u << 25,
-    AJ_LAYER_OUTPUT_LIMIT = 1u << 26,
-    AJ_LAYER_MONITOR = 1u << 27,      /* escape-indicative syscalls reach the supervisor */
-    AJ_LAYER_DECOYS = 1u << 28,       /* honeytokens in place and watched */
-    AJ_LAYER_NO_NESTED_NS = 1u << 29, /* max_*_namespaces = 0 inside */
+    AJ_LAYER_USERNS = 0,
+    AJ_LAYER_PIDNS = 1,
+    AJ_LAYER_MOUNTNS = 2,
+    AJ_LAYER_NETNS = 3,
+    AJ_LAYER_IPCNS = 4,
+    AJ_LAYER_UTSNS = 5,
+    AJ_LAYER_CGROUPNS = 6,
+    AJ_LAYER_TIMENS = 7,
+    AJ_LAYER_ROOTFS = 8,      /* tmpfs root + pivot_root, old root detached */
+    AJ_LAYER_CAPS = 9,        /* all five capability sets empty, securebits locked */
+    AJ_LAYER_NNP = 10,
+    AJ_LAYER_SECCOMP = 11,
+    AJ_LAYER_LANDLOCK_FS = 12,
+    AJ_LAYER_LANDLOCK_NET = 13,
+    AJ_LAYER_LANDLOCK_SCOPE = 14,
+    AJ_LAYER_RLIMITS = 15,
+    AJ_LAYER_UID_ISOLATION = 16, /* run has its own host uid (root mode) */
+    AJ_LAYER_ENV_CLEARED = 17,
+    AJ_LAYER_FDS_CLOSED = 18,
+    AJ_LAYER_NEW_SESSION = 19,
+    AJ_LAYER_KEYRING = 20,
+    AJ_LAYER_CGROUP = 21,       /* the tree is in its own cgroup: accounted, killable */
+    AJ_LAYER_MEMORY_LIMIT = 22,
+    AJ_LAYER_PIDS_LIMIT = 23,
+    AJ_LAYER_CPU_LIMIT = 24,    /* CPU bandwidth */
+    AJ_LAYER_CPU_TIME_LIMIT = 25,
+    AJ_LAYER_OUTPUT_LIMIT = 26,
+    AJ_LAYER_MONITOR = 27,      /* escape-indicative syscalls reach the supervisor */
+    AJ_LAYER_DECOYS = 28,       /* honeytokens in place and watched */
+    AJ_LAYER_NO_NESTED_NS = 29, /* max_*_namespaces = 0 inside */
+    AJ_LAYER_COUNT, /* grows as layers are added: not a bound to compile in */
 };
-#define AJ_LAYER_COUNT 30
+
+/* Event kinds (docs/events.md), as counted in a result: the first eight
+ * are the result's "events" object. */
+enum aj_event_type {
+    AJ_EV_START = 0,
+    AJ_EV_EXIT,
+    AJ_EV_ESCAPE_ATTEMPT,
+    AJ_EV_CANARY,
+    AJ_EV_NET_DENIED,
+    AJ_EV_NET_ALLOWED,
+    AJ_EV_LIMIT,
+    AJ_EV_ERROR,
+    AJ_EV_EVENTS_SUPPRESSED, /* the event budget's summary (not in the result's counts) */
+    AJ_EV_COUNT,             /* grows as kinds are added */
+};
 
 struct aj_result {
     enum aj_status status;
@@ -64,7 +81,10 @@ struct aj_result {
     uint64_t max_rss_kb;
     char policy_sha256[65];
     char sandbox_id[33];
-    uint32_t layers;          /* enum aj_layer bits */
+    /* Applied layers and events counted by kind: read them with
+     * aj_result_has_layer and aj_result_event_count. Room for 256 layers
+     * and 32 event kinds: new kinds do not change this struct's size. */
+    uint64_t layer_set[4];
     int landlock_abi;         /* 0: unavailable */
     bool degraded;            /* ran without namespaces (--allow-degraded) */
     bool rootless;
@@ -74,7 +94,7 @@ struct aj_result {
     bool stdout_truncated, stderr_truncated;
     uint64_t stdout_bytes, stderr_bytes; /* what the payload wrote (captured runs) */
     char cgroup_versions[4][8];          /* per controller: "v1", "v2", "none" */
-    uint64_t event_counts[8];            /* by enum aj_event_type */
+    uint64_t event_count[32];            /* by enum aj_event_type: aj_result_event_count */
     bool escape_attempted;               /* any escape_attempt or canary event */
     char unsafe_skipped[16];             /* a layer left out on purpose (tests only) */
     bool has_rw_binds;                   /* the policy binds something writable */
@@ -83,7 +103,12 @@ struct aj_result {
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);
-AJ_EXPORT const char *aj_layer_name(enum aj_layer l);
+AJ_EXPORT const char *aj_layer_name(enum aj_layer l); /* NULL past the last */
+AJ_EXPORT const char *aj_event_type_name(enum aj_event_type t);
+/* Whether the run applied layer l (false for a layer this library does not know). */
+AJ_EXPORT bool aj_result_has_layer(const struct aj_result *res, enum aj_layer l);
+/* Events of kind t the run raised (written or suppressed by the budget); 0 for an unknown kind. */
+AJ_EXPORT uint64_t aj_result_event_count(const struct aj_result *res, enum aj_event_type t);
 /* Result JSON (versioned, see docs/result.md); caller frees. */
 AJ_EXPORT char *aj_result_to_json(const struct aj_result *res);
 struct aj_policy;

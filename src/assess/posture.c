@@ -597,15 +597,14 @@ static int check_userns(struct ctx *c)
  * sees. So build a real minimal sandbox: /bin/true under the default
  * policy, through the library exactly as `agentjail run` does, and report
  * what run will do, with the fix (the run's own error names it). */
-static void missing_layers(uint32_t layers, uint32_t want, char *buf, size_t size)
+static void missing_layers(const struct aj_result *res, uint64_t want, char *buf, size_t size)
 {
     size_t off = 0;
 
     buf[0] = '\0';
-    for (unsigned i = 0; i < AJ_LAYER_COUNT; i++) {
-        uint32_t bit = 1u << i;
-        if ((want & bit) && !(layers & bit) && off + 1 < size) {
-            int n = snprintf(buf + off, size - off, "%s%s", off ? ", " : "", aj_layer_name((enum aj_layer)bit));
+    for (unsigned i = 0; i < AJ_LAYER_COUNT && i < 64; i++) {
+        if ((want & AJ_LAYER_BIT(i)) && !aj_result_has_layer(res, (enum aj_layer)i) && off + 1 < size) {
+            int n = snprintf(buf + off, size - off, "%s%s", off ? ", " : "", aj_layer_name((enum aj_layer)i));
             if (n < 0)
                 break;
             off += (size_t)n < size - off ? (size_t)n : size - off - 1;
@@ -617,16 +616,16 @@ static int check_trial_run(struct ctx *c)
 {
     static const char *const why = "check reads the host's settings; a container's seccomp profile, capabilities "
                                    "and read-only /proc/sys or cgroups only show when a sandbox is built";
-    const uint32_t security = AJ_LAYER_USERNS | AJ_LAYER_PIDNS | AJ_LAYER_MOUNTNS | AJ_LAYER_NETNS |
-                              AJ_LAYER_IPCNS | AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS | AJ_LAYER_ROOTFS |
-                              AJ_LAYER_SECCOMP | AJ_LAYER_LANDLOCK_FS | AJ_LAYER_NNP | AJ_LAYER_KEYRING |
-                              AJ_LAYER_DECOYS | AJ_LAYER_NO_NESTED_NS | AJ_LAYER_MONITOR;
-    const uint32_t limits = AJ_LAYER_CGROUP | AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT;
+    const uint64_t security = AJ_LAYER_BIT(AJ_LAYER_USERNS) | AJ_LAYER_BIT(AJ_LAYER_PIDNS) | AJ_LAYER_BIT(AJ_LAYER_MOUNTNS) | AJ_LAYER_BIT(AJ_LAYER_NETNS) |
+                              AJ_LAYER_BIT(AJ_LAYER_IPCNS) | AJ_LAYER_BIT(AJ_LAYER_UTSNS) | AJ_LAYER_BIT(AJ_LAYER_CGROUPNS) | AJ_LAYER_BIT(AJ_LAYER_ROOTFS) |
+                              AJ_LAYER_BIT(AJ_LAYER_SECCOMP) | AJ_LAYER_BIT(AJ_LAYER_LANDLOCK_FS) | AJ_LAYER_BIT(AJ_LAYER_NNP) | AJ_LAYER_BIT(AJ_LAYER_KEYRING) |
+                              AJ_LAYER_BIT(AJ_LAYER_DECOYS) | AJ_LAYER_BIT(AJ_LAYER_NO_NESTED_NS) | AJ_LAYER_BIT(AJ_LAYER_MONITOR);
+    const uint64_t limits = AJ_LAYER_BIT(AJ_LAYER_CGROUP) | AJ_LAYER_BIT(AJ_LAYER_MEMORY_LIMIT) | AJ_LAYER_BIT(AJ_LAYER_PIDS_LIMIT);
     char *const argv[] = {"/bin/true", NULL};
     struct aj_policy pol;
     struct aj_result res;
     struct aj_error rerr = {0};
-    struct aj_run_options opts = {0};
+    struct aj_request req = AJ_REQUEST_INIT;
     char value[1024], miss[512];
     int devnull, r;
 
@@ -636,16 +635,17 @@ static int check_trial_run(struct ctx *c)
     devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (devnull < 0)
         return aj_err(c->err, errno, "open /dev/null");
-    opts.stdout_fd = opts.stderr_fd = devnull;
+    req.argv = argv;
+    req.stdio[1] = req.stdio[2] = AJ_STDIO_OF_FD(devnull);
     aj_policy_init(&pol);
-    r = aj_run_ex(&pol, argv, &opts, &res, &rerr);
+    r = aj_run_ex(&pol, &req, &res, &rerr);
     if (r < 0) {
         const char *fix = strstr(rerr.msg, "fix: ");
         char degraded[256] = "";
         /* Would --allow-degraded work? Say so, with what it lacks. */
         pol.allow_degraded = true;
-        if (aj_run_ex(&pol, argv, &opts, &res, &(struct aj_error){0}) == 0 && res.degraded) {
-            missing_layers(res.layers, security | limits, miss, sizeof(miss));
+        if (aj_run_ex(&pol, &req, &res, &(struct aj_error){0}) == 0 && res.degraded) {
+            missing_layers(&res, security | limits, miss, sizeof(miss));
             snprintf(degraded, sizeof(degraded), "; --allow-degraded would run, without: %.200s", miss);
         }
         aj_policy_clear(&pol);
@@ -661,13 +661,13 @@ static int check_trial_run(struct ctx *c)
                  res.error);
         return add(c, "run.trial", AJ_POSTURE_FAIL, value, why, "see the error; docs/deploy.md covers containers");
     }
-    missing_layers(res.layers, security, miss, sizeof(miss));
+    missing_layers(&res, security, miss, sizeof(miss));
     if (miss[0]) {
         snprintf(value, sizeof(value), "agentjail run works, without: %s", miss);
         return add(c, "run.trial", AJ_POSTURE_FAIL, value, why,
                    "a layer the default policy asks for is missing: see docs/deploy.md");
     }
-    missing_layers(res.layers, limits, miss, sizeof(miss));
+    missing_layers(&res, limits, miss, sizeof(miss));
     if (miss[0]) {
         snprintf(value, sizeof(value), "agentjail run works, without the cgroup limits: %s", miss);
         return add(c, "run.trial", AJ_POSTURE_WARN, value, why,

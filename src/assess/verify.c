@@ -49,7 +49,7 @@ int aj_probe_in_policy(const struct aj_policy *pol_in, char **ret_json, struct a
     struct aj_bind *binds = NULL;
     char probe[4096];
     char *argv[] = {PROBE_IN_SANDBOX, "--json", NULL};
-    struct aj_run_options opts = {0};
+    struct aj_request req = AJ_REQUEST_INIT;
     _cleanup_close_ int out = -1;
     struct stat st;
     char *buf = NULL;
@@ -76,8 +76,12 @@ int aj_probe_in_policy(const struct aj_policy *pol_in, char **ret_json, struct a
         free(binds);
         return aj_err(err, errno, "memfd for the probe's output");
     }
-    opts.stdout_fd = out;
-    r = aj_run_ex(&pol, argv, &opts, ret_res, err);
+    /* stdout to the memfd; stderr is ours, as it was (the probe's
+     * complaints reach whoever runs verify); stdin none. */
+    req.argv = argv;
+    req.stdio[1] = AJ_STDIO_OF_FD(out);
+    req.stdio[2] = AJ_STDIO_OF_FD(STDERR_FILENO);
+    r = aj_run_ex(&pol, &req, ret_res, err);
     free(binds);
     if (r < 0)
         return aj_err_prefix(err, r, "probe run");
@@ -228,66 +232,72 @@ static void expect_mounts(struct checks *c, json_t *probe, const struct aj_polic
 
 static void expect_layers(struct checks *c, const struct aj_result *res, const struct aj_policy *pol)
 {
-    uint32_t want = AJ_LAYER_USERNS | AJ_LAYER_PIDNS | AJ_LAYER_MOUNTNS | AJ_LAYER_NETNS | AJ_LAYER_IPCNS |
-                    AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS | AJ_LAYER_ROOTFS | AJ_LAYER_CAPS | AJ_LAYER_NNP |
-                    AJ_LAYER_SECCOMP | AJ_LAYER_LANDLOCK_FS | AJ_LAYER_RLIMITS | AJ_LAYER_ENV_CLEARED |
-                    AJ_LAYER_FDS_CLOSED | AJ_LAYER_NEW_SESSION | AJ_LAYER_KEYRING | AJ_LAYER_MONITOR |
-                    AJ_LAYER_NO_NESTED_NS;
+    static const enum aj_layer always[] = {
+        AJ_LAYER_USERNS,      AJ_LAYER_PIDNS,        AJ_LAYER_MOUNTNS,      AJ_LAYER_NETNS,
+        AJ_LAYER_IPCNS,       AJ_LAYER_UTSNS,        AJ_LAYER_CGROUPNS,     AJ_LAYER_ROOTFS,
+        AJ_LAYER_CAPS,        AJ_LAYER_NNP,          AJ_LAYER_SECCOMP,      AJ_LAYER_LANDLOCK_FS,
+        AJ_LAYER_RLIMITS,     AJ_LAYER_ENV_CLEARED,  AJ_LAYER_FDS_CLOSED,   AJ_LAYER_NEW_SESSION,
+        AJ_LAYER_KEYRING,     AJ_LAYER_MONITOR,      AJ_LAYER_NO_NESTED_NS,
+    };
+    bool want[AJ_LAYER_COUNT] = {false};
 
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(always); i++)
+        want[always[i]] = true;
     if (pol->decoys)
-        want |= AJ_LAYER_DECOYS;
+        want[AJ_LAYER_DECOYS] = true;
     if (res->landlock_abi >= 4 && pol->network == AJ_NET_NONE)
-        want |= AJ_LAYER_LANDLOCK_NET;
+        want[AJ_LAYER_LANDLOCK_NET] = true;
     if (res->landlock_abi >= 6)
-        want |= AJ_LAYER_LANDLOCK_SCOPE;
+        want[AJ_LAYER_LANDLOCK_SCOPE] = true;
     if (!res->rootless)
-        want |= AJ_LAYER_UID_ISOLATION;
+        want[AJ_LAYER_UID_ISOLATION] = true;
     /* The cgroup limits the policy declares, its defaults included: a run
      * without them (a container with a read-only cgroup hierarchy, a
      * rootless caller without a delegated cgroup) does not match, whatever
      * the policy says about requiring them. The supervisor sets these
      * layers only after the cgroup's own files read back the values. */
     if (pol->memory_max || pol->pids_max || pol->cpu_milli || pol->cpu_time_ms)
-        want |= AJ_LAYER_CGROUP;
+        want[AJ_LAYER_CGROUP] = true;
     if (pol->memory_max)
-        want |= AJ_LAYER_MEMORY_LIMIT;
+        want[AJ_LAYER_MEMORY_LIMIT] = true;
     if (pol->pids_max)
-        want |= AJ_LAYER_PIDS_LIMIT;
+        want[AJ_LAYER_PIDS_LIMIT] = true;
     if (pol->cpu_milli)
-        want |= AJ_LAYER_CPU_LIMIT;
+        want[AJ_LAYER_CPU_LIMIT] = true;
     if (pol->cpu_time_ms)
-        want |= AJ_LAYER_CPU_TIME_LIMIT;
+        want[AJ_LAYER_CPU_TIME_LIMIT] = true;
     if (pol->output_limit)
-        want |= AJ_LAYER_OUTPUT_LIMIT;
+        want[AJ_LAYER_OUTPUT_LIMIT] = true;
     for (unsigned i = 0; i < AJ_LAYER_COUNT; i++) {
-        uint32_t bit = 1u << i;
+        enum aj_layer l = (enum aj_layer)i;
+        bool have = aj_result_has_layer(res, l);
         char name[64];
-        if (!(want & bit))
+        if (!want[i])
             continue;
-        snprintf(name, sizeof(name), "layer.%s", aj_layer_name((enum aj_layer)bit));
-        if (bit & (AJ_LAYER_CGROUP | AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT | AJ_LAYER_CPU_LIMIT |
-                   AJ_LAYER_CPU_TIME_LIMIT)) {
+        snprintf(name, sizeof(name), "layer.%s", aj_layer_name(l));
+        if (l == AJ_LAYER_CGROUP || l == AJ_LAYER_MEMORY_LIMIT || l == AJ_LAYER_PIDS_LIMIT || l == AJ_LAYER_CPU_LIMIT ||
+            l == AJ_LAYER_CPU_TIME_LIMIT) {
             char declared[96];
-            if (bit == AJ_LAYER_MEMORY_LIMIT)
+            if (l == AJ_LAYER_MEMORY_LIMIT)
                 snprintf(declared, sizeof(declared), "applied: memory %llu bytes",
                          (unsigned long long)pol->memory_max);
-            else if (bit == AJ_LAYER_PIDS_LIMIT)
+            else if (l == AJ_LAYER_PIDS_LIMIT)
                 snprintf(declared, sizeof(declared), "applied: %llu processes", (unsigned long long)pol->pids_max);
-            else if (bit == AJ_LAYER_CPU_LIMIT)
+            else if (l == AJ_LAYER_CPU_LIMIT)
                 snprintf(declared, sizeof(declared), "applied: %u.%03u CPUs", pol->cpu_milli / 1000,
                          pol->cpu_milli % 1000);
             else
                 snprintf(declared, sizeof(declared), "applied");
             add_check(c, name, declared,
-                      (res->layers & bit) ? (bit == AJ_LAYER_CGROUP || bit == AJ_LAYER_CPU_TIME_LIMIT
-                                                 ? "applied"
-                                                 : "applied (the cgroup's files read back the limit)")
-                                          : "NOT applied: no writable cgroup for this run (run as root with the "
-                                            "cgroup hierarchy, or in a delegated cgroup v2 scope; docs/deploy.md)",
-                      res->layers & bit);
+                      have ? (l == AJ_LAYER_CGROUP || l == AJ_LAYER_CPU_TIME_LIMIT
+                                  ? "applied"
+                                  : "applied (the cgroup's files read back the limit)")
+                           : "NOT applied: no writable cgroup for this run (run as root with the "
+                             "cgroup hierarchy, or in a delegated cgroup v2 scope; docs/deploy.md)",
+                      have);
             continue;
         }
-        add_check(c, name, "applied", (res->layers & bit) ? "applied" : "NOT applied", res->layers & bit);
+        add_check(c, name, "applied", have ? "applied" : "NOT applied", have);
     }
 }
 

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `agentjail run`: parse flags into the policy, call aj_run, print one line
- * on failure, mirror the payload's exit status. */
+/* `agentjail run`: parse flags into the policy, run the sandbox through the
+ * library's handle (ending it on SIGINT, SIGTERM, SIGHUP, SIGQUIT), print
+ * one line on failure, mirror the payload's exit status. */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
 #include "agentjail.h"
 #include "cli.h"
@@ -202,9 +206,50 @@ static void print_degraded_warning(const struct aj_result *res)
             res->degraded_reason);
     fputs("agentjail: WARNING: missing layers:", stderr);
     for (unsigned i = 0; i < AJ_LAYER_COUNT; i++)
-        if (!(res->layers & (1u << i)))
-            fprintf(stderr, " %s", aj_layer_name((enum aj_layer)(1u << i)));
+        if (!aj_result_has_layer(res, (enum aj_layer)i))
+            fprintf(stderr, " %s", aj_layer_name((enum aj_layer)i));
     fputc('\n', stderr);
+}
+
+/* Run req to its end, ending it at the first of the signals in ending
+ * (blocked by the caller), each of which is recorded in got. */
+static int run_until_end(const struct aj_policy *pol, const struct aj_request *req, const sigset_t *ending,
+                         sigset_t *got, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_sandbox *h = NULL;
+    struct signalfd_siginfo si;
+    int sfd, r;
+
+    memset(res, 0, sizeof(*res));
+    res->status = AJ_STATUS_SETUP_ERROR;
+    res->exit_code = AJ_EXIT_SETUP;
+    sfd = signalfd(-1, ending, SFD_CLOEXEC | SFD_NONBLOCK);
+    r = sfd < 0 ? aj_err(err, errno, "signalfd") : aj_sandbox_start(pol, req, &h, err);
+    if (r < 0 || !h) {
+        /* No handle (out of memory or fds): the one line says why. */
+        if (sfd >= 0)
+            (void)close(sfd);
+        snprintf(res->error, sizeof(res->error), "%s", err->msg);
+        return r < 0 ? r : -EINVAL;
+    }
+    while (aj_sandbox_process(h) == 0) {
+        struct pollfd p[2] = {{.fd = aj_sandbox_fd(h), .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+            if (sigisemptyset(got))
+                (void)aj_sandbox_kill(h, (int)si.ssi_signo);
+            (void)sigaddset(got, (int)si.ssi_signo);
+        }
+    }
+    r = aj_sandbox_wait(h, err); /* ended: returns at once */
+    *res = *aj_sandbox_result(h);
+    aj_sandbox_free(h);
+    /* One that came as the run ended is ours too. */
+    while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        (void)sigaddset(got, (int)si.ssi_signo);
+    (void)close(sfd);
+    return r;
 }
 
 int aj_cmd_run(int argc, char **argv)
@@ -213,7 +258,7 @@ int aj_cmd_run(int argc, char **argv)
     struct aj_result res;
     struct aj_error err = {0};
     const char *result_path = NULL, *events_path = NULL;
-    sigset_t ending, old_mask;
+    sigset_t ending, old_mask, got;
     int opt, r, code, longindex = 0;
     bool last_rw = false; /* the flag before was a --bind-rw: what a --bind-owner applies to */
 
@@ -315,18 +360,28 @@ int aj_cmd_run(int argc, char **argv)
     if (result_path && strcmp(result_path, "-") != 0 && aj_result_check_path(pol, result_path, &err) < 0)
         goto usage_error;
 
-    /* A SIGTERM or ^C that ends the run is left pending for us by the
-     * library: blocked here until the result is written, then delivered
-     * (we exit as signalled, as a shell expects). */
+    /* The library takes no signal: a SIGINT, SIGTERM, SIGHUP or SIGQUIT is
+     * ours to catch. Blocked from before the sandbox exists (a ^C during
+     * setup must not orphan it) and read from a signalfd: the first one
+     * ends the run (aj_sandbox_kill: the result says signaled, that
+     * signal); each is raised again after the result is written, and we
+     * die of it as a shell expects. */
     sigemptyset(&ending);
     sigaddset(&ending, SIGINT);
     sigaddset(&ending, SIGTERM);
     sigaddset(&ending, SIGHUP);
     sigaddset(&ending, SIGQUIT);
     (void)sigprocmask(SIG_BLOCK, &ending, &old_mask);
+    sigemptyset(&got);
     {
-        struct aj_run_options opts = {.events_path = events_path};
-        r = aj_run_ex(pol, argv + optind, &opts, &res, &err);
+        /* The CLI's own 0, 1 and 2, named: the library never hands them
+         * over by default. */
+        struct aj_request req = AJ_REQUEST_INIT;
+        req.argv = argv + optind;
+        req.events_path = events_path;
+        for (int i = 0; i < 3; i++)
+            req.stdio[i] = AJ_STDIO_OF_FD(i);
+        r = run_until_end(pol, &req, &ending, &got, &res, &err);
     }
     if (res.degraded)
         print_degraded_warning(&res);
@@ -357,6 +412,9 @@ int aj_cmd_run(int argc, char **argv)
     (void)fflush(NULL);
     /* Delivered now if one came (default action: we die of it); ignored
      * ones (nohup) are discarded and the exit status says 128+N. */
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(&got, s) == 1)
+            (void)kill(getpid(), s);
     (void)sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (r < 0)
         return res.exit_code ? res.exit_code : AJ_EXIT_SETUP;

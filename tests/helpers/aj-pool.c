@@ -93,7 +93,7 @@ int main(int argc, char **argv)
             usleep(10000);
     }
     for (int start = ++i; start < argc; run++) {
-        struct aj_run_options o = {0};
+        struct aj_request o = AJ_REQUEST_INIT;
         struct aj_result res;
         char evpath[4096], *json;
         int end = start, r;
@@ -108,9 +108,12 @@ int main(int argc, char **argv)
             setenv(argv[start] + 1, eq + 1, 1);
             start++;
         }
+        /* Our own 0-2 unless --outdir (the library gives none by default). */
+        for (int k = 0; k < 3; k++)
+            o.stdio[k] = AJ_STDIO_OF_FD(k);
         if (outdir) {
-            o.stdout_fd = open_out(outdir, run, "out");
-            o.stderr_fd = open_out(outdir, run, "err");
+            o.stdio[1] = AJ_STDIO_OF_FD(open_out(outdir, run, "out"));
+            o.stdio[2] = AJ_STDIO_OF_FD(open_out(outdir, run, "err"));
         }
         if (evdir) {
             snprintf(evpath, sizeof(evpath), "%s/%u.jsonl", evdir, run);
@@ -118,7 +121,8 @@ int main(int argc, char **argv)
         }
         aj_pool_get_stats(pool, &ps);
         warm_before = ps.warm_runs;
-        r = aj_pool_run(pool, argv + start, &o, &res, &err);
+        o.argv = argv + start;
+        r = aj_pool_run(pool, &o, &res, &err);
         aj_pool_get_stats(pool, &ps);
         if (r < 0)
             failures++;
@@ -131,10 +135,10 @@ int main(int argc, char **argv)
                ps.warm_runs > warm_before ? "true" : "false", r < 0 ? "see result" : "", json ? json : "null");
         fflush(stdout);
         free(json);
-        if (o.stdout_fd > 0)
-            close(o.stdout_fd);
-        if (o.stderr_fd > 0)
-            close(o.stderr_fd);
+        if (outdir) {
+            close(o.stdio[1].fd);
+            close(o.stdio[2].fd);
+        }
         start = end + 1;
     }
     aj_pool_get_stats(pool, &ps);

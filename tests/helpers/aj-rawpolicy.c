@@ -46,6 +46,7 @@ int main(int argc, char **argv)
     struct aj_policy pol;
     struct aj_error err = {0};
     struct aj_result res;
+    struct aj_request req = AJ_REQUEST_INIT;
     bool pool_mode = false;
     int i = 1, r;
 
@@ -62,14 +63,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: aj-rawpolicy [--pool] FIELD=VALUE... -- CMD...\n");
         return 2;
     }
+    req.argv = argv + i + 1;
+    for (int k = 0; k < 3; k++)
+        req.stdio[k] = AJ_STDIO_OF_FD(k); /* ours, named: the library gives none by default */
     if (pool_mode) {
         struct aj_pool *pool = NULL;
         r = aj_pool_new(&pol, 1, &pool, &err);
         if (r == 0)
-            r = aj_pool_run(pool, argv + i + 1, NULL, &res, &err);
+            r = aj_pool_run(pool, &req, &res, &err);
         aj_pool_free(pool);
     } else {
-        r = aj_run(&pol, argv + i + 1, &res, &err);
+        r = aj_run_ex(&pol, &req, &res, &err);
     }
     aj_policy_clear(&pol);
     if (r < 0) {

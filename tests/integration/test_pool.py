@@ -321,3 +321,25 @@ def test_pool_refuses_a_bad_size():
         must_skip("aj-pool helper not built")
     proc = subprocess.run([AJ_POOL, "--size", "0", "--", "/bin/true"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1 and "pool size 0" in proc.stderr
+
+
+def test_refilled_sandboxes_report_a_decoy_read_at_once(outdir, tmp_path):
+    """Sandboxes the filler thread prepares take their decoy leases there;
+    a break must still reach the run (it goes to the library's lease
+    thread, whoever leased). Before, the break went to the filler thread,
+    which never read it: no canary, and the reader hung for the kernel's
+    lease-break-time (45 s) before the open went through."""
+    import time
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    os.chmod(ev, 0o777)
+    t0 = time.monotonic()
+    runs, summary, _ = pool([["/bin/cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"]] * 4, size=1,
+                            outdir=outdir, events=str(ev), timeout=300)
+    elapsed = time.monotonic() - t0
+    assert summary["pool"]["prepared"] >= 2, summary  # at least one refill took part
+    for i in range(4):
+        assert runs[i]["result"]["status"] == "ok" and out(outdir, i).startswith("eyJ"), runs[i]
+        kinds = [e["type"] for e in map(json.loads, open(ev / ("%d.jsonl" % i)))]
+        assert "canary" in kinds, (i, runs[i]["warm"], kinds)
+    assert elapsed < 30, "a decoy read waited for the kernel's lease-break-time: %.1f s" % elapsed

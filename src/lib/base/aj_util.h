@@ -41,6 +41,11 @@ static inline void aj_closep(int *fd)
 
 #define AJ_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* A layer (enum aj_layer, an index) as a bit of the 64-bit masks the
+ * layers and the run pass around inside the library; struct aj_result
+ * keeps room for more (aj_result_has_layer). */
+#define AJ_LAYER_BIT(l) (UINT64_C(1) << (l))
+
 /* Async-signal-safe helpers (usable between clone and exec). */
 int aj_write_all(int fd, const void *buf, size_t len);
 /* Write a small file relative to dirfd (O_CLOEXEC|O_NOFOLLOW). */

@@ -8,19 +8,7 @@
 #include <stdint.h>
 
 #include "aj_error.h"
-
-enum aj_event_type {
-    AJ_EV_START = 0,
-    AJ_EV_EXIT,
-    AJ_EV_ESCAPE_ATTEMPT,
-    AJ_EV_CANARY,
-    AJ_EV_NET_DENIED,
-    AJ_EV_NET_ALLOWED,
-    AJ_EV_LIMIT,
-    AJ_EV_ERROR,
-    AJ_EV_EVENTS_SUPPRESSED, /* the event budget's summary (not in the result's counts) */
-    AJ_EV_COUNT,
-};
+#include "aj_result.h" /* enum aj_event_type */
 
 enum aj_severity {
     AJ_SEV_INFO = 0,
@@ -47,7 +35,6 @@ struct aj_audit {
     uint64_t suppressed_total;
 };
 
-AJ_EXPORT const char *aj_event_type_name(enum aj_event_type t);
 AJ_EXPORT const char *aj_severity_name(enum aj_severity s);
 
 struct aj_policy;

@@ -59,10 +59,11 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int fi
                        struct aj_error *err);
 
 /* Supervisor side: a write lease on each decoy file. Any open of the file
- * by anyone else breaks the lease, and the kernel tells us with signal sig
- * (si_fd = the file) before that open returns. fsnotify would do too, but
- * tearing down its marks waits for an SRCU grace period on every run. */
-int aj_decoy_parent_lease(int fd, int sig, struct aj_error *err);
+ * by anyone else breaks the lease, and the kernel tells thread owner_tid
+ * with signal sig (si_fd = the file) before that open returns; the opener
+ * waits until aj_decoy_release_lease. fsnotify would do too, but tearing
+ * down its marks waits for an SRCU grace period on every run. */
+int aj_decoy_parent_lease(int fd, int sig, pid_t owner_tid, struct aj_error *err);
 
 /* Supervisor side: a connection to the decoy socket (non-blocking, or -1);
  * later, its event: the request line if one came, then a 403, then close. */

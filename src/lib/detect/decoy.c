@@ -331,13 +331,13 @@ int aj_decoy_child_arm(const struct aj_decoy_files *files, int *ret_sock, int fi
     return 0;
 }
 
-int aj_decoy_parent_lease(int fd, int sig, struct aj_error *err)
+int aj_decoy_parent_lease(int fd, int sig, pid_t owner_tid, struct aj_error *err)
 {
-    /* To this thread, not the process: it is the one that blocks sig and
-     * reads it from its signalfd. Process-directed, a caller's other
-     * thread could take it (the canary lost) or, not blocking it, die of
-     * it (SIGRTMIN's default action ends the process). */
-    struct f_owner_ex owner = {.type = F_OWNER_TID, .pid = gettid()};
+    /* To one thread, not the process: the one that blocks sig and reads
+     * it from its signalfd. Process-directed, another thread could take
+     * it (the canary lost) or, not blocking it, die of it (SIGRTMIN's
+     * default action ends the process). */
+    struct f_owner_ex owner = {.type = F_OWNER_TID, .pid = owner_tid};
 
     if (fcntl(fd, F_SETSIG, sig) < 0 || fcntl(fd, F_SETOWN_EX, &owner) < 0)
         return aj_err(err, errno, "decoy signal");

@@ -49,7 +49,7 @@ struct aj_cgroup {
     int v2_fd;                             /* O_PATH|O_DIRECTORY, for CLONE_INTO_CGROUP */
     char v1_dir[AJ_CG_NCTRL][AJ_CG_PATH * 2];
     int version[AJ_CG_NCTRL];              /* where each controller is for this run */
-    uint32_t limits;                       /* AJ_LAYER_*_LIMIT bits actually written */
+    uint64_t limits;                       /* AJ_LAYER_BIT(AJ_LAYER_*_LIMIT) actually written */
     bool created;
     /* v2, per controller: why it is not in the run's group (AJ_CG_WHY_*). */
     int v2_why[AJ_CG_NCTRL];

@@ -17,9 +17,9 @@ AJ_EXPORT int aj_landlock_abi(void);
  * the host tree, so the rules name host paths; else sandbox paths.
  * ret_layers gets AJ_LAYER_LANDLOCK_* bits for what was applied. */
 int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
-                            uint32_t *ret_layers, struct aj_error *err);
+                            uint64_t *ret_layers, struct aj_error *err);
 /* The same, plus read and write (no create, remove or device ioctl) on
  * each of the n_rw files in rw_files: decoys the payload must be able to
  * open for writing too, so that the open reaches their lease. */
 int aj_landlock_child_apply_ex(const struct aj_policy *pol, int abi, bool degraded, const char *const *rw_files,
-                               size_t n_rw, uint32_t *ret_layers, struct aj_error *err);
+                               size_t n_rw, uint64_t *ret_layers, struct aj_error *err);

@@ -471,7 +471,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         if (r < 0 && req)
             goto fail;
         if (r == 0)
-            cg->limits |= AJ_LAYER_MEMORY_LIMIT;
+            cg->limits |= AJ_LAYER_BIT(AJ_LAYER_MEMORY_LIMIT);
     }
     if (pol->pids_max && cg->version[AJ_CG_PIDS]) {
         bool req = required(pol, AJ_LIMIT_PIDS);
@@ -482,7 +482,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         if (r < 0 && req)
             goto fail;
         if (r == 0)
-            cg->limits |= AJ_LAYER_PIDS_LIMIT;
+            cg->limits |= AJ_LAYER_BIT(AJ_LAYER_PIDS_LIMIT);
     }
     if (pol->cpu_milli && cg->version[AJ_CG_CPU]) {
         const struct aj_cg_backend *be = backend_of(cg, AJ_CG_CPU);
@@ -495,7 +495,7 @@ int aj_cgroup_create(const struct aj_cgroup_host *host, const struct aj_policy *
         if (r < 0 && req)
             goto fail;
         if (r == 0)
-            cg->limits |= AJ_LAYER_CPU_LIMIT;
+            cg->limits |= AJ_LAYER_BIT(AJ_LAYER_CPU_LIMIT);
     }
     return 0;
 fail:

@@ -115,13 +115,13 @@ static const char *const degraded_read_paths[] = {
 };
 
 int aj_landlock_child_apply(const struct aj_policy *pol, int abi, bool degraded,
-                            uint32_t *ret_layers, struct aj_error *err)
+                            uint64_t *ret_layers, struct aj_error *err)
 {
     return aj_landlock_child_apply_ex(pol, abi, degraded, NULL, 0, ret_layers, err);
 }
 
 int aj_landlock_child_apply_ex(const struct aj_policy *pol, int abi, bool degraded, const char *const *rw_files,
-                               size_t n_rw, uint32_t *ret_layers, struct aj_error *err)
+                               size_t n_rw, uint64_t *ret_layers, struct aj_error *err)
 {
     struct aj_landlock_ruleset_attr attr = {0};
     size_t attr_size;
@@ -213,10 +213,10 @@ int aj_landlock_child_apply_ex(const struct aj_policy *pol, int abi, bool degrad
     }
     if (syscall(__NR_landlock_restrict_self, ruleset, 0) < 0)
         return aj_err(err, errno, "landlock_restrict_self");
-    *ret_layers = AJ_LAYER_LANDLOCK_FS;
+    *ret_layers = AJ_LAYER_BIT(AJ_LAYER_LANDLOCK_FS);
     if (attr.handled_access_net)
-        *ret_layers |= AJ_LAYER_LANDLOCK_NET;
+        *ret_layers |= AJ_LAYER_BIT(AJ_LAYER_LANDLOCK_NET);
     if (attr.scoped)
-        *ret_layers |= AJ_LAYER_LANDLOCK_SCOPE;
+        *ret_layers |= AJ_LAYER_BIT(AJ_LAYER_LANDLOCK_SCOPE);
     return 0;
 }

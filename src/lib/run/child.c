@@ -209,7 +209,7 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
     struct aj_error err = {0};
-    uint32_t ll_layers = 0;
+    uint64_t ll_layers = 0;
     int e, r;
 
     /* The payload starts with every signal at its default and none
@@ -235,7 +235,7 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
         aj_err(&err, errno, "setsid");
         child_fail(c, &err, 125);
     }
-    c->layers |= AJ_LAYER_NEW_SESSION;
+    c->layers |= AJ_LAYER_BIT(AJ_LAYER_NEW_SESSION);
     if (c->pty_slave >= 0) {
         /* Its own pty as its controlling terminal: ^C, job control and
          * window size work, on a terminal that is the sandbox's. */
@@ -263,7 +263,7 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
         if (redirect_output(c, &err) < 0)
             child_fail(c, &err, 125);
         if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) >= 0) { /* the new keyring's serial */
-            c->layers |= AJ_LAYER_KEYRING;
+            c->layers |= AJ_LAYER_BIT(AJ_LAYER_KEYRING);
         } else if (errno != EPERM && errno != ENOSYS) {
             aj_err(&err, errno, "join a fresh session keyring");
             child_fail(c, &err, 125);
@@ -285,7 +285,7 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
         c->bpf = c->bpf_memfd;
     if (aj_limits_child_apply_rlimits(pol, &err) < 0)
         child_fail(c, &err, 125);
-    c->layers |= AJ_LAYER_RLIMITS;
+    c->layers |= AJ_LAYER_BIT(AJ_LAYER_RLIMITS);
     r = aj_caps_child_drop_all(&err);
     if (r < 0)
         child_fail(c, &err, 125);
@@ -293,10 +293,10 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
      * bounding set (no CAP_SETPCAP). It holds no capability and no_new_privs
      * stops exec from granting any, but the result must not say "dropped". */
     if (r == 0)
-        c->layers |= AJ_LAYER_CAPS;
+        c->layers |= AJ_LAYER_BIT(AJ_LAYER_CAPS);
     if (aj_caps_child_no_new_privs(&err) < 0)
         child_fail(c, &err, 125);
-    c->layers |= AJ_LAYER_NNP;
+    c->layers |= AJ_LAYER_BIT(AJ_LAYER_NNP);
     if (!(c->skip & AJ_SKIP_LANDLOCK)) {
         /* The device decoys init made in /dev: writable, so that an
          * O_RDWR open (as /dev/kvm's users do) gets as far as the lease. */
@@ -317,14 +317,14 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
         aj_err(&err, errno, "close_range");
         child_fail(c, &err, 125);
     }
-    c->layers |= AJ_LAYER_FDS_CLOSED | AJ_LAYER_ENV_CLEARED;
+    c->layers |= AJ_LAYER_BIT(AJ_LAYER_FDS_CLOSED) | AJ_LAYER_BIT(AJ_LAYER_ENV_CLEARED);
     r = (c->skip & AJ_SKIP_SECCOMP) ? -1 : aj_seccomp_child_load(&c->bpf, &err);
     if (r == -1 && (c->skip & AJ_SKIP_SECCOMP))
         r = 0;
     else if (r < 0)
         child_fail(c, &err, 125);
     else
-        c->layers |= AJ_LAYER_SECCOMP;
+        c->layers |= AJ_LAYER_BIT(AJ_LAYER_SECCOMP);
     if (r > 0) {
         /* The listener goes to the supervisor; this process keeps no copy
          * (a payload holding its own listener could answer itself). */
@@ -335,7 +335,7 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
             child_fail(c, &err, 125);
         }
         (void)close(lfd);
-        c->layers |= AJ_LAYER_MONITOR;
+        c->layers |= AJ_LAYER_BIT(AJ_LAYER_MONITOR);
     }
     if (c->parked)
         receive_run(c); /* a pooled sandbox: blocks until it has its command */
@@ -563,7 +563,7 @@ void aj_child_init_main(struct aj_child_ctx *c)
     /* Time namespace (5.6+): only children created after unshare enter it,
      * which is exactly the payload. Optional: older kernels lack it. */
     if (timens_fd >= 0 && unshare(CLONE_NEWTIME) == 0) {
-        c->layers |= AJ_LAYER_TIMENS;
+        c->layers |= AJ_LAYER_BIT(AJ_LAYER_TIMENS);
         if (set_own_uptime(timens_fd, &err) < 0)
             child_fail(c, &err, 125);
     }
@@ -573,7 +573,7 @@ void aj_child_init_main(struct aj_child_ctx *c)
         child_fail(c, &err, 125);
     if (aj_mount_child_setup(&c->plan, pol, &err) < 0)
         child_fail(c, &err, 125);
-    c->layers |= AJ_LAYER_ROOTFS;
+    c->layers |= AJ_LAYER_BIT(AJ_LAYER_ROOTFS);
     if (c->netns_late && join_helper_netns(c, &err) < 0)
         child_fail(c, &err, 125);
     if (aj_netns_child_setup(pol, &err) < 0)
@@ -586,7 +586,7 @@ void aj_child_init_main(struct aj_child_ctx *c)
      * none can be created inside. */
     if (aj_userns_child_nesting_forbid(nest_fds, &err) < 0)
         child_fail(c, &err, 125);
-    c->layers |= AJ_LAYER_NO_NESTED_NS;
+    c->layers |= AJ_LAYER_BIT(AJ_LAYER_NO_NESTED_NS);
     if (c->decoys.n > 0) {
         struct aj_sync_msg m = {.type = AJ_MSG_DECOYS, .wstatus = (int32_t)c->decoys.n};
         int fds[1 + AJ_DECOY_MAX_FILES], sock, nfds = 0;
@@ -607,7 +607,7 @@ void aj_child_init_main(struct aj_child_ctx *c)
          * that opened a decoy in between would leave no canary. */
         if (wait_armed(c->sock) < 0)
             _exit(125);
-        c->layers |= AJ_LAYER_DECOYS;
+        c->layers |= AJ_LAYER_BIT(AJ_LAYER_DECOYS);
     }
     /* A fresh anonymous session keyring: the host session keyring (and any
      * tokens cached in it) is not inherited. */
@@ -621,7 +621,7 @@ void aj_child_init_main(struct aj_child_ctx *c)
             aj_err(&err, errno, "join a fresh session keyring");
         child_fail(c, &err, 125);
     }
-    c->layers |= AJ_LAYER_KEYRING;
+    c->layers |= AJ_LAYER_BIT(AJ_LAYER_KEYRING);
     /* Before the payload exists (c->argv is a copy, not this memory). */
     scrub_cmdline();
     if (close_all_but(c->sock, c->pty_slave) < 0) {

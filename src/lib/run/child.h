@@ -43,7 +43,7 @@ struct aj_child_ctx {
     bool degraded;
     uid_t host_uid;
     gid_t host_gid;
-    uint32_t layers;      /* accumulated on the sandbox side */
+    uint64_t layers;      /* accumulated on the sandbox side (AJ_LAYER_BIT) */
     struct aj_decoy_files decoys;
     unsigned skip;        /* AJ_SKIP_*: layers left out on purpose (tests of verify) */
     /* The caller's stdin and stdout are a terminal: the payload gets a pty

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/signalfd.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -21,6 +23,8 @@
 
 #include "aj_missing.h"
 #include "aj_util.h"
+#include "children.h"
+#include "leases.h"
 #include "protocol.h"
 
 /* Past the event budget, notifications are taken at FLOOD_PER_WINDOW per
@@ -76,11 +80,26 @@ static void start_alert(struct supervise_state *st, json_t *ev)
             (void)fcntl(p[1], F_SETFL, fl | O_NONBLOCK);
         (void)aj_write_all(p[1], json, strlen(json));
         (void)aj_write_all(p[1], "\n", 1);
+        aj_children_add(pid);
         st->alert.pid = pid;
+        /* Waited for by the event loop once the run is over (5.3+; before,
+         * on a short timer). */
+        st->alert.pidfd = (int)syscall(__NR_pidfd_open, pid, 0);
         st->alert.deadline = aj_now_ms() + st->pol->alert_timeout_ms;
     }
     (void)close(p[1]);
     free(json);
+}
+
+static void alert_reaped(struct supervise_state *st)
+{
+    aj_children_del(st->alert.pid);
+    st->alert.pid = 0;
+    if (st->alert.pidfd >= 0) {
+        aj_loop_unwatch(st, st->alert.pidfd);
+        (void)close(st->alert.pidfd);
+    }
+    st->alert.pidfd = -1;
 }
 
 /* Reap the hook if it is done; at its deadline kill its whole process
@@ -98,7 +117,7 @@ void aj_loop_check_alert(struct supervise_state *st, bool final)
             (void)kill(-st->alert.pid, SIGKILL); /* anything it left behind */
             while (waitpid(st->alert.pid, &status, 0) < 0 && errno == EINTR)
                 ;
-            st->alert.pid = 0;
+            alert_reaped(st);
             return;
         }
         if (aj_now_ms() >= st->alert.deadline) {
@@ -106,7 +125,7 @@ void aj_loop_check_alert(struct supervise_state *st, bool final)
             (void)kill(st->alert.pid, SIGKILL);
             while (waitpid(st->alert.pid, &status, 0) < 0 && errno == EINTR)
                 ;
-            st->alert.pid = 0;
+            alert_reaped(st);
             return;
         }
         if (!final)
@@ -211,8 +230,8 @@ static void emit_start(struct supervise_state *st)
     for (size_t i = 0; st->argv[i] && argv; i++)
         (void)json_array_append_new(argv, json_string(st->argv[i]));
     for (unsigned i = 0; i < AJ_LAYER_COUNT && layers; i++)
-        if ((st->layers | st->base_layers) & (1u << i))
-            (void)json_array_append_new(layers, json_string(aj_layer_name((enum aj_layer)(1u << i))));
+        if ((st->layers | st->base_layers) & AJ_LAYER_BIT(i))
+            (void)json_array_append_new(layers, json_string(aj_layer_name((enum aj_layer)i)));
     if (ev) {
         (void)json_object_set_new(ev, "command", argv ? argv : json_array());
         (void)json_object_set_new(ev, "layers", layers ? layers : json_array());
@@ -234,6 +253,19 @@ static void emit_start(struct supervise_state *st)
 static void on_decoy_socket(struct supervise_state *st);
 static void check_dconns(struct supervise_state *st, bool all);
 
+static void on_lease_break(struct supervise_state *st, int fd);
+
+/* The breaks leases.c routed to us since the last look. */
+static void read_lease_breaks(struct supervise_state *st)
+{
+    int fds[64];
+    ssize_t n;
+
+    while (st->lease_wake[0] >= 0 && (n = read(st->lease_wake[0], fds, sizeof(fds))) > 0)
+        for (size_t i = 0; i < (size_t)n / sizeof(int); i++)
+            on_lease_break(st, fds[i]);
+}
+
 /* Record what is pending on the decoy socket, then let go of the decoys.
  * Now, while the sandbox's mounts are alive: the socket is bound on the
  * sandbox's /var/run, and if our close() dropped the last reference to
@@ -245,13 +277,30 @@ static void finish_decoys(struct supervise_state *st)
     if (st->decoy_sock >= 0 && poll(&d, 1, 0) > 0 && (d.revents & POLLIN))
         on_decoy_socket(st);
     check_dconns(st, true);
-    if (st->decoy_sock >= 0)
+    read_lease_breaks(st);
+    if (st->decoy_sock >= 0) {
+        aj_loop_unwatch(st, st->decoy_sock);
         (void)close(st->decoy_sock);
+    }
     st->decoy_sock = -1;
+    aj_loop_close_decoy_files(st);
+}
+
+void aj_loop_close_decoy_files(struct supervise_state *st)
+{
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         if (st->decoy_files[i] >= 0) {
+            /* Unrouted first: a break of a later lease on the same fd
+             * number must not be taken for this one's (see on_lease_break). */
+            aj_leases_unwatch(st->decoy_files[i]);
             (void)close(st->decoy_files[i]);
             st->decoy_files[i] = -1;
+        }
+    for (int i = 0; i < 2; i++)
+        if (st->lease_wake[i] >= 0) {
+            aj_loop_unwatch(st, st->lease_wake[i]);
+            (void)close(st->lease_wake[i]);
+            st->lease_wake[i] = -1;
         }
 }
 
@@ -293,7 +342,7 @@ static void fail_unarmed_decoys(struct supervise_state *st, const struct aj_erro
  * is copied, and the caller's terminal is put in raw mode (only when we
  * are its foreground: a background job must not change the terminal of
  * the shell in front), so that ^C, ^Z and line editing are the payload's
- * pty's business. Restored in sb_cleanup, on every path. */
+ * pty's business. Restored in sb_end, on every path. */
 static void pty_attach(struct supervise_state *st, int master)
 {
     struct winsize ws;
@@ -302,7 +351,7 @@ static void pty_attach(struct supervise_state *st, int master)
     if (fl >= 0)
         (void)fcntl(master, F_SETFL, fl | O_NONBLOCK); /* our own description */
     st->out[0].rfd = master;
-    if (ioctl(st->out[0].dest, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+    if (ioctl(st->out[0].dest, TIOCGWINSZ, &ws) == 0 || ioctl(st->in_dest, TIOCGWINSZ, &ws) == 0)
         (void)ioctl(master, TIOCSWINSZ, &ws);
     st->in.buf = malloc(RELAY_BUF_SIZE);
     st->in.wfd = fcntl(master, F_DUPFD_CLOEXEC, 3);
@@ -311,12 +360,17 @@ static void pty_attach(struct supervise_state *st, int master)
     st->in.own_wfd = true;
     st->in.how = RELAY_NONBLOCK;
     st->in.no_limit = true;
-    /* The caller's stdin, read through a non-blocking description of our own. */
-    st->in.rfd = open("/proc/self/fd/0", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (st->in.rfd >= 0 && tcgetpgrp(STDIN_FILENO) == getpgrp() && tcgetattr(STDIN_FILENO, &st->saved_tio) == 0) {
+    /* The caller's terminal (the request's stdin), read through a
+     * non-blocking description of our own. */
+    {
+        char path[64];
+        (void)snprintf(path, sizeof(path), "/proc/self/fd/%d", st->in_dest);
+        st->in.rfd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    }
+    if (st->in.rfd >= 0 && tcgetpgrp(st->in_dest) == getpgrp() && tcgetattr(st->in_dest, &st->saved_tio) == 0) {
         struct termios raw = st->saved_tio;
         cfmakeraw(&raw);
-        if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
+        if (tcsetattr(st->in_dest, TCSANOW, &raw) == 0)
             st->tio_saved = true;
     }
 }
@@ -355,10 +409,16 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
         }
         int failed = 0;
         for (int i = 0; i < msg->wstatus; i++, k++) {
-            struct aj_error lerr;
+            struct aj_error lerr = {0};
+            pid_t tid = 0;
+            int sig = 0;
             st->decoy_files[i] = fds[k];
             fds[k] = -1;
-            if (aj_decoy_parent_lease(st->decoy_files[i], SIG_DECOY, &lerr) < 0) {
+            /* Routed to us before the lease exists: no break is lost. */
+            if ((st->lease_wake[0] < 0 && pipe2(st->lease_wake, O_CLOEXEC | O_NONBLOCK) < 0 &&
+                 aj_err(&lerr, errno, "decoy wake pipe") < 0) ||
+                aj_leases_watch(st->decoy_files[i], st->lease_wake[1], &tid, &sig, &lerr) < 0 ||
+                aj_decoy_parent_lease(st->decoy_files[i], sig, tid, &lerr) < 0) {
                 bool first = !st->decoy_unarmed;
                 st->decoy_unarmed = true;
                 failed++;
@@ -454,21 +514,6 @@ uint64_t aj_loop_deadline(uint64_t start, uint64_t timeout_ms)
     return timeout_ms > UINT64_MAX - start ? UINT64_MAX : start + timeout_ms;
 }
 
-/* The poll timeout that also wakes us at deadline: the time left is
- * 64-bit arithmetic, clamped to what poll's int can hold. A timeout above
- * INT_MAX ms once turned negative here, and poll then waited forever: no
- * cgroup checks, no cpu-time limit, no timed anything. */
-static int clamp_poll_timeout(int timeout, uint64_t deadline)
-{
-    uint64_t now = aj_now_ms(), left = now >= deadline ? 0 : deadline - now;
-
-    if (left > (uint64_t)INT_MAX)
-        left = INT_MAX;
-    if (timeout < 0 || (uint64_t)timeout > left)
-        return (int)left;
-    return timeout;
-}
-
 /* The caller's reader is gone: from now on output is counted and dropped. */
 static void drop_output(struct out_stream *o)
 {
@@ -479,8 +524,8 @@ static void drop_output(struct out_stream *o)
 
 /* Write what the buffer holds, as far as the destination takes it now.
  * writable: poll said POLLOUT (the only time RELAY_CHUNKED may write). A
- * reader that went away (EPIPE; SIGPIPE is blocked during the run, see
- * sb_block_signals) is that reader's business: the payload's accounting
+ * reader that went away (EPIPE; SIGPIPE is blocked in this thread while
+ * the library works, see sb_guard_enter) is that reader's business: the payload's accounting
  * goes on, its output is dropped. */
 static void flush_output(struct out_stream *o, bool writable)
 {
@@ -536,6 +581,7 @@ static void pump_output(struct supervise_state *st, struct out_stream *o)
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (n <= 0) {
+        aj_loop_unwatch(st, o->rfd);
         (void)close(o->rfd);
         o->rfd = -1;
         return;
@@ -600,102 +646,104 @@ static int relay_open_dest(struct out_stream *o, struct aj_error *err)
     return 0;
 }
 
-/* Signals from the signalfd: decoy lease breaks, and the ones that end
- * the run (each kept in got_signals for the caller, see sb_cleanup). */
-static void on_lease_break(struct supervise_state *st, int fd);
-
-static void read_signals(struct supervise_state *st)
-{
-    struct signalfd_siginfo si;
-
-    while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-        if ((int)si.ssi_signo == SIG_DECOY) {
-            on_lease_break(st, (int)si.ssi_fd);
-            continue;
-        }
-        (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
-        if (!st->interrupted) {
-            st->interrupted = (int)si.ssi_signo;
-            (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
-            if (st->cg)
-                aj_cgroup_kill(st->cg);
-        }
-    }
-}
-
 /* Relay what is left after the run, until every pipe is at EOF and every
  * buffer is written, but never wait on a stalled reader past the run's
  * deadline (the run then ends as a timeout), nor past a short grace when
- * the run was already ended by a limit or a signal, nor past a signal. */
+ * the run was already ended by a limit or a kill. */
 #define RELAY_GRACE_MS 1000
 
-void aj_loop_finish_output(struct supervise_state *st)
+/* Done with the destinations we own (a pipe the library made for the
+ * caller, /dev/null): closed now, so the caller's end of a pipe reads EOF
+ * as the run ends, not when its handle is freed. */
+static void close_own_outputs(struct supervise_state *st)
 {
-    uint64_t deadline = st->deadline;
-    uint64_t grace = 0;
-
-    for (;;) {
-        struct pollfd p[5];
-        int np = 0, timeout = -1, idx[2][2] = {{-1, -1}, {-1, -1}};
-        bool busy = false;
-        uint64_t until;
-
-        for (int i = 0; i < 2; i++) {
-            struct out_stream *o = &st->out[i];
-            if (o->dest_gone)
-                drop_output(o);
-            if (o->rfd >= 0 && o->len < RELAY_BUF_SIZE) {
-                idx[i][0] = np;
-                p[np++] = (struct pollfd){.fd = o->rfd, .events = POLLIN};
-            }
-            if (o->len > 0 && o->how != RELAY_PLAIN) {
-                idx[i][1] = np;
-                p[np++] = (struct pollfd){.fd = o->wfd, .events = POLLOUT};
-            }
-            busy |= o->rfd >= 0 || o->len > 0;
+    for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
+        if (!o->owns_dest)
+            continue;
+        if (o->own_wfd && o->wfd >= 0) {
+            aj_loop_unwatch(st, o->wfd);
+            (void)close(o->wfd);
         }
-        if (!busy)
-            return;
-        if ((st->limit != AJ_STATUS_OK || st->interrupted) && !grace)
-            grace = aj_now_ms() + RELAY_GRACE_MS;
-        until = grace ? grace : deadline;
-        if (until) {
-            if (aj_now_ms() >= until) {
-                /* A reader that stalls past the deadline: the run did not
-                 * finish in time. What is left is dropped. */
-                if (!grace)
-                    end_run(st, AJ_STATUS_TIMEOUT);
-                for (int i = 0; i < 2; i++) {
-                    if (st->out[i].rfd >= 0)
-                        (void)close(st->out[i].rfd);
-                    st->out[i].rfd = -1;
-                    st->out[i].len = st->out[i].head = 0;
-                }
-                return;
-            }
-            timeout = clamp_poll_timeout(-1, until);
+        o->own_wfd = false;
+        o->wfd = -1;
+        if (o->dest >= 0) {
+            aj_loop_unwatch(st, o->dest);
+            (void)close(o->dest);
         }
-        p[np++] = (struct pollfd){.fd = st->sigfd, .events = POLLIN};
-        if (poll(p, (nfds_t)np, timeout) < 0) {
-            if (errno == EINTR)
-                continue;
-            return;
-        }
-        if (p[np - 1].revents & POLLIN)
-            read_signals(st);
-        for (int i = 0; i < 2; i++) {
-            struct out_stream *o = &st->out[i];
-            if (idx[i][0] >= 0 && p[idx[i][0]].revents)
-                pump_output(st, o);
-            if (idx[i][1] >= 0 && (p[idx[i][1]].revents & (POLLERR | POLLHUP)) && o->how != RELAY_SOCKET) {
-                drop_output(o); /* the pipe's reader is gone */
-            } else if (idx[i][1] >= 0 && p[idx[i][1]].revents) {
-                flush_output(o, true);
-            }
-            if (o->how == RELAY_PLAIN)
-                flush_output(o, true);
-        }
+        o->dest = -1;
+        o->owns_dest = false;
     }
+}
+
+/* Whether the relay is over (then the owned destinations are closed). */
+static bool drain_check(struct supervise_state *st)
+{
+    bool busy = false;
+    uint64_t until;
+
+    for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
+        if (o->dest_gone)
+            drop_output(o);
+        busy |= o->rfd >= 0 || o->len > 0;
+    }
+    if (busy && (st->limit != AJ_STATUS_OK || st->interrupted) && !st->drain_grace)
+        st->drain_grace = aj_now_ms() + RELAY_GRACE_MS;
+    until = st->drain_grace ? st->drain_grace : st->deadline;
+    if (busy && until && aj_now_ms() >= until) {
+        /* A reader that stalls past the deadline: the run did not finish
+         * in time. What is left is dropped. */
+        if (!st->drain_grace)
+            end_run(st, AJ_STATUS_TIMEOUT);
+        for (int i = 0; i < 2; i++) {
+            if (st->out[i].rfd >= 0) {
+                aj_loop_unwatch(st, st->out[i].rfd);
+                (void)close(st->out[i].rfd);
+            }
+            st->out[i].rfd = -1;
+            st->out[i].len = st->out[i].head = 0;
+        }
+        busy = false;
+    }
+    if (busy)
+        return false;
+    close_own_outputs(st);
+    return true;
+}
+
+static void drain_interest(struct supervise_state *st, struct pollfd pfd[AJ_SLOTS], uint64_t *wake)
+{
+    for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
+        if (o->rfd >= 0 && o->len < RELAY_BUF_SIZE)
+            pfd[AJ_SLOT_OUT + i] = (struct pollfd){.fd = o->rfd, .events = POLLIN};
+        if (o->len > 0 && o->how != RELAY_PLAIN && !o->dest_gone)
+            pfd[AJ_SLOT_OUT_W + i] = (struct pollfd){.fd = o->wfd, .events = POLLOUT};
+    }
+    *wake = st->drain_grace ? st->drain_grace : st->deadline;
+}
+
+static bool drain_step(struct supervise_state *st, const short revents[AJ_SLOTS])
+{
+    for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
+        short w = revents[AJ_SLOT_OUT_W + i];
+        if (revents[AJ_SLOT_OUT + i])
+            pump_output(st, o);
+        if ((w & (POLLERR | POLLHUP)) && o->how != RELAY_SOCKET)
+            drop_output(o); /* the pipe's reader is gone */
+        else if (w)
+            flush_output(o, true);
+        if (o->how == RELAY_PLAIN)
+            flush_output(o, true);
+    }
+    return drain_check(st);
+}
+
+void aj_loop_drain_begin(struct supervise_state *st)
+{
+    st->phase = drain_check(st) ? AJ_LOOP_DRAINED : AJ_LOOP_DRAIN;
 }
 
 static void check_cgroup_limits(struct supervise_state *st)
@@ -716,7 +764,6 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
-enum { PF_SOCK, PF_PIDFD, PF_SIG, PF_OUT, PF_ERR, PF_IN, PF_NOTIFY, PF_DSOCK, PF_OUT_W, PF_ERR_W, PF_IN_W, PF_COUNT };
 
 /* Every message the sandbox side queued before this moment: the payload
  * sends READY (and with it the start event) before it execs, so draining
@@ -726,9 +773,18 @@ void aj_loop_drain_msgs(struct supervise_state *st)
     int r;
     while (st->sock >= 0 && (r = recv_msg(st)) != 0)
         if (r < 0) {
+            aj_loop_unwatch(st, st->sock);
             (void)close(st->sock);
             st->sock = -1;
         }
+}
+
+/* The listener is gone (every process of the filter exited). */
+static void notify_gone(struct supervise_state *st)
+{
+    aj_loop_unwatch(st, st->notify.fd);
+    aj_notify_clear(&st->notify);
+    (void)aj_notify_init(&st->notify, -1, NULL);
 }
 
 static void on_notify(struct supervise_state *st)
@@ -770,9 +826,7 @@ static void on_notify(struct supervise_state *st)
         r = aj_notify_receive(&st->notify, st->audit, &ev, &sev);
     }
     if (r < 0) {
-        /* The listener is gone (every process of the filter exited). */
-        aj_notify_clear(&st->notify);
-        (void)aj_notify_init(&st->notify, -1, NULL);
+        notify_gone(st);
         return;
     }
     if (r == 0)
@@ -850,6 +904,12 @@ static void on_lease_break(struct supervise_state *st, int fd)
 {
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         if (st->decoy_files[i] == fd && fd >= 0) {
+            /* Once per decoy (the lease is gone after), and only a break
+             * of our own lease: one that still reads F_WRLCK is unbroken,
+             * the wake-up was for an earlier lease on this fd number. */
+            if (st->decoy_fired[i] || fcntl(fd, F_GETLEASE) == F_WRLCK)
+                return;
+            st->decoy_fired[i] = true;
             aj_loop_drain_msgs(st);
             /* The opener waits until the lease goes: record (and maybe end
              * the run) first, then let it through. */
@@ -861,125 +921,313 @@ static void on_lease_break(struct supervise_state *st, int fd)
         }
 }
 
-int aj_loop_supervise(struct supervise_state *st, struct aj_error *err)
+/* What the supervision phase waits for, and when it must look again
+ * (*wake, aj_now_ms; 0: no timed work). */
+static void supervise_interest(struct supervise_state *st, struct pollfd pfd[AJ_SLOTS], uint64_t *wake)
 {
-    uint64_t deadline = st->deadline;
-    uint64_t last_cg_check = 0;
-    bool watch_cgroup = st->cg && st->cg->created &&
-                        (st->cg->limits & (AJ_LAYER_MEMORY_LIMIT | AJ_LAYER_PIDS_LIMIT) ||
-                         st->pol->cpu_time_ms);
+    uint64_t now = aj_now_ms();
 
-    for (;;) {
-        struct pollfd pfd[PF_COUNT] = {
-            [PF_SOCK] = {.fd = st->sock, .events = POLLIN},
-            [PF_PIDFD] = {.fd = st->pidfd, .events = POLLIN},
-            [PF_SIG] = {.fd = st->sigfd, .events = POLLIN},
-            [PF_NOTIFY] = {.fd = st->notify.fd, .events = POLLIN},
-            [PF_DSOCK] = {.fd = st->decoy_sock, .events = POLLIN},
-        };
-        int timeout = watch_cgroup && st->limit == AJ_STATUS_OK ? CGROUP_POLL_MS : -1;
-        int r;
+#define WAKE_BY(t)                                                                                 \
+    do {                                                                                           \
+        uint64_t _t = (t);                                                                         \
+        if (!*wake || _t < *wake)                                                                  \
+            *wake = _t;                                                                            \
+    } while (0)
+    pfd[AJ_SLOT_SOCK] = (struct pollfd){.fd = st->sock, .events = POLLIN};
+    pfd[AJ_SLOT_PIDFD] = (struct pollfd){.fd = st->pidfd, .events = POLLIN};
+    pfd[AJ_SLOT_NOTIFY] = (struct pollfd){.fd = st->notify.fd, .events = POLLIN};
+    pfd[AJ_SLOT_DSOCK] = (struct pollfd){.fd = st->decoy_sock, .events = POLLIN};
+    pfd[AJ_SLOT_LEASE] = (struct pollfd){.fd = st->lease_wake[0], .events = POLLIN};
+    /* Output: read while the buffer has room, write while it holds
+     * something and the reader takes it. A full buffer leaves the payload
+     * waiting on its pipe, never the supervisor. */
+    for (int i = 0; i < 3; i++) {
+        struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
+        pfd[AJ_SLOT_OUT + i] = (struct pollfd){.fd = o->rfd >= 0 && o->len < RELAY_BUF_SIZE ? o->rfd : -1,
+                                               .events = POLLIN};
+        pfd[AJ_SLOT_OUT_W + i] = (struct pollfd){
+            .fd = o->len > 0 && !o->dest_gone && o->how != RELAY_PLAIN ? o->wfd : -1, .events = POLLOUT};
+    }
+    if (st->watch_cgroup && st->limit == AJ_STATUS_OK)
+        WAKE_BY(st->last_cg_check + CGROUP_POLL_MS);
+    if (st->deadline && st->limit == AJ_STATUS_OK)
+        WAKE_BY(st->deadline);
+    if (st->alert.pid > 0)
+        WAKE_BY(now + 50); /* watch the hook's deadline */
+    if (st->notify.fd >= 0 && fast_path(st, AJ_EV_ESCAPE_ATTEMPT) && st->flood_taken >= FLOOD_PER_WINDOW &&
+        now / FLOOD_WINDOW_MS == st->flood_window) {
+        /* This window's quota is spent: not polled until the next. */
+        pfd[AJ_SLOT_NOTIFY].fd = -1;
+        WAKE_BY((st->flood_window + 1) * FLOOD_WINDOW_MS);
+    }
+    if (aj_audit_suppressed_pending(st->audit))
+        WAKE_BY(st->last_summary_ms + 1000); /* the next events_suppressed summary */
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
+        if (st->dconn[i].fd >= 0)
+            WAKE_BY(now + 20); /* a decoy connection's request */
+#undef WAKE_BY
+}
 
-        /* Output: read while the buffer has room, write while it holds
-         * something and the reader takes it. A full buffer leaves the
-         * payload waiting on its pipe, never the supervisor. */
-        for (int i = 0; i < 3; i++) {
-            struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
-            pfd[PF_OUT + i] = (struct pollfd){.fd = o->rfd >= 0 && o->len < RELAY_BUF_SIZE ? o->rfd : -1,
-                                              .events = POLLIN};
-            pfd[PF_OUT_W + i] = (struct pollfd){
-                .fd = o->len > 0 && !o->dest_gone && o->how != RELAY_PLAIN ? o->wfd : -1, .events = POLLOUT};
-        }
-
-        if (deadline && st->limit == AJ_STATUS_OK)
-            timeout = clamp_poll_timeout(timeout, deadline);
-        if (st->alert.pid > 0 && (timeout < 0 || timeout > 50))
-            timeout = 50; /* watch the hook's deadline */
-        if (st->notify.fd >= 0 && fast_path(st, AJ_EV_ESCAPE_ATTEMPT) && st->flood_taken >= FLOOD_PER_WINDOW) {
-            /* This window's quota is spent: not polled until the next. */
-            uint64_t now = aj_now_ms();
-            if (now / FLOOD_WINDOW_MS == st->flood_window) {
-                int wait = (int)(FLOOD_WINDOW_MS - now % FLOOD_WINDOW_MS);
-                pfd[PF_NOTIFY].fd = -1;
-                if (timeout < 0 || wait < timeout)
-                    timeout = wait;
-            }
-        }
-        if (aj_audit_suppressed_pending(st->audit)) {
-            /* The next events_suppressed summary is due a second after the last. */
-            uint64_t now = aj_now_ms(), due = st->last_summary_ms + 1000;
-            int wait = now >= due ? 0 : (int)(due - now);
-            if (timeout < 0 || wait < timeout)
-                timeout = wait;
-        }
-        for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
-            if (st->dconn[i].fd >= 0 && (timeout < 0 || timeout > 20))
-                timeout = 20; /* a decoy connection's request */
-        r = poll(pfd, PF_COUNT, timeout);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return aj_err(err, errno, "poll");
-        }
-        if (st->limit == AJ_STATUS_OK) {
-            uint64_t now = aj_now_ms();
-            if (deadline && now >= deadline)
-                end_run(st, AJ_STATUS_TIMEOUT);
-            else if (watch_cgroup && now - last_cg_check >= CGROUP_POLL_MS) {
-                /* On the timer, not on every wake-up: an escape notification
-                 * should not pay for reading cgroup files. */
-                last_cg_check = now;
-                check_cgroup_limits(st);
-            }
-        }
-        aj_loop_check_alert(st, false);
-        aj_loop_emit_summary(st, false);
-        if (pfd[PF_SOCK].revents & (POLLIN | POLLHUP | POLLERR))
-            aj_loop_drain_msgs(st);
-        if (pfd[PF_NOTIFY].revents & POLLIN)
-            on_notify(st);
-        else if (pfd[PF_NOTIFY].revents & (POLLHUP | POLLERR)) {
-            aj_notify_clear(&st->notify);
-            (void)aj_notify_init(&st->notify, -1, NULL);
-        }
-        if (pfd[PF_DSOCK].revents & POLLIN)
-            on_decoy_socket(st);
-        check_dconns(st, false);
-        for (int i = 0; i < 3; i++) {
-            struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
-            short w = pfd[PF_OUT_W + i].revents;
-            if (w & (POLLERR | POLLHUP) && o->how != RELAY_SOCKET)
-                drop_output(o); /* the reader of the caller's pipe (or the pty) is gone */
-            else if (w)
-                flush_output(o, true);
-            if (pfd[PF_OUT + i].revents & (POLLIN | POLLHUP | POLLERR))
-                pump_output(st, o);
-        }
-        if (pfd[PF_SIG].revents & POLLIN)
-            read_signals(st);
-        if (pfd[PF_PIDFD].revents & POLLIN) {
-            pid_t w;
-            do
-                w = wait4(st->pid, &st->init_status, 0, &st->ru);
-            while (w < 0 && errno == EINTR);
-            if (w == st->pid)
-                break;
-            if (w < 0 && errno == ECHILD) {
-                /* Reaped by someone else (a caller's waitpid(-1), SIGCHLD
-                 * ignored): init is gone, its status unknown. Not a loop on
-                 * a pidfd that stays readable. */
-                st->init_status = SIGKILL;
-                break;
-            }
+/* One wake-up of the supervision phase; true once init is reaped (its
+ * last messages taken, the decoys let go). */
+static bool supervise_step(struct supervise_state *st, const short revents[AJ_SLOTS])
+{
+    if (st->limit == AJ_STATUS_OK) {
+        uint64_t now = aj_now_ms();
+        if (st->deadline && now >= st->deadline)
+            end_run(st, AJ_STATUS_TIMEOUT);
+        else if (st->watch_cgroup && now - st->last_cg_check >= CGROUP_POLL_MS) {
+            /* On the timer, not on every wake-up: an escape notification
+             * should not pay for reading cgroup files. */
+            st->last_cg_check = now;
+            check_cgroup_limits(st);
         }
     }
-    st->pid = -1;
-    /* Messages sent just before init exited are still queued, and so may
-     * be the last decoy touches. */
-    while (st->sock >= 0 && recv_msg(st) > 0)
-        ;
-    finish_decoys(st);
+    aj_loop_check_alert(st, false);
+    aj_loop_emit_summary(st, false);
+    if (revents[AJ_SLOT_SOCK] & (POLLIN | POLLHUP | POLLERR))
+        aj_loop_drain_msgs(st);
+    if (revents[AJ_SLOT_NOTIFY] & POLLIN)
+        on_notify(st);
+    else if (revents[AJ_SLOT_NOTIFY] & (POLLHUP | POLLERR))
+        notify_gone(st);
+    if (revents[AJ_SLOT_LEASE] & POLLIN)
+        read_lease_breaks(st);
+    if (revents[AJ_SLOT_DSOCK] & POLLIN)
+        on_decoy_socket(st);
+    check_dconns(st, false);
+    for (int i = 0; i < 3; i++) {
+        struct out_stream *o = i < 2 ? &st->out[i] : &st->in;
+        short w = revents[AJ_SLOT_OUT_W + i];
+        if (w & (POLLERR | POLLHUP) && o->how != RELAY_SOCKET)
+            drop_output(o); /* the reader of the caller's pipe (or the pty) is gone */
+        else if (w)
+            flush_output(o, true);
+        if (revents[AJ_SLOT_OUT + i] & (POLLIN | POLLHUP | POLLERR))
+            pump_output(st, o);
+    }
+    if (revents[AJ_SLOT_PIDFD] & POLLIN) {
+        pid_t w;
+        do
+            w = wait4(st->pid, &st->init_status, WNOHANG, &st->ru);
+        while (w < 0 && errno == EINTR);
+        if (w == 0)
+            return false; /* not yet a zombie (a pidfd is readable at exit) */
+        if (w < 0 && errno == ECHILD)
+            /* Reaped by someone else (a caller's waitpid(-1), SIGCHLD
+             * ignored): init is gone, its status unknown. Not a loop on a
+             * pidfd that stays readable. */
+            st->init_status = SIGKILL;
+        else if (w != st->pid)
+            return false;
+        aj_children_del(st->pid);
+        st->pid = -1;
+        /* Messages sent just before init exited are still queued, and so
+         * may be the last decoy touches. */
+        while (st->sock >= 0 && recv_msg(st) > 0)
+            ;
+        finish_decoys(st);
+        return true;
+    }
+    return false;
+}
+
+void aj_loop_begin(struct supervise_state *st, uint64_t start)
+{
+    st->deadline = aj_loop_deadline(start, st->pol->timeout_ms);
+    st->watch_cgroup = st->cg && st->cg->created &&
+                       (st->cg->limits & (AJ_LAYER_BIT(AJ_LAYER_MEMORY_LIMIT) | AJ_LAYER_BIT(AJ_LAYER_PIDS_LIMIT)) ||
+                        st->pol->cpu_time_ms);
+    st->last_cg_check = 0;
+    st->phase = AJ_LOOP_SUPERVISE;
+}
+
+void aj_loop_interrupt(struct supervise_state *st, int sig)
+{
+    if (st->interrupted || st->phase >= AJ_LOOP_DRAINED)
+        return;
+    st->interrupted = sig;
+    if (st->pidfd >= 0)
+        (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+    if (st->cg)
+        aj_cgroup_kill(st->cg);
+}
+
+void aj_loop_alert_begin(struct supervise_state *st)
+{
+    if (st->alert.pid <= 0) {
+        st->phase = AJ_LOOP_DONE;
+        return;
+    }
+    st->phase = AJ_LOOP_ALERT;
+    aj_loop_check_alert(st, false);
+    if (st->alert.pid <= 0)
+        st->phase = AJ_LOOP_DONE;
+}
+
+/* ---- the epoll set ------------------------------------------------------------------ */
+
+int aj_loop_open(struct supervise_state *st, struct aj_error *err)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = AJ_SLOT_TIMER};
+
+    st->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (st->epfd < 0)
+        return aj_err(err, errno, "epoll_create1");
+    st->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (st->timerfd < 0)
+        return aj_err(err, errno, "timerfd_create");
+    if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->timerfd, &ev) < 0)
+        return aj_err(err, errno, "epoll_ctl");
     return 0;
+}
+
+void aj_loop_close(struct supervise_state *st)
+{
+    if (st->timerfd >= 0)
+        (void)close(st->timerfd);
+    if (st->epfd >= 0)
+        (void)close(st->epfd);
+    st->timerfd = st->epfd = -1;
+}
+
+void aj_loop_unwatch(struct supervise_state *st, int fd)
+{
+    for (int i = 0; fd >= 0 && i < AJ_SLOTS; i++)
+        if (st->reg_fd[i] == fd) {
+            if (!st->always[i])
+                (void)epoll_ctl(st->epfd, EPOLL_CTL_DEL, fd, NULL);
+            st->reg_fd[i] = -1;
+            st->reg_ev[i] = st->always[i] = 0;
+        }
+}
+
+static uint32_t to_epoll(short ev)
+{
+    return (ev & POLLIN ? EPOLLIN : 0) | (ev & POLLOUT ? EPOLLOUT : 0);
+}
+
+static short from_epoll(uint32_t ev)
+{
+    return (short)((ev & EPOLLIN ? POLLIN : 0) | (ev & EPOLLOUT ? POLLOUT : 0) | (ev & EPOLLHUP ? POLLHUP : 0) |
+                   (ev & EPOLLERR ? POLLERR : 0));
+}
+
+static void arm_timer(struct supervise_state *st, uint64_t at_ms)
+{
+    struct itimerspec its = {0};
+
+    if (at_ms == st->timer_at)
+        return;
+    st->timer_at = at_ms;
+    if (at_ms) {
+        its.it_value.tv_sec = (time_t)(at_ms / 1000);
+        its.it_value.tv_nsec = (long)(at_ms % 1000) * 1000000L;
+        if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
+            its.it_value.tv_nsec = 1; /* 0 would disarm */
+    }
+    (void)timerfd_settime(st->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+void aj_loop_arm(struct supervise_state *st)
+{
+    struct pollfd pfd[AJ_SLOTS];
+    uint64_t wake = 0;
+    bool always = false;
+
+    for (int i = 0; i < AJ_SLOTS; i++)
+        pfd[i] = (struct pollfd){.fd = -1};
+    switch (st->phase) {
+    case AJ_LOOP_SUPERVISE:
+    case AJ_LOOP_INIT_GONE:
+        supervise_interest(st, pfd, &wake);
+        break;
+    case AJ_LOOP_DRAIN:
+    case AJ_LOOP_DRAINED:
+        drain_interest(st, pfd, &wake);
+        break;
+    case AJ_LOOP_ALERT:
+        pfd[AJ_SLOT_PIDFD] = (struct pollfd){.fd = st->alert.pidfd, .events = POLLIN};
+        wake = st->alert.pidfd >= 0 ? st->alert.deadline : aj_now_ms() + 5;
+        break;
+    case AJ_LOOP_DONE:
+        break;
+    }
+    /* Removals first: an fd number freed by one slot may be another's now. */
+    for (int i = 0; i < AJ_SLOTS; i++)
+        if (st->reg_fd[i] >= 0 && pfd[i].fd != st->reg_fd[i]) {
+            if (!st->always[i])
+                (void)epoll_ctl(st->epfd, EPOLL_CTL_DEL, st->reg_fd[i], NULL);
+            st->reg_fd[i] = -1;
+            st->reg_ev[i] = st->always[i] = 0;
+        }
+    for (int i = 0; i < AJ_SLOTS; i++) {
+        uint32_t want = to_epoll(pfd[i].events);
+        struct epoll_event ev = {.events = want, .data.u32 = (uint32_t)i};
+        if (pfd[i].fd < 0)
+            continue;
+        if (st->reg_fd[i] == pfd[i].fd) {
+            if (st->reg_ev[i] != want && !st->always[i] && epoll_ctl(st->epfd, EPOLL_CTL_MOD, pfd[i].fd, &ev) < 0)
+                continue;
+            st->reg_ev[i] = want;
+            if (st->always[i])
+                st->always[i] = want;
+        } else if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, pfd[i].fd, &ev) == 0) {
+            st->reg_fd[i] = pfd[i].fd;
+            st->reg_ev[i] = want;
+        } else if (errno == EPERM) {
+            /* A regular file or a device without poll support: poll()
+             * calls such an fd always ready, and so do we. */
+            st->reg_fd[i] = pfd[i].fd;
+            st->reg_ev[i] = st->always[i] = want;
+        }
+        always |= st->always[i] != 0;
+    }
+    if (st->phase == AJ_LOOP_DONE || always)
+        wake = 1; /* now: the fd reads ready (for good once done) */
+    arm_timer(st, wake);
+}
+
+enum aj_loop_phase aj_loop_round(struct supervise_state *st)
+{
+    struct epoll_event ev[AJ_SLOTS + 1];
+    short revents[AJ_SLOTS] = {0};
+    int n;
+
+    do
+        n = epoll_wait(st->epfd, ev, AJ_SLOTS + 1, 0);
+    while (n < 0 && errno == EINTR);
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.u32 == AJ_SLOT_TIMER) {
+            uint64_t ticks;
+            if (st->phase != AJ_LOOP_DONE && read(st->timerfd, &ticks, sizeof(ticks)) == (ssize_t)sizeof(ticks))
+                st->timer_at = 0; /* fired: arm again below */
+        } else if (ev[i].data.u32 < AJ_SLOTS) {
+            revents[ev[i].data.u32] |= from_epoll(ev[i].events);
+        }
+    }
+    for (int i = 0; i < AJ_SLOTS; i++)
+        revents[i] |= (short)(st->always[i] & EPOLLIN ? POLLIN : 0) | (short)(st->always[i] & EPOLLOUT ? POLLOUT : 0);
+    switch (st->phase) {
+    case AJ_LOOP_SUPERVISE:
+        if (supervise_step(st, revents))
+            st->phase = AJ_LOOP_INIT_GONE;
+        break;
+    case AJ_LOOP_DRAIN:
+        if (drain_step(st, revents))
+            st->phase = AJ_LOOP_DRAINED;
+        break;
+    case AJ_LOOP_ALERT:
+        aj_loop_check_alert(st, false);
+        if (st->alert.pid <= 0)
+            st->phase = AJ_LOOP_DONE;
+        break;
+    case AJ_LOOP_INIT_GONE:
+    case AJ_LOOP_DRAINED:
+    case AJ_LOOP_DONE:
+        break;
+    }
+    return st->phase;
 }
 
 void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res)
@@ -987,9 +1235,9 @@ void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res)
     struct aj_cgroup_stats cs = {0};
     bool cg_stats = st->cg && st->cg->created && aj_cgroup_read_stats(st->cg, &cs) == 0;
 
-    res->layers |= st->layers;
+    res->layer_set[0] |= st->layers;
     if (st->decoy_unarmed)
-        res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* present, but not all watched */
+        res->layer_set[0] &= ~AJ_LAYER_BIT(AJ_LAYER_DECOYS); /* present, but not all watched */
     res->stdout_truncated = st->out[0].truncated;
     res->stderr_truncated = st->out[1].truncated;
     res->stdout_bytes = st->out[0].bytes;
@@ -1068,7 +1316,15 @@ void aj_loop_emit_end(struct supervise_state *st, struct aj_result *res)
         (void)json_object_set_new(ev, "wall_ms", json_integer((json_int_t)res->wall_ms));
     }
     emit(st, ev, AJ_EV_EXIT, AJ_SEV_INFO);
-    for (int i = 0; i < AJ_EV_COUNT && i < 8; i++)
-        res->event_counts[i] = st->audit->counts[i];
+    for (int i = 0; i < AJ_EV_COUNT && i < (int)AJ_ARRAY_SIZE(res->event_count); i++)
+        if (i != AJ_EV_EVENTS_SUPPRESSED) /* the budget's own summaries are not counted */
+            res->event_count[i] = st->audit->counts[i];
     res->escape_attempted = st->audit->counts[AJ_EV_ESCAPE_ATTEMPT] + st->audit->counts[AJ_EV_CANARY] > 0;
+}
+
+void aj_loop_discard_output(struct supervise_state *st)
+{
+    drop_output(&st->out[0]);
+    drop_output(&st->out[1]);
+    drop_output(&st->in);
 }

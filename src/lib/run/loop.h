@@ -22,10 +22,6 @@
 #include "aj_decoy.h"
 #include "aj_notify.h"
 
-/* Lease breaks on the decoy files (see aj_decoy_parent_lease). Real-time,
- * so each break is queued with its fd; clear of glibc's own (SIGRTMIN+0..2). */
-#define SIG_DECOY (SIGRTMIN + 6)
-
 /* How the relay writes to the caller's fd without ever blocking on it: a
  * stalled reader must not suspend the supervisor (deadlines, cgroup
  * checks, seccomp notifications), and O_NONBLOCK is a property of the open
@@ -44,7 +40,8 @@ struct out_stream {
     int rfd;          /* read end, -1 once EOF */
     int wfd_child;    /* what the sandbox gets as this fd, or -1 for ours as it is */
     bool owns_w;      /* wfd_child is our pipe's write end (closed after clone) */
-    int dest;         /* our own fd 1 or 2 */
+    int dest;         /* where it goes: the caller's fd, or (owns_dest) our /dev/null or pipe */
+    bool owns_dest;   /* closed when the output is done, so a pipe's reader sees EOF */
     int wfd;          /* what the relay writes to: dest, or its reopening (own_wfd) */
     bool own_wfd;
     enum relay_how how;
@@ -60,8 +57,36 @@ struct out_stream {
  * high-severity event, with that event on stdin and a deadline. */
 struct alert {
     pid_t pid;
+    int pidfd;        /* to wait for it in the event loop; -1: polled on a timer */
     uint64_t deadline;
     bool fired;
+};
+
+/* What the loop watches, one fd each (-1: nothing now). */
+enum {
+    AJ_SLOT_SOCK,
+    AJ_SLOT_PIDFD,    /* init's; the alert hook's once the run is over */
+    AJ_SLOT_OUT,      /* stdout, stderr, the caller's terminal (pty): read ends */
+    AJ_SLOT_ERR,
+    AJ_SLOT_IN,
+    AJ_SLOT_NOTIFY,
+    AJ_SLOT_DSOCK,
+    AJ_SLOT_LEASE,
+    AJ_SLOT_OUT_W,    /* their destinations, while something waits to be written */
+    AJ_SLOT_ERR_W,
+    AJ_SLOT_IN_W,
+    AJ_SLOTS,
+    AJ_SLOT_TIMER = AJ_SLOTS, /* the timerfd's tag in the epoll set */
+};
+
+/* Where a run is. */
+enum aj_loop_phase {
+    AJ_LOOP_SUPERVISE, /* init runs */
+    AJ_LOOP_INIT_GONE, /* reaped this round: the lifecycle takes over, then aj_loop_drain_begin */
+    AJ_LOOP_DRAIN,     /* relaying what is left in the output pipes */
+    AJ_LOOP_DRAINED,   /* output done: the lifecycle concludes, then aj_loop_alert_begin */
+    AJ_LOOP_ALERT,     /* waiting (bounded) for the alert hook */
+    AJ_LOOP_DONE,
 };
 
 struct supervise_state {
@@ -72,12 +97,13 @@ struct supervise_state {
     json_t *decoy_info;
     const struct aj_decoy_files *decoys;
     pid_t pid;
-    int pidfd, sock, sigfd;
+    int pidfd, sock;
     struct out_stream out[2];
     /* pty mode (aj_child_ctx.want_pty): out[0] reads the payload's pty master
      * (stdout, and stderr with pty_err), in relays the caller's terminal
      * to it, which is in raw mode meanwhile (saved_tio). */
     bool pty, pty_err;
+    int in_dest;      /* the request's stdin (the caller's terminal in pty mode), or -1 */
     struct out_stream in;
     bool tio_saved;
     struct termios saved_tio;
@@ -88,6 +114,8 @@ struct supervise_state {
         uint64_t deadline;
     } dconn[4];                          /* decoy socket connections awaiting their request */
     int decoy_files[AJ_DECOY_MAX_FILES]; /* leased (see aj_decoy_parent_lease) */
+    bool decoy_fired[AJ_DECOY_MAX_FILES]; /* its break recorded, its lease let go */
+    int lease_wake[2];                   /* breaks routed here by leases.c: an int fd each */
     bool decoy_unarmed;                  /* a lease failed: the decoys are not all watched */
     bool decoys_armed;                   /* leases taken, AJ_MSG_ARMED sent to init */
     struct alert alert;
@@ -97,11 +125,10 @@ struct supervise_state {
     int exit_wstatus, init_status, interrupted;
     enum aj_status limit;  /* the limit that ended the run, or AJ_STATUS_OK */
     struct aj_error child_err;
-    uint32_t layers;       /* reported by the sandbox side */
-    uint32_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
+    uint64_t layers;       /* reported by the sandbox side (AJ_LAYER_BIT) */
+    uint64_t base_layers;  /* applied by the supervisor (namespaces, cgroup, uid) */
     const char *unsafe_skipped;
     struct rusage ru;
-    sigset_t got_signals;  /* every run-ending signal received, for the caller */
     /* The event budget's summaries (see emit_summary). */
     uint64_t last_summary_ms;
     struct {
@@ -114,16 +141,50 @@ struct supervise_state {
     uint64_t deadline;           /* the run's wall-clock deadline (ms, aj_now_ms), 0: none */
     uint64_t flood_window;       /* past the budget: the current FLOOD_WINDOW_MS slot */
     unsigned flood_taken;        /* notifications taken in it */
+    bool watch_cgroup;           /* limits read from the cgroup every CGROUP_POLL_MS */
+    uint64_t last_cg_check;
+    uint64_t drain_grace;        /* the output relay's end after a limit or a kill, 0: not yet */
+    /* The event loop: an epoll set of the slots' fds and a timerfd for
+     * the next timed check; aj_loop_fd is what the embedder polls. */
+    enum aj_loop_phase phase;
+    int epfd, timerfd;
+    int reg_fd[AJ_SLOTS];        /* registered in epfd now, or -1 */
+    uint32_t reg_ev[AJ_SLOTS];
+    uint32_t always[AJ_SLOTS];   /* an fd epoll cannot watch (EPERM): taken as always ready */
+    uint64_t timer_at;           /* armed for (ms), 0: disarmed */
 };
 
 /* Every message the sandbox side queued before this moment. */
 void aj_loop_drain_msgs(struct supervise_state *st);
-/* Poll until init is reaped; then take its last messages and let go of the
- * decoys. -errno only when the loop itself fails (poll). */
-int aj_loop_supervise(struct supervise_state *st, struct aj_error *err);
+
+/* The epoll set and timerfd (before the sandbox is released), and their
+ * end (after everything else is closed). */
+int aj_loop_open(struct supervise_state *st, struct aj_error *err);
+void aj_loop_close(struct supervise_state *st);
+/* Supervision starts: the deadline and the timed checks. */
+void aj_loop_begin(struct supervise_state *st, uint64_t start);
+/* One round: what epoll says is ready now, handled, never waiting.
+ * Returns the phase reached. At AJ_LOOP_INIT_GONE init has been reaped
+ * and its last messages taken; the caller kills what is left of a
+ * degraded run, then calls aj_loop_drain_begin. */
+enum aj_loop_phase aj_loop_round(struct supervise_state *st);
 /* Relay what is left in the output pipes (everything inside is dead),
- * bounded by the deadline, or a short grace after a limit or a signal. */
-void aj_loop_finish_output(struct supervise_state *st);
+ * bounded by the deadline, or a short grace after a limit or a kill. */
+void aj_loop_drain_begin(struct supervise_state *st);
+/* After the end events: wait for the alert hook if it runs (bounded by
+ * its deadline), else done. */
+void aj_loop_alert_begin(struct supervise_state *st);
+/* The epoll set and the timer as this phase needs them; at
+ * AJ_LOOP_DONE: nothing but the timer, fired, so the fd stays readable. */
+void aj_loop_arm(struct supervise_state *st);
+/* End the run from outside (aj_sandbox_kill): the result says signaled,
+ * signal sig. A no-op once something else ended it. */
+void aj_loop_interrupt(struct supervise_state *st, int sig);
+/* The handle is freed while running: what the payload still writes is
+ * counted and dropped, not relayed (no reader is waited for). */
+void aj_loop_discard_output(struct supervise_state *st);
+/* Before an fd the loop may watch is closed. */
+void aj_loop_unwatch(struct supervise_state *st, int fd);
 /* The run's outcome into res (status, exit code, usage, layers). */
 void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res);
 /* The end of the events: the pending summary (final), error and exit
@@ -131,6 +192,8 @@ void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res);
 void aj_loop_emit_summary(struct supervise_state *st, bool final);
 void aj_loop_emit_end(struct supervise_state *st, struct aj_result *res);
 void aj_loop_check_alert(struct supervise_state *st, bool final);
+/* Let go of the decoy files (their leases) and the lease wake pipe. */
+void aj_loop_close_decoy_files(struct supervise_state *st);
 /* A relayed stream: its bounded buffer and our own non-blocking
  * description of the destination o->dest. */
 int aj_loop_relay_open(struct out_stream *o, struct aj_error *err);

@@ -19,9 +19,10 @@
  *
  * A filler thread prepares replacements and removes finished runs'
  * cgroups between runs (during one, it would take the CPU the payload
- * needs, unless the pool is empty). It blocks every signal (a ^C or a decoy's lease break is the running
- * sandbox's business, read from its signalfd by the caller's thread), and
- * its sandbox side never mallocs between clone and exec, as always. */
+ * needs, unless the pool is empty). It blocks every signal, and its
+ * sandbox side never mallocs between clone and exec, as always. Runs may
+ * be started from several threads at once (the pool's lists are locked);
+ * a handle keeps the pool alive until it ends. */
 #define AJ_POOL_MAX 64
 
 struct aj_pool {
@@ -29,27 +30,26 @@ struct aj_pool {
     unsigned size;
     pthread_mutex_t mu;
     pthread_cond_t wake;                    /* the filler: something to do, or stop */
-    struct sandbox *ready[AJ_POOL_MAX];
+    struct aj_sandbox *ready[AJ_POOL_MAX];
     unsigned n_ready;
     struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
     unsigned n_spent;
-    sigset_t base_mask;
     struct aj_pool_stats stats;
     pthread_t filler;
     bool filler_started, stopping;
-    bool running;                           /* the caller's thread is in a pooled run */
+    unsigned running;                       /* warm runs in flight */
+    unsigned refs;                          /* the pool's own (until aj_pool_free), one per live warm run */
 };
 
-static void pool_discard(struct sandbox *sb)
+static void pool_discard(struct aj_sandbox *sb)
 {
-    sb_cleanup(sb, 0, NULL, NULL, NULL);
-    free(sb);
+    sb_discard(sb, 0, NULL, NULL, NULL);
 }
 
 /* Handle the parked sandbox's messages until its decoys are leased (init
  * then goes on to fork the waiting payload). Bounded: init that neither
  * sends them nor fails within 10 s is broken. */
-static int pool_arm_decoys(struct sandbox *sb, struct aj_error *err)
+static int pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     uint64_t deadline = aj_now_ms() + 10000;
@@ -76,9 +76,9 @@ static int pool_arm_decoys(struct sandbox *sb, struct aj_error *err)
 }
 
 /* One parked sandbox, or NULL with err filled. */
-static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
+static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
 {
-    struct sandbox *sb = malloc(sizeof(*sb));
+    struct aj_sandbox *sb = malloc(sizeof(*sb));
     int r;
 
     if (!sb) {
@@ -87,9 +87,9 @@ static struct sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
     }
     sb_init(sb, pool->pol);
     result_reset(&sb->prepared);
-    r = sb_begin(sb, &sb->prepared, err);
+    r = sb_begin(sb, pool->pol, NULL, &sb->prepared, err);
     if (r == 0)
-        r = sb_prepare(sb, NULL, NULL, &pool->base_mask, &sb->prepared, err);
+        r = sb_prepare(sb, true, &sb->prepared, err);
     if (r < 0) {
         pool_discard(sb);
         return NULL;
@@ -116,7 +116,7 @@ static void *pool_filler(void *arg)
 
     pthread_mutex_lock(&pool->mu);
     while (!pool->stopping) {
-        if (pool->running && pool->n_ready > 0) {
+        if (pool->running > 0 && pool->n_ready > 0) {
             /* A payload is starting: preparing now would take the CPU it
              * needs. The run ends, or the pool is empty, and we go on. */
             pthread_cond_wait(&pool->wake, &pool->mu);
@@ -129,7 +129,7 @@ static void *pool_filler(void *arg)
             pthread_mutex_lock(&pool->mu);
         } else if (pool->n_ready < pool->size) {
             struct aj_error err = {0};
-            struct sandbox *sb;
+            struct aj_sandbox *sb;
             pthread_mutex_unlock(&pool->mu);
             sb = pool_prepare(pool, &err);
             pthread_mutex_lock(&pool->mu);
@@ -183,14 +183,11 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
     pthread_cond_init(&pool->wake, NULL);
     for (unsigned i = 0; i < AJ_POOL_MAX; i++)
         aj_cgroup_init(&pool->spent[i]);
-    if (pthread_sigmask(SIG_BLOCK, NULL, &pool->base_mask) != 0) {
-        free(pool);
-        return aj_err(err, EINVAL, "sigprocmask");
-    }
+    pool->refs = 1;
     /* The first sandboxes in the caller's thread: if one cannot be
      * prepared here, the caller hears why now. */
     for (unsigned i = 0; i < size; i++) {
-        struct sandbox *sb = pool_prepare(pool, err);
+        struct aj_sandbox *sb = pool_prepare(pool, err);
         if (!sb) {
             aj_pool_free(pool);
             return -(err->errnum ? err->errnum : EINVAL);
@@ -211,24 +208,57 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
     return 0;
 }
 
+static void pool_unref(struct aj_pool *pool)
+{
+    bool last;
+
+    pthread_mutex_lock(&pool->mu);
+    last = --pool->refs == 0;
+    pthread_mutex_unlock(&pool->mu);
+    if (!last)
+        return;
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
+}
+
 void aj_pool_free(struct aj_pool *pool)
 {
     if (!pool)
         return;
-    if (pool->filler_started) {
-        pthread_mutex_lock(&pool->mu);
-        pool->stopping = true;
-        pthread_cond_signal(&pool->wake);
-        pthread_mutex_unlock(&pool->mu);
+    pthread_mutex_lock(&pool->mu);
+    pool->stopping = true;
+    pthread_cond_signal(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
+    if (pool->filler_started)
         pthread_join(pool->filler, NULL);
-    }
+    pool->filler_started = false;
     while (pool->n_ready > 0)
         pool_discard(pool->ready[--pool->n_ready]);
-    while (pool->n_spent > 0)
-        aj_cgroup_destroy(&pool->spent[--pool->n_spent]);
-    pthread_cond_destroy(&pool->wake);
-    pthread_mutex_destroy(&pool->mu);
-    free(pool);
+    pthread_mutex_lock(&pool->mu);
+    while (pool->n_spent > 0) {
+        struct aj_cgroup cg = pool->spent[--pool->n_spent];
+        pthread_mutex_unlock(&pool->mu);
+        aj_cgroup_destroy(&cg);
+        pthread_mutex_lock(&pool->mu);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    /* Warm runs still in flight keep the rest until they end. */
+    pool_unref(pool);
+}
+
+void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent)
+{
+    pthread_mutex_lock(&pool->mu);
+    if (spent->created && !pool->stopping && pool->n_spent < AJ_POOL_MAX) {
+        pool->spent[pool->n_spent++] = *spent;
+        aj_cgroup_init(spent);
+    }
+    pool->running--;
+    pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
+    pthread_mutex_unlock(&pool->mu);
+    aj_cgroup_destroy(spent); /* only if the list was full, or the pool is going */
+    pool_unref(pool);
 }
 
 void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
@@ -241,7 +271,7 @@ void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
 
 /* A parked sandbox whose init has exited (setup failed, or it was killed)
  * cannot take a command. */
-static bool parked_alive(const struct sandbox *sb)
+static bool parked_alive(const struct aj_sandbox *sb)
 {
     struct pollfd p = {.fd = sb->st.pidfd, .events = POLLIN};
     return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0;
@@ -250,7 +280,7 @@ static bool parked_alive(const struct sandbox *sb)
 /* Whether the request fits what a parked payload takes (AJ_RUN_MAX_*):
  * argv, and the environment it will get (built again at launch; the decoy
  * variables are short, a page covers them). */
-static bool run_request_fits(const struct aj_policy *pol, char *const argv[])
+static bool run_request_fits(const struct aj_policy *pol, char *const *argv)
 {
     size_t len = sizeof(struct aj_run_msg) + 4096, argc = 0;
 
@@ -269,9 +299,9 @@ static bool run_request_fits(const struct aj_policy *pol, char *const argv[])
     return pol->n_env_pass + pol->n_env + 8 <= AJ_RUN_MAX_ARGS && len <= AJ_RUN_MAX_BYTES;
 }
 
-static struct sandbox *pool_take(struct aj_pool *pool)
+static struct aj_sandbox *pool_take(struct aj_pool *pool)
 {
-    struct sandbox *sb = NULL;
+    struct aj_sandbox *sb = NULL;
 
     pthread_mutex_lock(&pool->mu);
     while (pool->n_ready > 0 && !sb) {
@@ -284,76 +314,152 @@ static struct sandbox *pool_take(struct aj_pool *pool)
             sb = NULL;
         }
     }
-    if (sb)
+    if (sb) {
         pool->stats.warm_runs++;
-    else
+        /* A warm run: the filler waits, the payload has both CPUs. A cold
+         * one (nothing parked) leaves the filler refilling. */
+        pool->running++;
+        pool->refs++; /* until aj_pool_run_ended */
+    } else {
         pool->stats.cold_runs++;
-    /* A warm run: the filler waits, the payload has both CPUs. A cold one
-     * (nothing parked) leaves the filler refilling. */
-    pool->running = sb != NULL;
+    }
     pthread_mutex_unlock(&pool->mu);
     return sb;
 }
 
-int aj_pool_run(struct aj_pool *pool, char *const argv[], const struct aj_run_options *opts,
-                struct aj_result *res, struct aj_error *err)
+/* The parked payload has its command: wait (bounded) until it says READY
+ * (or fails, or is found dead). A parked sandbox can die between the
+ * liveness check and the launch (killed from outside, the OOM killer);
+ * if its payload never said READY, the command was never executed, and
+ * the caller runs it cold instead. */
+#define READY_WAIT_MS 5000
+
+static void wait_ready(struct aj_sandbox *sb)
 {
-    struct sandbox *sb;
+    struct supervise_state *st = &sb->st;
+    uint64_t deadline = aj_now_ms() + READY_WAIT_MS;
+
+    while (!st->started && !st->have_child_err && st->sock >= 0) {
+        struct pollfd p[2] = {{.fd = st->sock, .events = POLLIN}, {.fd = st->pidfd, .events = POLLIN}};
+        uint64_t now = aj_now_ms();
+        int r;
+        if (now >= deadline)
+            return;
+        r = poll(p, 2, (int)(deadline - now));
+        if (r < 0 && errno != EINTR)
+            return;
+        if (r > 0 && p[0].revents)
+            aj_loop_drain_msgs(st);
+        else if (r > 0 && p[1].revents)
+            return; /* init is gone */
+    }
+}
+
+static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool pipes_ok, struct aj_sandbox **ret,
+                      struct aj_error *err)
+{
+    const struct aj_policy *pol;
+    struct aj_sandbox *sb;
     struct aj_cgroup spent;
+    struct aj_req rq;
     bool retry;
     int r;
 
-    if (!argv || !argv[0]) {
-        result_reset(res);
-        return aj_err(err, 0, "no command given");
-    }
-    if (!run_request_fits(pool->pol, argv)) {
-        /* Beyond what a parked payload takes (AJ_RUN_MAX_*): a cold run,
-         * which has no such bound. The parked sandboxes stay parked. */
+    *ret = NULL;
+    r = aj_req_take(pool->pol, req, &rq, err);
+    if (r < 0 || rq.fixed_in_parked || !run_request_fits(&rq.eff, rq.argv)) {
+        /* Beyond what a parked payload takes (AJ_RUN_MAX_*), or what it has
+         * fixed already (working directory, memory and cpu-time limits): a
+         * cold run, which has no such bound. The parked sandboxes stay
+         * parked. A refused request: the cold start's refusal, the same
+         * ended handle. */
+        aj_req_clear(&rq);
         pthread_mutex_lock(&pool->mu);
-        pool->stats.cold_runs++;
+        pool->stats.cold_runs += r == 0;
         pthread_mutex_unlock(&pool->mu);
-        return aj_run_ex(pool->pol, argv, opts, res, err);
+        return sb_start_cold(pool->pol, req, pipes_ok, ret, err);
     }
+    for (int i = 0; !pipes_ok && i < 3; i++)
+        if (rq.stdio[i].kind == AJ_STDIO_PIPE) { /* the cold start says why */
+            aj_req_clear(&rq);
+            return sb_start_cold(pool->pol, req, pipes_ok, ret, err);
+        }
     sb = pool_take(pool);
-    if (!sb) /* empty (or every parked one had died): a cold run, same result */
-        return aj_run_ex(pool->pol, argv, opts, res, err);
-    *res = sb->prepared;
+    if (!sb) { /* empty (or every parked one had died): a cold run, same result */
+        aj_req_clear(&rq);
+        return sb_start_cold(pool->pol, req, pipes_ok, ret, err);
+    }
+    sb->res = sb->prepared;
     sb->start = aj_now_ms();
-    sb->st.argv = argv;
-    r = sb_open_audit(sb, opts, res, err);
+    /* The request's timeout and output limit from here on (both the
+     * supervisor's to enforce); the sandbox side has its copy already. */
+    aj_req_clear(&sb->req);
+    sb->req = rq;
+    sb_use_policy(sb, &sb->req.eff);
+    r = sb_keep_argv(sb, err);
     if (r == 0)
-        r = sb_launch(sb, argv, opts, res, err);
+        r = aj_loop_open(&sb->st, err);
     if (r == 0)
-        r = sb_supervise(sb, res, err);
-    /* A parked sandbox can die between the liveness check and the launch
-     * (killed from outside, the OOM killer). If its payload never said
-     * READY, the command was never executed: run it cold, and say nothing
-     * of the dead one in the events. Anything after READY is the run's, and
-     * an events file we could not open is the caller's error, not the
-     * sandbox's. */
+        r = sb_open_audit(sb, &sb->res, err);
+    if (r == 0)
+        r = sb_launch(sb, &sb->res, err);
+    if (r == 0) {
+        sb_go(sb);
+        wait_ready(sb);
+    }
+    /* Anything after READY is the run's, and an events file we could not
+     * open is the caller's error, not the sandbox's: no retry then. */
     retry = sb->audit_open && !sb->st.started && !sb->st.have_child_err && !sb->st.interrupted &&
             sb->st.limit == AJ_STATUS_OK;
+    if (!retry) {
+        sb->pool = pool; /* its end goes back to the pool (sb_release_run) */
+        if (r < 0)
+            sb_fail_at_start(sb, r, err);
+        *ret = sb;
+        return 0;
+    }
     aj_cgroup_init(&spent);
-    sb_cleanup(sb, r, retry ? NULL : res, err, &spent);
-    free(sb);
+    sb_discard(sb, r, NULL, NULL, &spent); /* no events: it never ran */
     pthread_mutex_lock(&pool->mu);
-    if (spent.created && pool->n_spent < AJ_POOL_MAX) {
-        pool->spent[pool->n_spent++] = spent;
-        aj_cgroup_init(&spent);
-    }
-    if (retry) {
-        pool->stats.warm_runs--;
-        pool->stats.cold_runs++;
-        pool->stats.discarded++;
-    }
-    pool->running = false;
-    pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
+    pool->stats.warm_runs--;
+    pool->stats.cold_runs++;
+    pool->stats.discarded++;
     pthread_mutex_unlock(&pool->mu);
-    aj_cgroup_destroy(&spent); /* only if the list was full */
-    if (retry) {
-        *err = (struct aj_error){0};
-        return aj_run_ex(pool->pol, argv, opts, res, err);
+    pol = pool->pol; /* the caller's: it outlives the pool, whose reference we drop */
+    aj_pool_run_ended(pool, &spent);
+    *err = (struct aj_error){0};
+    return sb_start_cold(pol, req, pipes_ok, ret, err);
+}
+
+int aj_pool_start(struct aj_pool *pool, const struct aj_request *req, struct aj_sandbox **ret, struct aj_error *err)
+{
+    struct sig_guard g;
+    int r;
+
+    if (!pool || !ret)
+        return aj_err(err, EINVAL, "aj_pool_start: no pool or no handle to return");
+    sb_guard_enter(&g);
+    r = pool_start(pool, req, true, ret, err);
+    sb_guard_leave(&g);
+    return r;
+}
+
+int aj_pool_run(struct aj_pool *pool, const struct aj_request *req, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_sandbox *sb;
+    struct sig_guard g;
+    int r;
+
+    sb_guard_enter(&g);
+    r = pool_start(pool, req, false, &sb, err);
+    sb_guard_leave(&g);
+    if (r < 0) {
+        result_reset(res);
+        result_refused(res, err);
+        return r;
     }
+    r = aj_sandbox_wait(sb, err);
+    *res = *aj_sandbox_result(sb);
+    aj_sandbox_free(sb);
     return r;
 }

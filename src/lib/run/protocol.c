@@ -28,7 +28,7 @@ int aj_proto_collect_fds(struct msghdr *mh, int *fds, int max)
     return n;
 }
 
-void aj_proto_send_msg(int sock, uint32_t type, int wstatus, uint32_t layers, int abi, const struct aj_error *err)
+void aj_proto_send_msg(int sock, uint32_t type, int wstatus, uint64_t layers, int abi, const struct aj_error *err)
 {
     struct aj_sync_msg m = {.type = type, .wstatus = wstatus, .layers = layers, .landlock_abi = abi};
     if (err)

@@ -46,7 +46,7 @@ struct aj_run_msg {
 struct aj_sync_msg {
     uint32_t type;
     int32_t wstatus;
-    uint32_t layers;
+    uint64_t layers; /* AJ_LAYER_BIT masks */
     int32_t landlock_abi;
     struct aj_error err;
 };
@@ -57,7 +57,7 @@ int aj_proto_collect_fds(struct msghdr *mh, int *fds, int max);
 
 /* One struct aj_sync_msg, no fds. Failure is not reported: the other side
  * sees EOF and reports that. */
-void aj_proto_send_msg(int sock, uint32_t type, int wstatus, uint32_t layers, int abi,
+void aj_proto_send_msg(int sock, uint32_t type, int wstatus, uint64_t layers, int abi,
                        const struct aj_error *err);
 
 /* One message with 1..AJ_MAX_MSG_FDS fds. Returns 0 or -errno. */

@@ -41,6 +41,24 @@ const char *aj_status_name(enum aj_status s)
     return "unknown";
 }
 
+bool aj_result_has_layer(const struct aj_result *res, enum aj_layer l)
+{
+    unsigned i = (unsigned)l;
+
+    if (!res || i >= AJ_LAYER_COUNT || i / 64 >= AJ_ARRAY_SIZE(res->layer_set))
+        return false;
+    return (res->layer_set[i / 64] >> (i % 64)) & 1;
+}
+
+uint64_t aj_result_event_count(const struct aj_result *res, enum aj_event_type t)
+{
+    unsigned i = (unsigned)t;
+
+    if (!res || i >= AJ_EV_COUNT || i >= AJ_ARRAY_SIZE(res->event_count))
+        return 0;
+    return res->event_count[i];
+}
+
 const char *aj_layer_name(enum aj_layer l)
 {
     switch (l) {
@@ -104,6 +122,8 @@ const char *aj_layer_name(enum aj_layer l)
         return "decoys";
     case AJ_LAYER_NO_NESTED_NS:
         return "nested_namespaces_refused";
+    case AJ_LAYER_COUNT:
+        break;
     }
     return NULL;
 }
@@ -131,9 +151,9 @@ char *aj_result_to_json(const struct aj_result *res)
 
     layers = json_object();
     for (unsigned i = 0; i < AJ_LAYER_COUNT; i++) {
-        const char *name = aj_layer_name((enum aj_layer)(1u << i));
+        const char *name = aj_layer_name((enum aj_layer)i);
         if (name)
-            (void)json_object_set_new(layers, name, json_boolean(res->layers & (1u << i)));
+            (void)json_object_set_new(layers, name, json_boolean(aj_result_has_layer(res, (enum aj_layer)i)));
     }
     root = json_pack("{s:i, s:s, s:s, s:i, s:i, s:I, s:I, s:I, s:s, s:o, s:i, s:b, s:s, s:I, s:I}",
                      "version", 1, "sandbox_id", res->sandbox_id, "status", aj_status_name(res->status),
@@ -155,7 +175,7 @@ char *aj_result_to_json(const struct aj_result *res)
                                          "net_allowed", "limit", "error"};
         json_t *evc = json_object();
         for (size_t i = 0; i < 8; i++)
-            (void)json_object_set_new(evc, ev[i], json_integer((json_int_t)res->event_counts[i]));
+            (void)json_object_set_new(evc, ev[i], json_integer((json_int_t)aj_result_event_count(res, (enum aj_event_type)i)));
         if (json_object_set_new(root, "events", evc) < 0 ||
             json_object_set_new(root, "escape_attempted", json_boolean(res->escape_attempted)) < 0 ||
             json_object_set_new(root, "cgroup_controllers", cgv) < 0 ||

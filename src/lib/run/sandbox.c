@@ -1,20 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* One sandbox, from preparation to teardown: the order of steps (see
- * sandbox.h). The steps of a run, in order:
+/* One sandbox, from preparation to teardown: the only place that knows
+ * the order of steps (as nsjail's contain.cc). A run, in order:
  *
- *   sb_begin        validate the policy, hash it
- *   sb_open_audit   the events file (or counting only)
- *   sb_prepare      host uid lease, Landlock ABI, seccomp programs, mount
- *                   plan (bind sources resolved once, workspaces id-mapped,
- *                   decoys planted), argv/envp copies, cgroups, output
- *                   relay, signals, sync socket, clone3 (into the cgroup),
- *                   [degraded: fall back], v2 attach, vm.memfd_noexec, id
- *                   maps, GO, the netns helper
- *   sb_launch       pooled only: the parked payload gets its command
- *   sb_supervise    the event loop (loop.c) until init is gone, orphans
- *                   (degraded), the rest of the output, the result
- *   sb_cleanup      kill what is left, final events and the alert hook,
- *                   release every fd, cgroup, lease and buffer
+ *   sb_begin          the policy validated and hashed, the request taken
+ *   sb_open_audit     the events file (or counting only)
+ *   sb_prepare        everything up to GO:
+ *     prep_identity     host uid (root mode: leased), Landlock ABI
+ *     prep_filters      the seccomp programs
+ *     prep_root         mount plan: binds resolved once, workspaces
+ *                       id-mapped, decoys planted
+ *     prep_command      argv and environment (parked: at launch)
+ *     prep_cgroup       the run's cgroups, /tmp by the memory limit
+ *     prep_stdio        0, 1, 2 as the request names them, the relay
+ *     launch_init       sync socket, clone3 into the cgroup (or degraded)
+ *     release_init      v2 attach, vm.memfd_noexec, id maps, GO, netns helper
+ *   sb_launch         pooled only: the parked payload gets its command
+ *   sb_go             the event loop armed; the handle is the caller's
+ *   (aj_sandbox_process: loop.c until init is gone; sb_after_init for a
+ *    degraded run's leftovers; the output relayed to its end)
+ *   sb_conclude       the result
+ *   sb_end            kill what is left, the end events (the alert hook
+ *                     may still run: loop.c waits for it, bounded)
+ *   sb_release        every fd, cgroup, lease and buffer of the run
  *
  * The sandbox side of the clone is child.c; nothing here runs there. */
 #include "sandbox.h"
@@ -49,6 +56,7 @@
 #include "aj_mount.h"
 #include "aj_seccomp.h"
 #include "aj_util.h"
+#include "children.h"
 #include "protocol.h"
 
 #define NS_FLAGS                                                                                   \
@@ -191,6 +199,7 @@ static void kill_and_reap(pid_t pid, int pidfd)
         (void)kill(pid, SIGKILL);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
+    aj_children_del(pid);
 }
 
 /* Degraded runs have no pid namespace: the supervisor is a subreaper and,
@@ -220,6 +229,9 @@ static size_t list_children(pid_t *out, size_t max)
     return n;
 }
 
+static pthread_mutex_t degraded_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool degraded_busy;
+
 static void kill_orphans(const struct prior_children *prior, pid_t keep)
 {
     for (int round = 0; round < 100; round++) {
@@ -228,7 +240,10 @@ static void kill_orphans(const struct prior_children *prior, pid_t keep)
         bool found = false;
 
         for (size_t i = 0; i < n; i++) {
-            bool mine = kids[i] == keep;
+            /* The library's own (another handle's sandbox, a pool's
+             * parked ones, a helper) and the embedder's earlier children
+             * stay. */
+            bool mine = kids[i] == keep || aj_children_has(kids[i]);
             for (size_t j = 0; !mine && j < prior->n; j++)
                 mine = prior->pids[j] == kids[i];
             if (mine)
@@ -243,11 +258,19 @@ static void kill_orphans(const struct prior_children *prior, pid_t keep)
     }
 }
 
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        (void)close(*fd);
+        *fd = -1;
+    }
+}
+
 static void fill_layers_from_ns(struct aj_result *res, bool degraded)
 {
     if (!degraded)
-        res->layers |= AJ_LAYER_USERNS | AJ_LAYER_PIDNS | AJ_LAYER_MOUNTNS | AJ_LAYER_NETNS |
-                       AJ_LAYER_IPCNS | AJ_LAYER_UTSNS | AJ_LAYER_CGROUPNS;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_USERNS) | AJ_LAYER_BIT(AJ_LAYER_PIDNS) | AJ_LAYER_BIT(AJ_LAYER_MOUNTNS) | AJ_LAYER_BIT(AJ_LAYER_NETNS) |
+                       AJ_LAYER_BIT(AJ_LAYER_IPCNS) | AJ_LAYER_BIT(AJ_LAYER_UTSNS) | AJ_LAYER_BIT(AJ_LAYER_CGROUPNS);
 }
 
 static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, struct aj_cgroup *cg,
@@ -273,26 +296,81 @@ static int setup_cgroup(const struct aj_policy *pol, struct aj_result *res, stru
         snprintf(res->cgroup_versions[c], sizeof(res->cgroup_versions[c]), "%s",
                  cg->version[c] == 2 ? "v2" : cg->version[c] == 1 ? "v1" : "none");
     if (cg->created)
-        res->layers |= AJ_LAYER_CGROUP | cg->limits;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_CGROUP) | cg->limits;
     if (pol->cpu_time_ms && cg->created)
-        res->layers |= AJ_LAYER_CPU_TIME_LIMIT;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_CPU_TIME_LIMIT);
     return 0;
 }
 
-static int setup_output(const struct aj_policy *pol, const struct aj_run_options *opts, struct supervise_state *st,
-                        struct aj_error *err)
+/* A destination for the payload's stdout or stderr (i: 0 or 1), from the
+ * request: the caller's fd, a pipe of ours (the caller's end kept for
+ * aj_sandbox_take_pipe), or /dev/null. */
+static int stdio_dest(struct aj_sandbox *sb, int i, struct aj_error *err)
+{
+    const struct aj_stdio *s = &sb->req.stdio[1 + i];
+    struct out_stream *o = &sb->st.out[i];
+    int p[2];
+
+    switch (s->kind) {
+    case AJ_STDIO_FD:
+        if (fcntl(s->fd, F_GETFD) < 0)
+            return aj_err(err, errno, "request: %s: fd %d", i ? "stderr" : "stdout", s->fd);
+        o->dest = s->fd;
+        return 0;
+    case AJ_STDIO_PIPE:
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return aj_err(err, errno, "request: %s pipe", i ? "stderr" : "stdout");
+        sb->caller_pipe[1 + i] = p[0];
+        o->dest = p[1];
+        o->owns_dest = true;
+        return 0;
+    case AJ_STDIO_NULL:
+        break;
+    }
+    o->dest = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (o->dest < 0)
+        return aj_err(err, errno, "open /dev/null");
+    o->owns_dest = true;
+    return 0;
+}
+
+/* The payload's stdin from the request; -1: /dev/null. */
+static int stdio_in(struct aj_sandbox *sb, struct aj_error *err)
+{
+    const struct aj_stdio *s = &sb->req.stdio[0];
+    int p[2];
+
+    switch (s->kind) {
+    case AJ_STDIO_FD:
+        if (fcntl(s->fd, F_GETFD) < 0)
+            return aj_err(err, errno, "request: stdin: fd %d", s->fd);
+        return s->fd;
+    case AJ_STDIO_PIPE:
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return aj_err(err, errno, "request: stdin pipe");
+        sb->caller_pipe[0] = p[1];
+        sb->stdin_own = p[0];
+        return p[0];
+    case AJ_STDIO_NULL:
+        break;
+    }
+    return -1;
+}
+
+/* stdout and stderr: straight to their destination, or through a capture
+ * pipe the supervisor relays (with the output budget, and always for a
+ * terminal). */
+static int setup_output(const struct aj_policy *pol, struct supervise_state *st, struct aj_error *err)
 {
     for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
         int p[2], r;
-        int dest = i == 0 ? (opts && opts->stdout_fd > 0 ? opts->stdout_fd : 1)
-                          : (opts && opts->stderr_fd > 0 ? opts->stderr_fd : 2);
-        st->out[i] = (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = dest, .wfd = -1};
         if (st->pty && (i == 0 || st->pty_err)) {
             /* The payload's pty carries it (see pty_attach): stdout's
              * stream reads the master when it comes; stderr has none. */
             if (i == 1)
                 continue;
-            r = aj_loop_relay_open(&st->out[i], err);
+            r = aj_loop_relay_open(o, err);
             if (r < 0)
                 return r;
             continue;
@@ -300,101 +378,132 @@ static int setup_output(const struct aj_policy *pol, const struct aj_run_options
         /* A terminal is never handed to the sandbox (it would be the
          * host's: TIOCSTI, job control, the scrollback): its output is
          * relayed like a captured stream, without a budget. */
-        if (!pol->output_limit && !isatty(dest)) {
+        if (!pol->output_limit && !isatty(o->dest)) {
             /* No budget: the sandbox writes to the destination directly
              * (init makes it its fd 1/2). */
-            if (dest != i + 1)
-                st->out[i].wfd_child = dest;
+            o->wfd_child = o->dest;
             continue;
         }
-        r = aj_loop_relay_open(&st->out[i], err);
+        r = aj_loop_relay_open(o, err);
         if (r < 0)
             return r;
         if (pipe2(p, O_CLOEXEC) < 0)
             return aj_err(err, errno, "pipe for output capture");
-        st->out[i].rfd = p[0];
-        st->out[i].wfd_child = p[1];
-        st->out[i].owns_w = true;
+        o->rfd = p[0];
+        o->wfd_child = p[1];
+        o->owns_w = true;
         if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)
             return aj_err(err, errno, "nonblocking output pipe");
     }
     return 0;
 }
 
-static void close_fd(int *fd)
+/* The payload's 0, 1 and 2 as the request names them (init's copies are
+ * c->in_fd, c->out_fd, c->err_fd, all three always set: never whatever
+ * the caller's own 0-2 are). Interactive (stdin and stdout both
+ * terminals, and pty_ok): the payload gets a pty of its own. */
+static int setup_stdio(struct aj_sandbox *sb, bool pty_ok, struct aj_result *res, struct aj_error *err)
 {
-    if (*fd >= 0) {
-        (void)close(*fd);
-        *fd = -1;
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int in, r;
+
+    in = stdio_in(sb, err);
+    if (in < -1)
+        return in;
+    for (int i = 0; i < 2; i++) {
+        r = stdio_dest(sb, i, err);
+        if (r < 0)
+            return r;
+    }
+    st->in_dest = in;
+    /* Not degraded: devpts needs the user namespace. */
+    c->want_pty = st->pty = pty_ok && !pol->allow_degraded && in >= 0 && isatty(in) && isatty(st->out[0].dest);
+    c->pty_err = st->pty_err = c->want_pty && isatty(st->out[1].dest);
+    r = setup_output(pol, st, err);
+    if (r < 0)
+        return r;
+    c->out_fd = st->out[0].wfd_child;
+    c->err_fd = st->out[1].wfd_child;
+    c->in_fd = in;
+    if (in < 0 || isatty(in)) {
+        /* Never the caller's terminal (see setup_output): stdin is
+         * /dev/null instead, for init, and for the payload unless it has
+         * its own pty. */
+        sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (sb->null_fd < 0)
+            return aj_err(err, errno, "open /dev/null");
+        c->in_fd = sb->null_fd;
+        if (c->want_pty)
+            c->out_fd = sb->null_fd;
+        if (c->pty_err)
+            c->err_fd = sb->null_fd;
+    }
+    if (pol->output_limit)
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_OUTPUT_LIMIT);
+    return 0;
+}
+
+/* After the sandbox has its copies: what we made for it alone goes (the
+ * capture pipes' write ends, a stdin pipe's read end, a destination that
+ * is not relayed), so that the caller's end sees EOF when the sandbox is
+ * done with it. */
+static void stdio_handed_over(struct aj_sandbox *sb)
+{
+    struct supervise_state *st = &sb->st;
+
+    close_fd(&sb->null_fd);
+    close_fd(&sb->stdin_own);
+    for (int i = 0; i < 2; i++) {
+        struct out_stream *o = &st->out[i];
+        if (o->owns_w)
+            close_fd(&o->wfd_child); /* the sandbox has its copy now */
+        o->wfd_child = -1;           /* a caller's fd is not ours to close */
+        o->owns_w = false;
+        if (!o->buf && o->owns_dest) /* not relayed: the sandbox writes to it */
+            close_fd(&o->dest);
     }
 }
 
-int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res, struct aj_error *err)
-{
-    return aj_run_ex(pol, argv, NULL, res, err);
-}
-
-void sb_init(struct sandbox *sb, const struct aj_policy *pol)
+void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol)
 {
     memset(sb, 0, sizeof(*sb));
     sb->c = (struct aj_child_ctx){.pol = pol, .sock = -1, .out_fd = -1, .err_fd = -1, .in_fd = -1, .pty_slave = -1};
     sb->lease = (struct aj_uid_lease){.lock_fd = -1};
     sb->audit = (struct aj_audit){.fd = -1};
     sb->st = (struct supervise_state){.pol = pol, .cg = &sb->cg, .audit = &sb->audit, .pid = -1, .pidfd = -1,
-                                      .sock = -1, .sigfd = -1, .decoy_sock = -1,
+                                      .sock = -1, .decoy_sock = -1, .epfd = -1, .timerfd = -1,
                                       .dconn = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
                                       .limit = AJ_STATUS_OK};
-    sb->st.out[0] = sb->st.out[1] = sb->st.in = (struct out_stream){.rfd = -1, .wfd_child = -1, .wfd = -1};
-    sigemptyset(&sb->st.got_signals);
+    sb->st.out[0] = sb->st.out[1] = sb->st.in =
+        (struct out_stream){.rfd = -1, .wfd_child = -1, .dest = -1, .wfd = -1};
+    sb->st.in_dest = -1;
+    sb->st.alert.pidfd = -1;
+    for (int i = 0; i < AJ_SLOTS; i++)
+        sb->st.reg_fd[i] = -1;
     sb->st.notify.fd = -1;
     for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
         sb->st.decoy_files[i] = -1; /* every slot, whatever the table's size */
+    sb->st.lease_wake[0] = sb->st.lease_wake[1] = -1;
     sb->socks[0] = sb->socks[1] = -1;
     sb->null_fd = -1;
+    sb->stdin_own = -1;
+    sb->caller_pipe[0] = sb->caller_pipe[1] = sb->caller_pipe[2] = -1;
     sb->netns_userns_fd = -1;
     aj_cgroup_init(&sb->cg);
 }
 
-/* Signals that end a run arrive through a signalfd: the supervisor kills
- * the sandbox, reports, and exits 128+N. Blocked from before the clone in
- * a direct run (a ^C in between must not orphan the sandbox), from the
- * launch in a pooled one. */
-static int sb_block_signals(struct sandbox *sb, sigset_t *ret_old, struct aj_error *err)
+void sb_use_policy(struct aj_sandbox *sb, const struct aj_policy *pol)
 {
-    sigset_t mask;
-
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGQUIT);
-    sigaddset(&mask, SIG_DECOY);
-    {
-        /* Blocked in this thread for the run, but not read from the
-         * signalfd: a write to a caller's pipe whose reader is gone gives
-         * EPIPE, not a SIGPIPE that would kill the caller's whole process
-         * (sb_cleanup consumes the one we caused); a write to the caller's
-         * terminal from a background job is not stopped by SIGTTOU. The
-         * process-wide dispositions are the caller's and stay untouched. */
-        sigset_t run_mask = mask, pend;
-        sigaddset(&run_mask, SIGPIPE);
-        sigaddset(&run_mask, SIGTTOU);
-        sigaddset(&run_mask, SIGTTIN); /* a background read of the terminal: EIO, not a stop */
-        sb->sigpipe_was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
-        if (pthread_sigmask(SIG_BLOCK, &run_mask, ret_old) != 0)
-            return aj_err(err, EINVAL, "sigprocmask");
-    }
-    sb->mask_set = true;
-    sb->st.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sb->st.sigfd < 0)
-        return aj_err(err, errno, "signalfd");
-    return 0;
+    sb->c.pol = pol;
+    sb->st.pol = pol;
 }
 
 /* Degraded: no namespaces at all. Landlock confines the filesystem to the
  * named host paths, seccomp and no_new_privs stay, the supervisor becomes a
  * subreaper to kill leftovers. */
-static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_result *res, struct aj_error *err)
+static int sb_clone_degraded(struct aj_sandbox *sb, int clone_errno, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     const struct aj_policy *pol = c->pol;
@@ -447,6 +556,17 @@ static int sb_clone_degraded(struct sandbox *sb, int clone_errno, struct aj_resu
                           "drop the bind's \"owner\" to run degraded", pol->binds[i].host, pol->binds[i].owner_uid,
                           pol->binds[i].owner_gid);
     }
+    /* The subreaper is the process, not the run: one degraded run at a
+     * time per process, so that one's leftovers are not taken for
+     * another's. */
+    pthread_mutex_lock(&degraded_mu);
+    if (degraded_busy) {
+        pthread_mutex_unlock(&degraded_mu);
+        return aj_err(err, EBUSY, "another degraded run is in flight in this process (one at a time: without "
+                      "a pid namespace the process itself reaps and kills what a run leaves behind)");
+    }
+    degraded_busy = sb->degraded_held = true;
+    pthread_mutex_unlock(&degraded_mu);
     if (prctl(PR_GET_CHILD_SUBREAPER, &was, 0, 0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
         return aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
     sb->subreaper_set = !was;
@@ -493,8 +613,10 @@ static void set_memfd_noexec(pid_t init_pid)
     (void)close(fd);
     if (helper < 0)
         return;
+    aj_children_add(helper);
     while (waitpid(helper, &st, 0) < 0 && errno == EINTR)
         ;
+    aj_children_del(helper);
 }
 
 /* The sandbox's network namespace, made on another CPU while init builds
@@ -507,7 +629,7 @@ static void set_memfd_noexec(pid_t init_pid)
  * then it runs only our code, in the host's network namespace, where its
  * user namespace gives it no privilege. The helper (aj_child_netns_helper_main)
  * uses system calls only: the supervisor may be multithreaded. */
-static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
+static int spawn_netns_helper(struct aj_sandbox *sb, struct aj_error *err)
 {
     pid_t pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
 
@@ -515,6 +637,7 @@ static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
         return aj_err(err, errno, "fork the network namespace helper");
     if (pid == 0)
         aj_child_netns_helper_main(sb->netns_userns_fd, sb->st.sock);
+    aj_children_add(pid);
     sb->netns_helper = pid;
     close_fd(&sb->netns_userns_fd); /* the helper has its copy */
     return 0;
@@ -523,7 +646,7 @@ static int spawn_netns_helper(struct sandbox *sb, struct aj_error *err)
 /* Bind sources are resolved here, once, without following a symlink, and
  * checked against the registry of writable bind sources (this run's are
  * added to it first); see aj_mount_plan_resolve. */
-static int sb_resolve_binds(struct sandbox *sb, struct aj_error *err)
+static int sb_resolve_binds(struct aj_sandbox *sb, struct aj_error *err)
 {
     const struct aj_policy *pol = sb->c.pol;
     struct aj_bindreg reg = {0};
@@ -549,7 +672,7 @@ static int sb_resolve_binds(struct sandbox *sb, struct aj_error *err)
  * or filesystem without id-mapped mounts) the bind works as before, and
  * the result says so, unless the policy set the owner: then the run
  * stops. */
-static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+static int sb_idmap_workspaces(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     const struct aj_policy *pol = c->pol;
@@ -618,7 +741,7 @@ static int sb_idmap_workspaces(struct sandbox *sb, struct aj_result *res, struct
 
 /* The decoys' files and their /var/run go into the mount plan: the decoy
  * module says what, the mount layer plants it. */
-static int sb_plant_decoys(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+static int sb_plant_decoys(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
     struct aj_decoy_plants plants;
@@ -634,20 +757,14 @@ static int sb_plant_decoys(struct sandbox *sb, struct aj_result *res, struct aj_
     return r;
 }
 
-/* Everything up to the GO message: cgroups, clone, id maps. argv NULL
- * prepares a parked sandbox for the pool (its command comes at launch). */
-int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-                      const sigset_t *base_mask, struct aj_result *res, struct aj_error *err)
+/* Who the run is on the host (root mode: a leased uid of its own), the
+ * Landlock ABI, and a layer left out on purpose (tests only). */
+static int prep_identity(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct aj_child_ctx *c = &sb->c;
-    struct supervise_state *st = &sb->st;
     const struct aj_policy *pol = c->pol;
     int r;
 
-    c->parked = argv == NULL;
-    r = aj_notify_init(&st->notify, -1, err);
-    if (r < 0)
-        return r;
     c->rootless = geteuid() != 0;
     res->rootless = c->rootless;
     if (c->rootless) {
@@ -659,7 +776,7 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
             return r;
         c->host_uid = sb->lease.host_uid;
         c->host_gid = sb->lease.host_gid;
-        res->layers |= AJ_LAYER_UID_ISOLATION;
+        res->layer_set[0] |= AJ_LAYER_BIT(AJ_LAYER_UID_ISOLATION);
     }
     res->host_uid = c->host_uid;
     res->host_gid = c->host_gid;
@@ -688,6 +805,17 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
                           "degraded.without_landlock in the policy (--allow-no-landlock)");
         c->skip |= AJ_SKIP_LANDLOCK;
     }
+    return 0;
+}
+
+/* The seccomp programs, built before the clone (the child does not
+ * allocate). */
+static int prep_filters(struct aj_sandbox *sb, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     /* Monitored filter: escape-indicative calls come to the supervisor. */
     r = aj_seccomp_build(pol, true, &c->bpf, err);
     if (r < 0)
@@ -699,6 +827,18 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+/* The root filesystem's plan: binds resolved once, workspaces id-mapped,
+ * decoys planted. */
+static int prep_root(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     r = aj_mount_check_bind_submounts(pol, err);
     if (r < 0)
         return r;
@@ -715,10 +855,20 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
     if (r < 0)
         return r;
     st->decoys = &c->decoys;
-    if (argv) {
-        c->argv = copy_argv(argv);
-        if (!c->argv)
-            return aj_err(err, ENOMEM, "copy argv");
+    return 0;
+}
+
+/* The command and its environment (a parked sandbox's come at launch). */
+static int prep_command(struct aj_sandbox *sb, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
+    if (!c->parked) {
+        r = sb_keep_argv(sb, err);
+        if (r < 0)
+            return r;
     }
     /* A parked sandbox's environment is built when its run starts
      * (sb_launch): env_pass values are the caller's at that moment. */
@@ -727,17 +877,37 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
         if (!c->envp)
             return -ENOMEM;
     }
+    return 0;
+}
+
+/* The run's cgroups (and, by them, the size of /tmp), and the fds through
+ * which the child joins v1 groups. */
+static int prep_cgroup(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     r = setup_cgroup(pol, res, &sb->cg, err);
     if (r < 0)
         return r;
     /* tmp_size "auto": /tmp and /dev/shm by the memory limit, now that
      * whether a cgroup enforces it is known. */
-    aj_mount_plan_set_scratch_size(&c->plan, aj_policy_tmp_size(pol, (sb->cg.limits & AJ_LAYER_MEMORY_LIMIT) != 0));
+    aj_mount_plan_set_scratch_size(&c->plan, aj_policy_tmp_size(pol, (sb->cg.limits & AJ_LAYER_BIT(AJ_LAYER_MEMORY_LIMIT)) != 0));
     if (sb->cg.created) {
         r = aj_cgroup_open_join_fds(&sb->cg, c->cg_join, &c->n_cg_join, err);
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+/* What the sandbox gets as 0, 1 and 2. */
+static int prep_stdio(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    int r;
+
     if (c->parked) {
         /* Until its command comes, a parked sandbox holds none of the
          * caller's fds: 0, 1 and 2 are /dev/null. */
@@ -745,38 +915,23 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
         if (sb->null_fd < 0)
             return aj_err(err, errno, "open /dev/null");
         c->in_fd = c->out_fd = c->err_fd = sb->null_fd;
-        sb->orig_mask = *base_mask;
     } else {
-        int od = opts && opts->stdout_fd > 0 ? opts->stdout_fd : STDOUT_FILENO;
-        int ed = opts && opts->stderr_fd > 0 ? opts->stderr_fd : STDERR_FILENO;
-        /* Interactive (stdin and stdout a terminal): the payload gets a pty
-         * of its own. Not degraded: devpts needs the user namespace. */
-        c->want_pty = st->pty = !pol->allow_degraded && isatty(STDIN_FILENO) && isatty(od);
-        c->pty_err = st->pty_err = c->want_pty && isatty(ed);
-        r = setup_output(pol, opts, st, err);
-        if (r < 0)
-            return r;
-        c->out_fd = st->out[0].wfd_child;
-        c->err_fd = st->out[1].wfd_child;
-        if (isatty(STDIN_FILENO)) {
-            /* Never the caller's terminal (see setup_output): stdin is
-             * /dev/null instead, for init, and for the payload unless it
-             * has its own pty. */
-            sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-            if (sb->null_fd < 0)
-                return aj_err(err, errno, "open /dev/null");
-            c->in_fd = sb->null_fd;
-            if (c->want_pty)
-                c->out_fd = sb->null_fd;
-            if (c->pty_err)
-                c->err_fd = sb->null_fd;
-        }
-        if (pol->output_limit)
-            res->layers |= AJ_LAYER_OUTPUT_LIMIT;
-        r = sb_block_signals(sb, &sb->orig_mask, err);
+        r = setup_stdio(sb, true, res, err);
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+/* The sync socket, then clone3: init (or, degraded, the payload) is
+ * born here, in its cgroup; our copies of what it was handed go. */
+static int launch_init(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sb->socks) < 0)
         return aj_err(err, errno, "socketpair");
     c->sock = sb->socks[1];
@@ -792,6 +947,8 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
         if (r < 0)
             return r;
     }
+    if (st->pid > 0)
+        aj_children_add(st->pid);
     if (st->pid == 0) {
         (void)close(sb->socks[0]);
         for (int i = 0; i < 2; i++)
@@ -805,23 +962,28 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
     c->sock = -1;
     st->sock = sb->socks[0];
     sb->socks[0] = -1;
-    close_fd(&sb->null_fd);
+    stdio_handed_over(sb);
     aj_mount_plan_close_idmaps(&c->plan); /* init has its copies */
     if (c->degraded && res->has_rw_binds) {
         res->workspace_idmap = false; /* no mount namespace to attach them in */
         snprintf(res->workspace_idmap_note, sizeof(res->workspace_idmap_note),
                  "degraded mode: no mount namespace, the writable binds are the host paths themselves");
     }
-    for (int i = 0; i < 2; i++) {
-        if (st->out[i].owns_w)
-            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
-        st->out[i].wfd_child = -1;           /* a caller's fd is not ours to close */
-        st->out[i].owns_w = false;
-    }
     fill_layers_from_ns(res, c->degraded);
 
-    /* Confined before it runs anything of its own: cgroups (v1, and v2 when
-     * CLONE_INTO_CGROUP was not possible), then id maps, then GO. */
+    return 0;
+}
+
+/* Confined before it runs anything of its own: cgroups (v1, and v2 when
+ * CLONE_INTO_CGROUP was not possible), then id maps, then GO; the network
+ * namespace helper last. */
+static int release_init(struct aj_sandbox *sb, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    struct supervise_state *st = &sb->st;
+    const struct aj_policy *pol = c->pol;
+    int r;
+
     /* v1: the child joins by itself (see aj_cgroup_open_join_fds); v2 was
      * entered at clone time, or is joined here if that was not possible. */
     for (size_t i = 0; i < c->n_cg_join; i++)
@@ -874,14 +1036,41 @@ int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_optio
     return 0;
 }
 
-/* Hand a parked sandbox its command: argv, then the caller's stdin and
- * the stdout/stderr it is to write to (our capture pipes when there is an
- * output budget). */
-int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-                     struct aj_result *res, struct aj_error *err)
+/* Everything up to the GO message, in this order (see the steps above).
+ * parked: for the pool (its command comes at launch). */
+int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct aj_error *err)
+{
+    int r;
+
+    sb->c.parked = parked;
+    r = aj_notify_init(&sb->st.notify, -1, err);
+    if (r == 0)
+        r = prep_identity(sb, res, err);
+    if (r == 0)
+        r = prep_filters(sb, err);
+    if (r == 0)
+        r = prep_root(sb, res, err);
+    if (r == 0)
+        r = prep_command(sb, err);
+    if (r == 0)
+        r = prep_cgroup(sb, res, err);
+    if (r == 0)
+        r = prep_stdio(sb, res, err);
+    if (r == 0)
+        r = launch_init(sb, res, err);
+    if (r == 0)
+        r = release_init(sb, err);
+    return r;
+}
+
+/* Hand a parked sandbox its command: argv and environment, then its
+ * stdin, stdout and stderr (our capture pipes when there is an output
+ * budget). */
+int sb_launch(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     const struct aj_policy *pol = sb->c.pol;
+    char *const *argv = sb->req.argv;
     char *buf;
     size_t len = sizeof(struct aj_run_msg), argc = 0, envc = 0;
     int fds[3], r;
@@ -900,12 +1089,7 @@ int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_option
                       "command line and environment too long for a pooled sandbox (%zu arguments, %zu variables, "
                       "%zu bytes)",
                       argc, envc, len);
-    r = setup_output(pol, opts, st, err);
-    if (r < 0)
-        return r;
-    if (pol->output_limit)
-        res->layers |= AJ_LAYER_OUTPUT_LIMIT;
-    r = sb_block_signals(sb, &sb->orig_mask, err);
+    r = setup_stdio(sb, false, res, err);
     if (r < 0)
         return r;
     /* What the parked sandbox sent while it waited (the seccomp listener,
@@ -932,60 +1116,45 @@ int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_option
             off += n;
         }
     }
-    fds[0] = STDIN_FILENO;
-    if (isatty(STDIN_FILENO)) {
-        /* Never the caller's terminal (see setup_output). */
-        sb->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (sb->null_fd < 0) {
-            free(buf);
-            return aj_err(err, errno, "open /dev/null");
-        }
-        fds[0] = sb->null_fd;
-    }
-    for (int i = 0; i < 2; i++)
-        fds[1 + i] = st->out[i].wfd_child >= 0 ? st->out[i].wfd_child : st->out[i].dest;
+    fds[0] = sb->c.in_fd;
+    fds[1] = sb->c.out_fd;
+    fds[2] = sb->c.err_fd;
     r = aj_proto_send_with_fds(st->sock, buf, len, fds, 3);
     free(buf);
-    close_fd(&sb->null_fd);
-    for (int i = 0; i < 2; i++) {
-        if (st->out[i].owns_w)
-            close_fd(&st->out[i].wfd_child); /* the sandbox has its copy now */
-        st->out[i].wfd_child = -1;
-        st->out[i].owns_w = false;
-    }
+    stdio_handed_over(sb);
     if (r < 0)
         return aj_err(err, -r, "hand the command to the pooled sandbox");
     return 0;
 }
 
-/* From GO (or the launch) to the result. */
-int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+/* ---- the end of a run ------------------------------------------------------------- */
+
+/* After init is reaped: what a degraded run left behind, and its status. */
+static void sb_after_init(struct aj_sandbox *sb)
 {
     struct supervise_state *st = &sb->st;
-    int r;
 
-    st->base_layers = res->layers;
-    st->unsafe_skipped = res->unsafe_skipped;
-    st->deadline = aj_loop_deadline(sb->start, st->pol->timeout_ms);
-    r = aj_loop_supervise(st, err);
-    if (r < 0)
-        return r;
-    if (st->degraded) {
-        kill_orphans(&sb->prior, st->alert.pid);
-        /* The payload is the direct child: its status is init_status. */
-        if (!st->have_exit && !st->have_child_err) {
-            st->exit_wstatus = st->init_status;
-            st->have_exit = true;
-        }
+    if (!st->degraded)
+        return;
+    kill_orphans(&sb->prior, st->alert.pid);
+    /* The payload is the direct child: its status is init_status. */
+    if (!st->have_exit && !st->have_child_err) {
+        st->exit_wstatus = st->init_status;
+        st->have_exit = true;
     }
-    /* Everything inside is dead now (pid namespace, or orphans killed):
-     * relay what is left in the pipes until EOF. */
-    aj_loop_finish_output(st);
+}
+
+/* The run's outcome, once everything inside is dead and the output is
+ * relayed: 0, or the sandbox side's setup error. */
+static int sb_conclude(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+
     res->wall_ms = aj_now_ms() - sb->start;
     if (st->have_child_err && st->limit == AJ_STATUS_OK && !st->interrupted) {
-        res->layers |= st->layers;
-        if (st->decoy_unarmed)
-            res->layers &= ~(uint32_t)AJ_LAYER_DECOYS; /* as fill_result: present, not watched */
+        res->layer_set[0] |= st->layers;
+        if (st->decoy_unarmed) /* as aj_loop_fill_result: present, not watched */
+            res->layer_set[0] &= ~AJ_LAYER_BIT(AJ_LAYER_DECOYS);
         res->status = AJ_STATUS_SETUP_ERROR;
         res->exit_code = st->child_err.exit_hint ? st->child_err.exit_hint : 125;
         *err = st->child_err;
@@ -996,87 +1165,62 @@ int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err
     return 0;
 }
 
-/* The caller's mask back, and with it what the run kept from the caller:
- * the signals that ended it were read from our signalfd and would be lost,
- * so they are sent again to the process while still blocked here. With
- * the caller's mask they are then delivered (a CLI that does not block them
- * dies of them, as it would have without us) or stay pending for the
- * caller to see. A SIGPIPE that our writes to a gone reader caused is
- * consumed; one the caller had pending before is left alone. */
-static void restore_signals(struct sandbox *sb)
-{
-    static const int ending[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-    sigset_t pend;
-
-    if (!sb->sigpipe_was_pending && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
-        sigset_t one;
-        struct timespec zero = {0, 0};
-        sigemptyset(&one);
-        sigaddset(&one, SIGPIPE);
-        /* Thread- and process-directed: at most one of each. */
-        for (int i = 0; i < 2 && sigtimedwait(&one, NULL, &zero) == SIGPIPE; i++)
-            ;
-    }
-    /* To the process, as they came: in a server whose signal thread
-     * (sigwait) is the only one that takes them, that thread gets them. */
-    for (size_t i = 0; i < AJ_ARRAY_SIZE(ending); i++)
-        if (sigismember(&sb->st.got_signals, ending[i]) == 1)
-            (void)kill(getpid(), ending[i]);
-    (void)pthread_sigmask(SIG_SETMASK, &sb->orig_mask, NULL);
-}
-
-/* Kill what is left, report the end, release everything. With keep_cg the
- * cgroup directories are handed back (emptied and killed) for the caller to
- * remove later, off the run's path. */
-void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_error *err,
-                       struct aj_cgroup *keep_cg)
+/* Kill what is left of the sandbox and its helpers, let go of the decoys,
+ * and write the end of the events (res NULL: a parked sandbox that never
+ * ran a command reports nothing). The alert hook may still run. */
+void sb_end(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
-    struct aj_child_ctx *c = &sb->c;
 
     if (st->pid > 0)
         kill_and_reap(st->pid, st->pidfd);
+    st->pid = -1;
     if (st->tio_saved) /* the caller's terminal as it was */
-        (void)tcsetattr(STDIN_FILENO, TCSADRAIN, &st->saved_tio);
+        (void)tcsetattr(st->in_dest, TCSADRAIN, &st->saved_tio);
     st->tio_saved = false;
     if (sb->netns_helper > 0)
         kill_and_reap(sb->netns_helper, -1);
     sb->netns_helper = 0;
     close_fd(&sb->netns_userns_fd);
-    /* No lease may outlive the blocked signal it reports with: drop the
-     * decoys, then discard any break still queued, then unblock. */
+    aj_loop_unwatch(st, st->decoy_sock);
     close_fd(&st->decoy_sock);
     for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)
         close_fd(&st->dconn[i].fd);
-    for (size_t i = 0; i < AJ_DECOY_MAX_FILES; i++)
-        close_fd(&st->decoy_files[i]);
-    if (st->sigfd >= 0) {
-        /* Lease breaks are dropped; a SIGTERM or ^C that came at the end is
-         * the caller's (re-raised below). */
-        struct signalfd_siginfo si;
-        while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-            if ((int)si.ssi_signo != SIG_DECOY)
-                (void)sigaddset(&st->got_signals, (int)si.ssi_signo);
-    }
+    aj_loop_close_decoy_files(st);
     if (sb->subreaper_set)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* a library caller's process is as it was */
+    sb->subreaper_set = false;
+    if (sb->degraded_held) {
+        pthread_mutex_lock(&degraded_mu);
+        degraded_busy = false;
+        pthread_mutex_unlock(&degraded_mu);
+        sb->degraded_held = false;
+    }
     if (res) {
-        if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err) {
-            snprintf(res->error, sizeof(res->error), "%s", err->msg);
-            if (res->exit_code == 0) /* 2: refused input (a bind, an output path), nothing started */
-                res->exit_code = err->exit_hint ? err->exit_hint : 125;
-        }
+        if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err)
+            result_refused(res, err);
         if (!res->wall_ms)
             res->wall_ms = aj_now_ms() - sb->start;
         if (sb->audit_open) {
             aj_loop_emit_summary(st, true);
             aj_loop_emit_end(st, res);
-            aj_loop_check_alert(st, true); /* the hook finishes (or is killed) before we return */
         }
     }
+}
+
+/* Release everything else; with keep_cg the cgroup directories are handed
+ * back (emptied and killed) for the caller to remove later, off the run's
+ * path. The caller's untaken pipe ends and the event loop's own fds stay:
+ * they belong to the handle (aj_sandbox_free). */
+void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
+{
+    struct supervise_state *st = &sb->st;
+    struct aj_child_ctx *c = &sb->c;
+
     if (sb->audit_open)
         aj_audit_close(&sb->audit);
     sb->audit_open = false;
+    aj_loop_unwatch(st, st->notify.fd);
     aj_notify_clear(&st->notify);
     json_decref(st->decoy_info);
     st->decoy_info = NULL;
@@ -1090,23 +1234,35 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     } else {
         aj_cgroup_destroy(&sb->cg);
     }
-    close_fd(&st->sigfd);
+    aj_loop_unwatch(st, st->pidfd);
     close_fd(&st->pidfd);
+    aj_loop_unwatch(st, st->sock);
     close_fd(&st->sock);
     close_fd(&sb->socks[0]);
     close_fd(&sb->socks[1]);
     close_fd(&sb->null_fd);
+    close_fd(&sb->stdin_own);
     for (int i = 0; i < 2; i++) {
-        close_fd(&st->out[i].rfd);
-        if (st->out[i].owns_w)
-            close_fd(&st->out[i].wfd_child);
-        if (st->out[i].own_wfd)
-            close_fd(&st->out[i].wfd);
-        st->out[i].own_wfd = false;
-        free(st->out[i].buf);
-        st->out[i].buf = NULL;
+        struct out_stream *o = &st->out[i];
+        aj_loop_unwatch(st, o->rfd);
+        close_fd(&o->rfd);
+        aj_loop_unwatch(st, o->wfd);
+        if (o->owns_dest) {
+            aj_loop_unwatch(st, o->dest);
+            close_fd(&o->dest);
+        }
+        o->owns_dest = false;
+        if (o->owns_w)
+            close_fd(&o->wfd_child);
+        if (o->own_wfd)
+            close_fd(&o->wfd);
+        o->own_wfd = false;
+        free(o->buf);
+        o->buf = NULL;
     }
+    aj_loop_unwatch(st, st->in.rfd);
     close_fd(&st->in.rfd);
+    aj_loop_unwatch(st, st->in.wfd);
     if (st->in.own_wfd)
         close_fd(&st->in.wfd);
     st->in.own_wfd = false;
@@ -1122,33 +1278,78 @@ void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_erro
     free_envp(c->envp);
     free_envp(c->argv);
     c->envp = c->argv = NULL;
-    /* Last, with everything released: the caller's signal mask back. */
-    if (sb->mask_set)
-        restore_signals(sb);
-    sb->mask_set = false;
+    aj_req_clear(&sb->req);
 }
 
-/* What every run starts with: an id, the policy's hash, the events file. */
-int sb_begin(struct sandbox *sb, struct aj_result *res, struct aj_error *err)
+/* A sandbox that never became a running handle: everything, at once. */
+void sb_discard(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error *err, struct aj_cgroup *keep_cg)
+{
+    sb_end(sb, r, res, err);
+    aj_loop_check_alert(&sb->st, true); /* none can run yet; bounded anyway */
+    sb_release(sb, keep_cg);
+    for (int i = 0; i < 3; i++)
+        close_fd(&sb->caller_pipe[i]);
+    aj_loop_close(&sb->st);
+    free(sb);
+}
+
+/* ---- what every run starts with ----------------------------------------------------- */
+
+/* The caller's policy validated and hashed (the result names the policy,
+ * not the request), then the request taken against it (see request.c):
+ * from here on the sandbox enforces sb->req.eff. */
+int sb_begin(struct aj_sandbox *sb, const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res,
+             struct aj_error *err)
 {
     int r;
 
-    r = aj_policy_validate(sb->c.pol, err);
+    r = aj_policy_validate(pol, err);
     if (r < 0)
         return r;
-    return aj_policy_sha256(sb->c.pol, res->policy_sha256, err);
+    r = aj_policy_sha256(pol, res->policy_sha256, err);
+    if (r < 0)
+        return r;
+    if (req)
+        r = aj_req_take(pol, req, &sb->req, err);
+    else
+        aj_req_plain(pol, NULL, &sb->req);
+    if (r < 0)
+        return r;
+    sb_use_policy(sb, &sb->req.eff);
+    return 0;
 }
 
-int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, struct aj_result *res,
-                         struct aj_error *err)
+int sb_open_audit(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
 {
-    int r = aj_audit_open(&sb->audit, sb->c.pol, opts ? opts->events_path : NULL, res->sandbox_id,
-                          res->policy_sha256, err);
+    int r = aj_audit_open(&sb->audit, sb->c.pol, sb->req.events_path, res->sandbox_id, res->policy_sha256, err);
     if (r == 0) {
         sb->audit_open = true;
         aj_audit_set_budget(&sb->audit, sb->c.pol->event_budget);
     }
     return r;
+}
+
+/* The command line the start event names: a copy (the caller's argv need
+ * only last through the call that starts the run). */
+int sb_keep_argv(struct aj_sandbox *sb, struct aj_error *err)
+{
+    if (!sb->c.argv) {
+        sb->c.argv = copy_argv(sb->req.argv);
+        if (!sb->c.argv)
+            return aj_err(err, ENOMEM, "copy argv");
+    }
+    sb->st.argv = sb->c.argv;
+    return 0;
+}
+
+/* Supervision starts: what the supervisor applied (for the start event),
+ * the deadline, the event loop armed. */
+void sb_go(struct aj_sandbox *sb)
+{
+    sb->st.base_layers = sb->res.layer_set[0];
+    sb->st.unsafe_skipped = sb->res.unsafe_skipped;
+    aj_loop_begin(&sb->st, sb->start);
+    aj_loop_arm(&sb->st);
 }
 
 void result_reset(struct aj_result *res)
@@ -1158,26 +1359,271 @@ void result_reset(struct aj_result *res)
     (void)aj_random_hex(res->sandbox_id, 32);
 }
 
-int aj_run_ex(const struct aj_policy *pol, char *const argv[], const struct aj_run_options *opts,
-              struct aj_result *res, struct aj_error *err)
+void result_refused(struct aj_result *res, const struct aj_error *err)
 {
-    struct sandbox sb;
+    res->status = AJ_STATUS_SETUP_ERROR;
+    snprintf(res->error, sizeof(res->error), "%s", err->msg);
+    if (res->exit_code == 0) /* 2: refused input (a bind, an output path), nothing started */
+        res->exit_code = err->exit_hint ? err->exit_hint : 125;
+}
+
+/* ---- signals: none taken from the embedder ------------------------------------------- */
+
+/* While the library works in the caller's thread (starting a run, a
+ * round of its loop, freeing it), SIGPIPE, SIGTTOU and SIGTTIN are blocked
+ * in that thread alone, and restored before returning: a write to a pipe
+ * whose reader is gone gives EPIPE, not a SIGPIPE that would end the
+ * embedder's process (a write's SIGPIPE goes to the writing thread, which
+ * blocks it; the one we caused is taken back); a write to, or the pty's
+ * read of, the caller's terminal from a background job is not stopped.
+ * Dispositions, other threads' masks and every other signal are the
+ * embedder's. */
+void sb_guard_enter(struct sig_guard *g)
+{
+    sigset_t set, pend;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigaddset(&set, SIGTTOU);
+    sigaddset(&set, SIGTTIN);
+    g->pipe_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1;
+    (void)pthread_sigmask(SIG_BLOCK, &set, &g->old);
+}
+
+void sb_guard_leave(struct sig_guard *g)
+{
+    if (!g->pipe_pending) {
+        sigset_t one, pend;
+        struct timespec zero = {0, 0};
+        sigemptyset(&one);
+        sigaddset(&one, SIGPIPE);
+        /* Thread- and process-directed: at most one of each. */
+        for (int i = 0; i < 2 && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1 &&
+                        sigtimedwait(&one, NULL, &zero) == SIGPIPE;
+             i++)
+            ;
+    }
+    (void)pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* ---- the handle ---------------------------------------------------------------------- */
+
+void sb_release_run(struct aj_sandbox *sb)
+{
+    if (sb->pool) {
+        struct aj_cgroup spent;
+        aj_cgroup_init(&spent);
+        sb_release(sb, &spent);
+        aj_pool_run_ended(sb->pool, &spent);
+        sb->pool = NULL;
+    } else {
+        sb_release(sb, NULL);
+    }
+}
+
+/* A run that could not be set up is a handle that has ended already:
+ * its result (setup_error) and error are there, nothing else of it is. */
+void sb_fail_at_start(struct aj_sandbox *sb, int r, const struct aj_error *err)
+{
+    sb->rc = r;
+    sb->run_err = *err;
+    sb_end(sb, r, &sb->res, &sb->run_err);
+    aj_loop_check_alert(&sb->st, true); /* none can have started; bounded anyway */
+    sb->st.phase = AJ_LOOP_DONE;
+    aj_loop_arm(&sb->st);
+    sb_release_run(sb);
+    sb->ended = true;
+}
+
+/* A cold run up to GO, in the caller's thread: a running handle, or one
+ * that has ended (sb_fail_at_start). A negative errno only when there is
+ * no handle to return. */
+int sb_start_cold(const struct aj_policy *pol, const struct aj_request *req, bool pipes_ok, struct aj_sandbox **ret,
+                  struct aj_error *err)
+{
+    struct aj_sandbox *sb;
     int r;
 
-    sb_init(&sb, pol);
-    sb.start = aj_now_ms();
-    result_reset(res);
-    if (!argv || !argv[0])
-        return aj_err(err, 0, "no command given");
-    sb.st.argv = argv;
-    r = sb_begin(&sb, res, err);
+    *ret = NULL;
+    sb = malloc(sizeof(*sb));
+    if (!sb)
+        return aj_err(err, ENOMEM, "sandbox");
+    sb_init(sb, pol);
+    sb->start = aj_now_ms();
+    result_reset(&sb->res);
+    r = aj_loop_open(&sb->st, err);
+    if (r < 0) {
+        aj_loop_close(&sb->st);
+        free(sb);
+        return r;
+    }
+    r = sb_begin(sb, pol, req, &sb->res, err);
+    for (int i = 0; r == 0 && !pipes_ok && i < 3; i++)
+        if (sb->req.stdio[i].kind == AJ_STDIO_PIPE) {
+            r = aj_err(err, EINVAL, "request: a pipe needs aj_sandbox_start or aj_pool_start (nobody could read "
+                       "it while this call blocks)");
+            err->exit_hint = 2;
+        }
     if (r == 0)
-        r = sb_open_audit(&sb, opts, res, err);
+        r = sb_keep_argv(sb, err);
     if (r == 0)
-        r = sb_prepare(&sb, argv, opts, NULL, res, err);
+        r = sb_open_audit(sb, &sb->res, err);
     if (r == 0)
-        r = sb_supervise(&sb, res, err);
-    sb_cleanup(&sb, r, res, err, NULL);
+        r = sb_prepare(sb, false, &sb->res, err);
+    if (r < 0)
+        sb_fail_at_start(sb, r, err);
+    else
+        sb_go(sb);
+    *ret = sb;
+    return 0;
+}
+
+int aj_sandbox_start(const struct aj_policy *pol, const struct aj_request *req, struct aj_sandbox **ret,
+                     struct aj_error *err)
+{
+    struct sig_guard g;
+    int r;
+
+    if (!ret)
+        return aj_err(err, EINVAL, "aj_sandbox_start: no handle to return");
+    sb_guard_enter(&g);
+    r = sb_start_cold(pol, req, true, ret, err);
+    sb_guard_leave(&g);
     return r;
 }
 
+int aj_sandbox_fd(const struct aj_sandbox *sb)
+{
+    return sb ? sb->st.epfd : -EINVAL;
+}
+
+const char *aj_sandbox_id(const struct aj_sandbox *sb)
+{
+    return sb ? sb->res.sandbox_id : NULL;
+}
+
+int aj_sandbox_process(struct aj_sandbox *sb)
+{
+    struct supervise_state *st;
+    struct sig_guard g;
+    enum aj_loop_phase ph;
+
+    if (!sb)
+        return -EINVAL;
+    if (sb->ended)
+        return 1;
+    st = &sb->st;
+    sb_guard_enter(&g);
+    ph = aj_loop_round(st);
+    if (ph == AJ_LOOP_INIT_GONE) {
+        sb_after_init(sb);
+        aj_loop_drain_begin(st);
+        ph = st->phase;
+    }
+    if (ph == AJ_LOOP_DRAINED) {
+        sb->rc = sb_conclude(sb, &sb->res, &sb->run_err);
+        sb_end(sb, sb->rc, &sb->res, &sb->run_err);
+        aj_loop_alert_begin(st);
+    }
+    /* Done: the epoll set is emptied (and its fd reads ready for good)
+     * before the fds it watched are closed. */
+    aj_loop_arm(st);
+    if (st->phase == AJ_LOOP_DONE) {
+        sb_release_run(sb);
+        sb->ended = true;
+    }
+    sb_guard_leave(&g);
+    return sb->ended ? 1 : 0;
+}
+
+int aj_sandbox_wait(struct aj_sandbox *sb, struct aj_error *err)
+{
+    if (!sb)
+        return aj_err(err, EINVAL, "aj_sandbox_wait: no handle");
+    while (!sb->ended) {
+        struct pollfd p = {.fd = sb->st.epfd, .events = POLLIN};
+        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            return aj_err(err, errno, "poll");
+        (void)aj_sandbox_process(sb);
+    }
+    if (sb->rc < 0 && err)
+        *err = sb->run_err;
+    return sb->rc;
+}
+
+int aj_sandbox_kill(struct aj_sandbox *sb, int sig)
+{
+    if (!sb || sig <= 0 || sig >= NSIG)
+        return -EINVAL;
+    if (sb->ended)
+        return -ESRCH;
+    aj_loop_interrupt(&sb->st, sig);
+    return 0;
+}
+
+const struct aj_result *aj_sandbox_result(const struct aj_sandbox *sb)
+{
+    return sb && sb->ended ? &sb->res : NULL;
+}
+
+int aj_sandbox_take_pipe(struct aj_sandbox *sb, int stream)
+{
+    int fd;
+
+    if (!sb || stream < 0 || stream > 2)
+        return -EINVAL;
+    fd = sb->caller_pipe[stream];
+    sb->caller_pipe[stream] = -1;
+    return fd >= 0 ? fd : -ENOENT;
+}
+
+void aj_sandbox_free(struct aj_sandbox *sb)
+{
+    struct sig_guard g;
+
+    if (!sb)
+        return;
+    sb_guard_enter(&g);
+    if (!sb->ended) {
+        /* Killed, its output dropped rather than waited for; then the same
+         * end as any run (events, alert hook, everything released). */
+        aj_loop_interrupt(&sb->st, SIGKILL);
+        aj_loop_discard_output(&sb->st);
+        while (!sb->ended) {
+            struct pollfd p = {.fd = sb->st.epfd, .events = POLLIN};
+            (void)poll(&p, 1, 100);
+            (void)aj_sandbox_process(sb);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        close_fd(&sb->caller_pipe[i]);
+    aj_loop_close(&sb->st);
+    free(sb);
+    sb_guard_leave(&g);
+}
+
+/* A cold run, start to end, in the caller's thread. */
+int aj_run_ex(const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_sandbox *sb;
+    int r;
+
+    r = sb_start_cold(pol, req, false, &sb, err);
+    if (r < 0 || !sb) {
+        result_reset(res);
+        result_refused(res, err);
+        return r < 0 ? r : -EINVAL;
+    }
+    r = aj_sandbox_wait(sb, err);
+    *res = sb->res;
+    aj_sandbox_free(sb);
+    return r;
+}
+
+int aj_run(const struct aj_policy *pol, char *const argv[], struct aj_result *res, struct aj_error *err)
+{
+    struct aj_request req = AJ_REQUEST_INIT;
+
+    req.argv = argv;
+    return aj_run_ex(pol, &req, res, err);
+}

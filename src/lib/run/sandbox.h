@@ -17,6 +17,7 @@
 #include "aj_userns.h"
 #include "child.h"
 #include "loop.h"
+#include "request.h"
 
 /* Degraded runs have no pid namespace: the supervisor is a subreaper and,
  * when the payload ends, kills what was reparented to it from the run. */
@@ -27,48 +28,83 @@ struct prior_children {
     size_t n;
 };
 
-/* Everything the supervisor holds for one sandbox. aj_run_ex keeps one on
- * its stack and goes straight through; the pool prepares several ahead of
- * time (parked: every layer applied, the payload process waiting for its
- * command) and launches one per run. st points into this struct: it never
- * moves once prepared. */
-struct sandbox {
+/* Everything the supervisor holds for one sandbox: the handle of
+ * agentjail.h. A cold run is prepared and started in the caller's thread;
+ * the pool prepares several ahead of time (parked: every layer applied,
+ * the payload process waiting for its command) and launches one per run.
+ * Heap-allocated, never moved: st and c point into it. */
+struct aj_sandbox {
     struct aj_child_ctx c;
     struct supervise_state st;
+    struct aj_req req;    /* the request taken; req.eff is the policy this sandbox enforces */
     struct aj_uid_lease lease;
     struct aj_cgroup cg;
     struct aj_audit audit;
     char *decoy_env[2];
     int socks[2];
-    int null_fd;          /* parked: init's and the waiting payload's 0, 1, 2 */
+    int null_fd;          /* /dev/null for init's 0-2 (parked) or a stdin that is none or a terminal */
+    int stdin_own;        /* our end of a stdin pipe, until the sandbox has its copy */
+    int caller_pipe[3];   /* the caller's ends of AJ_STDIO_PIPE streams, until taken or freed */
     pid_t netns_helper;   /* see spawn_netns_helper; reaped at cleanup */
     int netns_userns_fd;  /* init's user namespace, opened before it changes ids */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
-    bool audit_open, mask_set, in_cgroup;
-    bool sigpipe_was_pending; /* the caller's own SIGPIPE, pending before the run: not ours to consume */
-    sigset_t orig_mask;   /* the caller's mask, restored at cleanup; parked: the pool creator's */
+    struct aj_result res; /* the run's result, complete once ended */
+    int rc;               /* what aj_sandbox_wait returns: 0, or the sandbox side's setup error */
+    struct aj_error run_err;
+    bool ended;           /* everything released but the caller's pipe ends and the loop's fds */
+    bool audit_open, in_cgroup;
     struct prior_children prior; /* degraded: our children before the run */
     bool subreaper_set;   /* we made this process a subreaper: undo at the end */
+    bool degraded_held;   /* this is the process's one degraded run */
+    struct aj_pool *pool; /* launched from this pool (which it keeps alive), or NULL */
     uint64_t start;
 };
 
-void sb_init(struct sandbox *sb, const struct aj_policy *pol);
-/* Validate the policy and fill res->policy_sha256. */
-int sb_begin(struct sandbox *sb, struct aj_result *res, struct aj_error *err);
-int sb_open_audit(struct sandbox *sb, const struct aj_run_options *opts, struct aj_result *res,
+void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol);
+/* The policy the sandbox enforces from now on (both sides read it). */
+void sb_use_policy(struct aj_sandbox *sb, const struct aj_policy *pol);
+/* Validate and hash pol, take req against it (NULL: a parked sandbox's
+ * empty request). */
+int sb_begin(struct aj_sandbox *sb, const struct aj_policy *pol, const struct aj_request *req, struct aj_result *res,
+             struct aj_error *err);
+/* argv copied, for the sandbox and the start event. */
+int sb_keep_argv(struct aj_sandbox *sb, struct aj_error *err);
+int sb_open_audit(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err);
+/* Everything up to GO. parked: for the pool (its command comes at launch). */
+int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct aj_error *err);
+/* A parked sandbox gets its command (sb->req). */
+int sb_launch(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err);
+/* Supervision starts (the loop armed); the handle is the caller's. */
+void sb_go(struct aj_sandbox *sb);
+/* The end: kill what is left, the end events (res NULL: none); then
+ * release everything but the handle's own fds (keep_cg: hand the emptied
+ * cgroups back for later removal). */
+void sb_end(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error *err);
+void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg);
+/* A sandbox that never became a running handle: all of the above, freed. */
+void sb_discard(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error *err, struct aj_cgroup *keep_cg);
+/* A cold run up to GO: a running handle, or one that ended at once (could
+ * not be set up); negative only without a handle. pipes_ok:
+ * AJ_STDIO_PIPE allowed. */
+int sb_start_cold(const struct aj_policy *pol, const struct aj_request *req, bool pipes_ok, struct aj_sandbox **ret,
                   struct aj_error *err);
-/* Everything up to GO. argv NULL prepares a parked sandbox for the pool
- * (its command comes at launch); base_mask is then the signal mask its
- * payload would otherwise inherit. */
-int sb_prepare(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-               const sigset_t *base_mask, struct aj_result *res, struct aj_error *err);
-/* A parked sandbox gets its command. */
-int sb_launch(struct sandbox *sb, char *const argv[], const struct aj_run_options *opts,
-              struct aj_result *res, struct aj_error *err);
-/* From GO (or the launch) to the result. */
-int sb_supervise(struct sandbox *sb, struct aj_result *res, struct aj_error *err);
-/* Kill what is left, report the end, release everything; keep_cg: hand
- * the emptied cgroups back for later removal. */
-void sb_cleanup(struct sandbox *sb, int r, struct aj_result *res, struct aj_error *err,
-                struct aj_cgroup *keep_cg);
+/* Make sb an ended handle whose setup failed with r, err. */
+void sb_fail_at_start(struct aj_sandbox *sb, int r, const struct aj_error *err);
+/* Release what the run held, and give a pooled run's back to its pool. */
+void sb_release_run(struct aj_sandbox *sb);
+/* A pooled run ended: its cgroups to remove, the filler to wake, the
+ * pool's reference dropped (pool.c). */
+void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent);
+
+/* SIGPIPE, SIGTTOU, SIGTTIN blocked in this thread while the library
+ * works in it (see sandbox.c). */
+struct sig_guard {
+    sigset_t old;
+    bool pipe_pending;
+};
+void sb_guard_enter(struct sig_guard *g);
+void sb_guard_leave(struct sig_guard *g);
+
 void result_reset(struct aj_result *res);
+/* A run that failed before it started: setup_error, err's message. */
+void result_refused(struct aj_result *res, const struct aj_error *err);
