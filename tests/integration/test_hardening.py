@@ -400,13 +400,17 @@ REFUSED_PROTOCOLS = [
     ["socket-proto", "inet6", "stream", "262"],
     ["socket-proto", "inet", "stream", "132"],     # IPPROTO_SCTP
     ["socket-proto", "inet", "seqpacket", "132"],
-    ["socket-proto", "inet", "dgram", "136"],      # IPPROTO_UDPLITE
+    ["socket-proto", "inet", "dgram", "135"],      # just below UDP-Lite
+    ["socket-proto", "inet6", "dgram", "137"],     # just above
+    ["socket-proto", "inet", "dgram", "18"],       # just above UDP
 ]
 ALLOWED_SOCKETS = [
     ["socket-proto", "inet", "stream", "0"],
     ["socket-proto", "inet", "stream", "6"],       # IPPROTO_TCP
     ["socket-proto", "inet", "dgram", "0"],
     ["socket-proto", "inet", "dgram", "17"],       # IPPROTO_UDP
+    ["socket-proto", "inet", "dgram", "136"],      # IPPROTO_UDPLITE: UDP's own code, allowed
+    ["socket-proto", "inet6", "dgram", "136"],
     ["socket-proto", "inet6", "stream", "0"],
     ["socket-proto", "inet6", "dgram", "0"],
     ["socket-proto", "unix", "stream", "0"],

@@ -26,10 +26,11 @@ from conftest import CG_LIMITS, IS_ROOT, cgroup_limits_only, must_skip, run_aj
 PY = "/usr/bin/python3"
 
 # socket(family, type, protocol) calls a harmless program makes: CPython's
-# test_socket probes SCTP, UDP-Lite and SEQPACKET; libraries probe MPTCP.
+# test_socket probes SCTP and SEQPACKET; libraries probe MPTCP. (UDP-Lite,
+# which it uses too, is allowed: ALLOWED_CASES.)
 SOCKET_CASES = [
-    ("AF_INET", "SOCK_DGRAM", 136),       # IPPROTO_UDPLITE
-    ("AF_INET6", "SOCK_DGRAM", 136),
+    ("AF_INET", "SOCK_DGRAM", 132),       # a dgram protocol past UDP, not UDP-Lite
+    ("AF_INET6", "SOCK_DGRAM", 137),      # the one just past UDP-Lite
     ("AF_INET", "SOCK_STREAM", 132),      # IPPROTO_SCTP
     ("AF_INET6", "SOCK_STREAM", 132),
     ("AF_INET", "SOCK_SEQPACKET", 132),   # SCTP one-to-many
@@ -50,6 +51,7 @@ ALLOWED_CASES = [
     ("AF_INET", "SOCK_STREAM", 0), ("AF_INET", "SOCK_STREAM", 6),
     ("AF_INET", "SOCK_DGRAM", 0), ("AF_INET", "SOCK_DGRAM", 17),
     ("AF_INET6", "SOCK_STREAM", 6), ("AF_INET6", "SOCK_DGRAM", 17),
+    ("AF_INET", "SOCK_DGRAM", 136), ("AF_INET6", "SOCK_DGRAM", 136),  # IPPROTO_UDPLITE
     ("AF_UNIX", "SOCK_SEQPACKET", 0), ("AF_NETLINK", "SOCK_RAW", 0),
 ]
 

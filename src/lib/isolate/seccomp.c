@@ -294,6 +294,46 @@ static int add_socket_errno_rules(scmp_filter_ctx ctx, uint32_t deny, bool degra
     return r;
 }
 
+/* SOCK_DGRAM protocols above IPPROTO_UDP: UDP-Lite (136) is allowed,
+ * everything else gets EPROTONOSUPPORT. UDP-Lite is UDP with a partial
+ * checksum: net/ipv4/udplite.c and net/ipv6/udplite.c are thin wrappers
+ * around the UDP code every sandbox already reaches, so allowing it adds
+ * almost no kernel surface, while refusing it broke programs that take the
+ * constant's presence as the protocol's (CPython's test_socket: its
+ * UDP-Lite set-up errors crashed the whole module under regrtest). SCTP,
+ * DCCP and MPTCP, separate protocol stacks with their own history of
+ * memory-safety bugs (DCCP: CVE-2017-6074), stay refused.
+ * libseccomp takes one comparison per argument in a rule, so the range
+ * 18..135 is written as aligned power-of-two blocks (masked compares), and
+ * the rules stay disjoint (libseccomp does not order overlapping ones). */
+static int add_udplite_rules(scmp_filter_ctx ctx, uint32_t family, struct aj_error *err)
+{
+    static const struct {
+        uint32_t start, size;
+    } blocks[] = {{18, 2}, {20, 4}, {24, 8}, {32, 32}, {64, 64}, {128, 8}};
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(blocks); i++) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, family),
+                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, SOCK_DGRAM),
+                                   SCMP_A2_32(SCMP_CMP_MASKED_EQ, ~(blocks[i].size - 1), blocks[i].start)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 3, a, err);
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, family),
+                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, SOCK_DGRAM),
+                                   SCMP_A2_32(SCMP_CMP_EQ, IPPROTO_UDPLITE)};
+        r = rule(ctx, SCMP_ACT_ALLOW, "socket", 3, a, err);
+    }
+    if (r == 0) {
+        struct scmp_arg_cmp a[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, family),
+                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, SOCK_DGRAM),
+                                   SCMP_A2_32(SCMP_CMP_GT, IPPROTO_UDPLITE)};
+        r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 3, a, err);
+    }
+    return r;
+}
+
 static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degraded, bool debug,
                                  bool memfd_sealed, struct aj_error *err)
 {
@@ -429,9 +469,9 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
                 r = rule(ctx, allow, "socketpair", 1, u, err);
             if (r == 0)
                 r = rule(ctx, allow, "socket", 2, nl, err);
-            /* Plain TCP and UDP only (protocol 0 or the one named): not
-             * MPTCP, SCTP, ICMP and other protocol modules, attack surface
-             * the payload has no use for. */
+            /* Plain TCP and UDP (protocol 0 or the one named) and UDP-Lite
+             * (add_udplite_rules says why): not MPTCP, SCTP, ICMP and other
+             * protocol modules, attack surface the payload has no use for. */
             for (size_t f = 0; r == 0 && f < AJ_ARRAY_SIZE(inet_families); f++)
                 for (size_t t = 0; r == 0 && t < AJ_ARRAY_SIZE(inet_types); t++) {
                     /* The type argument carries SOCK_CLOEXEC|SOCK_NONBLOCK in
@@ -451,11 +491,15 @@ static int add_conditional_rules(scmp_filter_ctx ctx, uint32_t deny, bool degrad
                         r = rule(ctx, proto == 0 || proto == named ? allow : SCMP_ACT_ERRNO(EPROTONOSUPPORT),
                                  "socket", 3, a, err);
                     }
-                    struct scmp_arg_cmp above[] = {SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
-                                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
-                                                   SCMP_A2_32(SCMP_CMP_GT, named)};
-                    if (r == 0)
+                    if (r == 0 && inet_types[t] == SOCK_DGRAM)
+                        r = add_udplite_rules(ctx, (uint32_t)inet_families[f], err);
+                    else if (r == 0) {
+                        struct scmp_arg_cmp above[] = {
+                            SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint32_t)inet_families[f]),
+                            SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (uint32_t)inet_types[t]),
+                            SCMP_A2_32(SCMP_CMP_GT, named)};
                         r = rule(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 3, above, err);
+                    }
                 }
         }
         if (r < 0)
