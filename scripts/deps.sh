@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Install what agentjail needs to build and test, with apt, when missing.
-# Usage: scripts/deps.sh [build|test|bench|compat]   (default: test, which implies build)
-# compat: what tests/compat/ measures with (CPython's test suite, the data-science
-# stack, the tooling an agent uses); tests/compat/workloads.sh skips a step whose
-# package apt cannot install, naming it.
+# Usage: scripts/deps.sh [build|test|bench|compat]   (default: test, which implies build
+# and compat: scripts/test.sh runs the fast compatibility check)
+# compat: what tests/compat/ measures with (CPython's test suite, the Debian
+# package suites, the data-science stack, the tooling an agent uses);
+# tests/compat/workloads.sh skips a step whose package apt cannot install, naming it.
 set -euo pipefail
 what=${1:-test}
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev python3)
+compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
+        python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
+        python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
+        git make sqlite3 jq curl tar bsdutils openssl strace nodejs)
 case "$what" in
-  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io) ;;
+  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
+               "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail) ;;
-  compat) pkgs+=(libpython3.11-testsuite python3-pandas python3-matplotlib python3-seaborn
-                python3-sklearn python3-statsmodels python3-venv python3-pip python3-wheel
-                python3-setuptools git make sqlite3 jq curl tar bsdutils openssl strace nodejs) ;;
+  compat) pkgs+=("${compat[@]}") ;;
   build) ;;
   *) echo "usage: $0 [build|test|bench|compat]" >&2; exit 2 ;;
 esac

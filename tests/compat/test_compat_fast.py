@@ -1,14 +1,16 @@
-"""Compatibility regression check (issue 13): the fast subset of CPython's
-regression suite and of the agent workloads, bare and in the sandbox.
+"""Compatibility regression check (issue 13): the fast subsets of CPython's
+regression suite, of the test suites Debian ships in Python packages and of
+the agent workloads, bare and in the sandbox.
 
 Every test that passes bare and fails only in the sandbox must be listed,
 with its layer and reason, in docs/compatibility.md between the
 `allowed:begin` / `allowed:end` markers; anything else fails this test, so a
 change that breaks more of CPython's suite or of the tooling steps is caught.
 
-It takes about 5 minutes (3 runs of 10 CPython modules and ~45 workload steps
-twice), more than the normal suite can afford: it is skipped unless
-AJ_COMPAT=1 (CI sets it for the compatibility job). Needs root (the bare runs
+It takes about 5 minutes (3 runs of 10 CPython modules, 2 runs of 3 Debian
+suites and ~40 workload steps twice), more than the normal pytest pass can
+afford: it is skipped unless AJ_COMPAT=1 (scripts/test.sh sets it for its
+compat pass). Needs root (the bare runs
 are as nobody) and the packages of `scripts/deps.sh compat`.
 """
 import json
@@ -28,7 +30,7 @@ DOC = os.path.join(ROOT, "docs", "compatibility.md")
 heavy = pytest.mark.skipif(
     os.environ.get("AJ_COMPAT") != "1",
     reason="compatibility runs take ~5 min: set AJ_COMPAT=1 to run them "
-           "(tests/compat/cpython.py --fast, tests/compat/workloads.sh --fast)")
+           "(tests/compat/cpython.py --fast, pysuites.py --fast, workloads.sh --fast)")
 
 
 def allowed():
@@ -43,7 +45,7 @@ def allowed():
         if len(cells) != 5 or cells[0] in ("suite", "") or set(cells[0]) <= set("-: "):
             continue
         suite, where, test, layer, reason = cells
-        assert suite in ("cpython", "workloads"), line
+        assert suite in ("cpython", "debian", "workloads"), line
         assert layer and reason, "allowed entry without layer or reason: " + line
         out.setdefault((suite, where), {})[test] = (layer, reason)
     return out
@@ -83,6 +85,30 @@ def test_cpython_fast_subset():
                 if "*" in listed or short in listed:
                     continue
                 bad.append("%s %s [%s]: %s" % (mode, t["test"], t["cause"], t["why"][-200:]))
+    assert not bad, "fail only in the sandbox and not in docs/compatibility.md:\n" + "\n".join(bad)
+
+
+@heavy
+def test_debian_suites_fast():
+    need_root_and_packages()
+    ok = allowed()
+    with tempfile.TemporaryDirectory(prefix="aj-compat-") as d:
+        p = subprocess.run([os.path.join(HERE, "pysuites.py"), "--fast", "--timeout", "300",
+                            "--aj", AJ_BIN, "--out", d], capture_output=True, text=True, timeout=1800)
+        if p.returncode == 1 and "scripts/deps.sh compat" in p.stderr:
+            must_skip(p.stderr.strip())
+        assert p.returncode == 0, p.stderr[-3000:]
+        with open(os.path.join(d, "results.json")) as f:
+            res = json.load(f)
+    # positive control: the bare runs did run the suites
+    assert res["summary"]["passed_bare"] > 1000, res["summary"]
+    bad = []
+    for e in res["suites"]:
+        assert e["bare"]["pass"] > 0, "%s: nothing passed bare: %s" % (e["suite"], e["bare"])
+        listed = ok.get(("debian", e["suite"]), {})
+        for t in e["default"]["fail_only_in_sandbox"]:
+            if "*" not in listed and t["test"] not in listed:
+                bad.append("%s %s [%s]: %s" % (e["suite"], t["test"], t["cause"], t["why"][-200:]))
     assert not bad, "fail only in the sandbox and not in docs/compatibility.md:\n" + "\n".join(bad)
 
 
