@@ -6,7 +6,8 @@
 # package apt cannot install, naming it.
 set -euo pipefail
 what=${1:-test}
-pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev python3)
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev
+      libsqlite3-dev python3)
 case "$what" in
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io) ;;
   bench) pkgs+=(bubblewrap firejail) ;;

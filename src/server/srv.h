@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The server's modules: config (config.c), run records (store.c), the
+ * runner thread that owns every sandbox handle (runner.c) and the HTTP
+ * side (http.c). A client of the library's public headers only. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agentjail.h"
+
+/* ---- config ------------------------------------------------------------------ */
+
+/* Runs queued or running at once, all tenants: the bound of max_runs. */
+#define SRV_MAX_RUNS 256
+
+struct srv_tenant {
+    char *name;
+    uint8_t token_sha256[32];
+    unsigned running; /* queued or running now (runner lock) */
+};
+
+struct srv_config {
+    char *listen;           /* "HOST:PORT" or "unix:/path" */
+    char *store;            /* SQLite file */
+    char *policy_path;      /* NULL: the default policy */
+    char *profile;          /* NULL: none */
+    struct srv_tenant *tenants;
+    size_t n_tenants;
+    unsigned max_runs;            /* queued + running, all tenants */
+    unsigned max_runs_per_tenant; /* queued + running, one tenant */
+    size_t max_body_bytes;
+    size_t max_output_bytes;      /* per stream, what the server keeps */
+    uint64_t max_timeout_ms;      /* the policy's timeout: requests may only tighten it */
+    unsigned max_connections;
+};
+
+/* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
+int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t msg_size);
+void srv_config_clear(struct srv_config *cfg);
+
+/* ---- runs ----------------------------------------------------------------------- */
+
+enum srv_run_state { SRV_QUEUED, SRV_RUNNING, SRV_DONE };
+
+struct srv_buf {
+    char *data;
+    size_t len, cap;   /* kept: at most the config's max_output_bytes */
+    uint64_t total;    /* what the payload wrote */
+    bool truncated;
+};
+
+struct srv_run;
+/* What an epoll event of the runner is about (its data.ptr). */
+enum srv_watch_kind { SRV_W_HANDLE, SRV_W_STDIN, SRV_W_STDOUT, SRV_W_STDERR };
+struct srv_watch {
+    struct srv_run *run;
+    enum srv_watch_kind kind;
+};
+
+struct srv_run {
+    /* Set by the HTTP thread before queueing, then read-only. */
+    char id[33];
+    struct srv_tenant *tenant;
+    char **argv;
+    char **envp;
+    char *stdin_data;
+    size_t stdin_len;
+    uint64_t timeout_ms;
+    int64_t created_ms;
+
+    /* Under the runner's lock. */
+    int refs;
+    enum srv_run_state state;
+    bool kill_requested;
+    struct srv_run *next;  /* the runner's list of live runs */
+    struct srv_run *qnext; /* the runner's queue of runs to start */
+
+    /* The runner thread's own while the run is live; read by others
+     * (under the lock) once state is SRV_DONE. */
+    struct aj_sandbox *h;
+    struct srv_watch watch[4];
+    int fd_in, fd_out, fd_err;
+    size_t stdin_off;
+    bool ended;
+    struct srv_buf out, err;
+    int64_t ended_ms;
+    char status[32];
+    int exit_code;
+    char policy_sha256[65];
+    char *result_json; /* the library's result JSON */
+    char error[512];   /* a run that could not start */
+};
+
+/* ---- store ---------------------------------------------------------------------- */
+
+struct srv_store;
+int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t msg_size);
+void srv_store_close(struct srv_store *s);
+/* A run accepted (status "queued"). */
+int srv_store_insert(struct srv_store *s, const struct srv_run *r);
+/* A run ended: its final record. */
+int srv_store_finish(struct srv_store *s, const struct srv_run *r);
+/* The record of id if tenant owns it, as JSON text (caller frees): 0,
+ * -ENOENT when there is none for this tenant, -EIO on a store error. */
+int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
+
+/* The record's JSON (the same shape from memory and from the store). */
+char *srv_record_json(const struct srv_run *r, const char *state_name);
+
+/* ---- runner ---------------------------------------------------------------------- */
+
+struct srv_runner;
+struct srv_metrics {
+    uint64_t started, rejected_429, finished_by_status[16];
+    unsigned running;
+};
+int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
+                   struct srv_runner **ret, char *msg, size_t msg_size);
+/* Accept r (refs taken over by the runner): 0, or -EAGAIN over a cap. */
+int srv_runner_submit(struct srv_runner *rn, struct srv_run *r);
+/* A live run of tenant by id, with a reference; NULL if none. */
+struct srv_run *srv_runner_find(struct srv_runner *rn, const struct srv_tenant *tenant, const char *id);
+void srv_runner_kill(struct srv_runner *rn, struct srv_run *r);
+/* Block until r is done. */
+void srv_runner_wait(struct srv_runner *rn, struct srv_run *r);
+/* The record of r now (running or done), as JSON text. */
+char *srv_runner_record(struct srv_runner *rn, struct srv_run *r);
+void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
+void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
+/* Refuse new runs, kill every live one, end the thread once they are
+ * all recorded. Requests still waiting on runs are answered; the struct
+ * stays valid for them until srv_runner_free. */
+void srv_runner_stop(struct srv_runner *rn);
+void srv_runner_free(struct srv_runner *rn);
+
+extern const char *const srv_status_names[16];
+int srv_status_index(const char *name);
+
+/* ---- HTTP ----------------------------------------------------------------------- */
+
+int64_t srv_now_ms(void);
