@@ -1,0 +1,393 @@
+"""`agentjail serve`: a real server on a loopback port (and one on a unix
+socket) with a temp config and store, driven over real HTTP with
+http.client. Each denial has its positive control next to it."""
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import AJ_BIN, IS_ROOT, new_tag, pids_with, wait_for
+
+pytestmark = pytest.mark.skipif(not IS_ROOT, reason="the server tests run as root (per-run host uids)")
+
+TOKEN_A, TOKEN_B = "token-of-tenant-a", "token-of-tenant-b"
+
+
+def sha(s):
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=60):
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+class Server:
+    """One `agentjail serve` process; stderr goes to a file."""
+
+    def __init__(self, tmp, extra=None, listen="127.0.0.1:0", store=None):
+        self.tmp = tmp
+        self.store = store or os.path.join(tmp, "state", "runs.db")
+        cfg = {"listen": listen, "store": self.store,
+               "tenants": {"a": {"token_sha256": sha(TOKEN_A)}, "b": {"token_sha256": sha(TOKEN_B)}}}
+        cfg.update(extra or {})
+        self.config = os.path.join(tmp, "server.json")
+        with open(self.config, "w") as f:
+            json.dump(cfg, f, indent=2)
+        self.errpath = os.path.join(tmp, "server.err.%d" % time.monotonic_ns())
+        self.errf = open(self.errpath, "w")
+        self.proc = subprocess.Popen([AJ_BIN, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
+                                     stderr=self.errf)
+        ready = wait_for(lambda: "serve: ready" in self.err() or self.proc.poll() is not None, 15)
+        assert ready and self.proc.poll() is None, "server did not start: " + self.err()
+        m = re.search(r"listening on (unix:\S+|[0-9.]+:(\d+))", self.err())
+        assert m, self.err()
+        self.unix = m.group(1)[5:] if m.group(1).startswith("unix:") else None
+        self.port = int(m.group(2)) if not self.unix else None
+
+    def err(self):
+        with open(self.errpath) as f:
+            return f.read()
+
+    def conn(self, timeout=60):
+        if self.unix:
+            return UnixConnection(self.unix, timeout=timeout)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, token=TOKEN_A, raw=None, timeout=60):
+        c = self.conn(timeout)
+        headers = {}
+        if token is not None:
+            headers["Authorization"] = "Bearer " + token
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        c.request(method, path, body=data, headers=headers)
+        resp = c.getresponse()
+        text = resp.read().decode()
+        c.close()
+        ctype = resp.getheader("Content-Type", "")
+        return resp.status, resp, (json.loads(text) if ctype.startswith("application/json") else text)
+
+    def run(self, body, token=TOKEN_A):
+        return self.request("POST", "/v1/runs", body, token=token)
+
+    def metrics(self):
+        status, _, text = self.request("GET", "/metrics", token=None)
+        assert status == 200
+        return {line.split(" ")[0]: int(line.split(" ")[1]) for line in text.splitlines()
+                if line and not line.startswith("#")}
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=timeout)
+        self.errf.close()
+        return rc
+
+
+@pytest.fixture
+def tmp():
+    d = tempfile.mkdtemp(prefix="ajtest-srv-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def server(tmp):
+    servers = []
+
+    def start(**kw):
+        s = Server(tmp, **kw)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        if s.proc.poll() is None:
+            assert s.stop() == 0, s.err()
+
+
+def cgroup_dirs_of(pid):
+    """cgroup dirs named for runs of supervisor pid (<pid>.<starttime>.<id>)."""
+    found = []
+    for dirpath, dirnames, _ in os.walk("/sys/fs/cgroup", onerror=lambda e: None):
+        if dirpath.count("/") > 12:
+            dirnames[:] = []
+            continue
+        found += [os.path.join(dirpath, d) for d in dirnames if d.startswith("%d." % pid)]
+    return found
+
+
+# ---- auth ---------------------------------------------------------------------------------------
+
+def test_auth_refuses_missing_and_wrong_tokens(server):
+    s = server()
+    body = {"language": "sh", "code": "echo hi"}
+    for token in (None, "wrong-token", TOKEN_A + "x", ""):
+        status, _, j = s.run(body, token=token)
+        assert status == 401, (token, j)
+        assert "Bearer" in j["error"]
+    # Positive control: the right token runs.
+    status, _, j = s.run(body)
+    assert status == 200, j
+    assert j["status"] == "ok" and j["stdout"] == "hi\n"
+
+
+# ---- runs ------------------------------------------------------------------------------------------
+
+def test_python_and_bash_runs_with_output(server):
+    s = server()
+    status, _, j = s.run({"language": "python", "code": "import sys; print(6 * 7); print('e', file=sys.stderr)"})
+    assert status == 200, j
+    assert j["stdout"] == "42\n" and j["stderr"] == "e\n"
+    assert j["result"]["status"] == "ok" and j["result"]["layers"]["seccomp"] is True
+    assert j["argv"][:2] == ["python3", "-c"] and len(j["id"]) == 32
+    assert j["policy_sha256"] == j["result"]["policy_sha256"]
+    status, _, j = s.run({"language": "bash", "code": "echo out; echo err >&2; exit 3"})
+    assert status == 200, j
+    assert j["status"] == "nonzero_exit" and j["exit_code"] == 3
+    assert (j["stdout"], j["stderr"]) == ("out\n", "err\n")
+    status, _, j = s.run({"argv": ["sh", "-c", "echo $GREETING"], "env": {"GREETING": "hello"}})
+    assert status == 200 and j["stdout"] == "hello\n", j
+
+
+def test_stdin_reaches_the_payload(server):
+    s = server()
+    status, _, j = s.run({"argv": ["cat"], "stdin": "line one\nline two\n"})
+    assert status == 200, j
+    assert j["stdout"] == "line one\nline two\n"
+    # Larger than a pipe: written as the payload reads it.
+    big = "0123456789abcdef" * 20000
+    status, _, j = s.run({"argv": ["wc", "-c"], "stdin": big})
+    assert status == 200, j
+    assert j["stdout"].strip() == str(len(big))
+    # Without stdin the payload reads /dev/null (EOF at once).
+    status, _, j = s.run({"argv": ["wc", "-c"]})
+    assert j["stdout"].strip() == "0"
+
+
+def test_async_run_get_and_delete_kills_it(server):
+    s = server()
+    tag = new_tag()
+    status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+    assert status == 202, j
+    rid = j["id"]
+    assert wait_for(lambda: pids_with(tag), 10), "the payload never started"
+    status, _, j = s.request("GET", "/v1/runs/" + rid)
+    assert status == 200 and j["status"] == "running" and j["id"] == rid, j
+    status, _, j = s.request("DELETE", "/v1/runs/" + rid)
+    assert status == 200, j
+    assert j["status"] == "signaled" and j["result"]["signal"] == signal.SIGKILL, j
+    assert not pids_with(tag), "the killed run's payload is still there"
+    # The finished record, now from the store.
+    status, _, j2 = s.request("GET", "/v1/runs/" + rid)
+    assert status == 200 and j2["status"] == "signaled" and j2["result"] == j["result"]
+    assert s.metrics()['agentjail_runs_finished_total{status="signaled"}'] == 1
+
+
+def test_escape_attempt_is_refused_and_counted(server):
+    s = server()
+    code = ("import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "r = libc.unshare(0x10000000)\n"  # CLONE_NEWUSER: regain capabilities
+            "print(r, os.strerror(ctypes.get_errno()))\n")
+    status, _, j = s.run({"language": "python", "code": code})
+    assert status == 200, j
+    assert j["stdout"].startswith("-1 "), j  # refused
+    assert j["result"]["events"]["escape_attempt"] >= 1, j["result"]
+    assert j["result"]["escape_attempted"] is True
+    # Positive control: the same interpreter without the call raises nothing.
+    status, _, j = s.run({"language": "python", "code": "import ctypes; print(0)"})
+    assert j["result"]["events"]["escape_attempt"] == 0 and j["status"] == "ok", j
+
+
+def test_timeout_ends_the_run_and_only_tightens(server):
+    s = server(extra={"max_timeout": 20})
+    t0 = time.monotonic()
+    status, _, j = s.run({"argv": ["sleep", "30"], "timeout": 1})
+    assert status == 200, j
+    assert j["status"] == "timeout", j
+    assert time.monotonic() - t0 < 10
+    # A timeout above the server's is refused, naming the field; nothing ran.
+    status, _, j = s.run({"argv": ["true"], "timeout": 21})
+    assert status == 400 and j["error"].startswith("timeout:"), j
+    # Positive control: at the bound it runs.
+    status, _, j = s.run({"argv": ["true"], "timeout": 20})
+    assert status == 200 and j["status"] == "ok", j
+
+
+def test_output_is_capped_with_a_truncation_flag(server):
+    s = server(extra={"max_output_bytes": 1000})
+    status, _, j = s.run({"language": "python", "code": "print('x' * 5000)"})
+    assert status == 200, j
+    assert j["stdout"] == "x" * 1000 and j["stdout_truncated"] is True and j["stdout_bytes"] == 5001
+    assert j["stderr_truncated"] is False
+    # Positive control: under the cap nothing is cut.
+    status, _, j = s.run({"language": "python", "code": "print('x' * 500)"})
+    assert j["stdout"] == "x" * 500 + "\n" and j["stdout_truncated"] is False
+
+
+def test_over_the_concurrency_cap_is_429(server):
+    s = server(extra={"max_runs": 3, "max_runs_per_tenant": 2})
+    tag = new_tag()
+    ids = []
+    for _ in range(2):
+        status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+        assert status == 202, j
+        ids.append(j["id"])
+    status, resp, j = s.run({"argv": ["true"]})
+    assert status == 429 and resp.getheader("Retry-After") == "1" and "too many" in j["error"], j
+    # Another tenant has its own cap; then the server's total (3) is full.
+    status, _, jb = s.run({"argv": ["sleep", tag], "wait": False}, token=TOKEN_B)
+    assert status == 202, jb
+    status, _, j = s.run({"argv": ["true"]}, token=TOKEN_B)
+    assert status == 429, j
+    assert s.metrics()["agentjail_http_429_total"] == 2
+    # Accepted runs start as the runner thread gets to them.
+    assert wait_for(lambda: s.metrics()["agentjail_runs_running"] == 3, 10), s.metrics()
+    for rid in ids:
+        assert s.request("DELETE", "/v1/runs/" + rid)[0] == 200
+    assert s.request("DELETE", "/v1/runs/" + jb["id"], token=TOKEN_B)[0] == 200
+    # Positive control: with the runs gone there is room again.
+    status, _, j = s.run({"argv": ["true"]})
+    assert status == 200 and j["status"] == "ok", j
+    assert not pids_with(tag)
+
+
+def test_bad_requests_are_400_with_the_field(server):
+    s = server(extra={"max_body_bytes": 4096})
+    cases = [
+        (b"{not json", "body:1:"),
+        (b'{"language": "python", "code": "1", "files": {}}', "unknown field 'files'"),
+        (b'{"argv": "ls"}', "argv:"),
+        (b'{"argv": []}', "argv:"),
+        (b'{"argv": ["ls", 3]}', "argv[1]"),
+        (b'{"language": "cobol", "code": "x"}', "language:"),
+        (b'{"language": "python"}', "code:"),
+        (b'{"argv": ["ls"], "code": "x", "language": "sh"}', "argv:"),
+        (b'{"argv": ["ls"], "timeout": "5"}', "timeout:"),
+        (b'{"argv": ["ls"], "wait": 1}', "wait:"),
+        (b'{"argv": ["ls"], "env": {"A=B": "x"}}', "env.A=B"),
+        (b'[1]', "JSON object"),
+    ]
+    for raw, want in cases:
+        status, _, j = s.request("POST", "/v1/runs", raw=raw)
+        assert status == 400 and want in j["error"], (raw, j)
+    status, _, j = s.request("POST", "/v1/runs", raw=b'{"argv": ["true"], "stdin": "' + b"x" * 8000 + b'"}')
+    assert status == 413 and "larger" in j["error"], j
+    status, _, j = s.request("GET", "/v1/nothing")
+    assert status == 404 and "error" in j
+    status, _, j = s.request("PUT", "/v1/runs")
+    assert status == 405 and "error" in j
+    # Positive control: a well-formed request of the same shape runs.
+    status, _, j = s.request("POST", "/v1/runs", raw=b'{"argv": ["true"], "wait": true, "timeout": 5}')
+    assert status == 200 and j["status"] == "ok", j
+    assert s.metrics()["agentjail_runs_started_total"] == 1
+
+
+def test_tenants_see_only_their_own_runs(server):
+    s = server()
+    status, _, j = s.run({"argv": ["echo", "a's"]})
+    assert status == 200
+    rid = j["id"]
+    assert s.request("GET", "/v1/runs/" + rid, token=TOKEN_B)[0] == 404
+    assert s.request("DELETE", "/v1/runs/" + rid, token=TOKEN_B)[0] == 404
+    status, _, j = s.request("GET", "/v1/runs/" + rid)  # positive control
+    assert status == 200 and j["stdout"] == "a's\n"
+    # A live one too: B can neither see nor kill it.
+    tag = new_tag()
+    status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+    rid = j["id"]
+    assert wait_for(lambda: pids_with(tag), 10)
+    assert s.request("GET", "/v1/runs/" + rid, token=TOKEN_B)[0] == 404
+    assert s.request("DELETE", "/v1/runs/" + rid, token=TOKEN_B)[0] == 404
+    assert pids_with(tag), "tenant B's DELETE killed tenant A's run"
+    assert s.request("DELETE", "/v1/runs/" + rid)[0] == 200
+    assert not pids_with(tag)
+    assert s.request("GET", "/v1/runs/" + "0" * 32)[0] == 404
+
+
+def test_record_survives_a_restart_and_the_store_is_private(server, tmp):
+    s = server()
+    status, _, j = s.run({"language": "sh", "code": "echo kept"})
+    assert status == 200
+    assert s.stop() == 0
+    st = os.stat(s.store)
+    assert st.st_mode & 0o777 == 0o600 and os.stat(os.path.dirname(s.store)).st_mode & 0o777 == 0o700
+    s2 = server()
+    status, _, j2 = s2.request("GET", "/v1/runs/" + j["id"])
+    assert status == 200, j2
+    assert j2 == j
+    assert s2.request("GET", "/v1/runs/" + j["id"], token=TOKEN_B)[0] == 404
+
+
+def test_sigterm_kills_runs_and_leaves_nothing(server):
+    s = server()
+    tag = new_tag()
+    status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+    assert status == 202
+    assert wait_for(lambda: pids_with(tag), 10)
+    assert cgroup_dirs_of(s.proc.pid), "positive control: a live run has a cgroup of the server's"
+    pid = s.proc.pid
+    assert s.stop() == 0, s.err()
+    assert not pids_with(tag)
+    assert not cgroup_dirs_of(pid), cgroup_dirs_of(pid)
+    # The killed run was recorded as it ended.
+    s2 = server()
+    status, _, j2 = s2.request("GET", "/v1/runs/" + j["id"])
+    assert status == 200 and j2["status"] == "signaled" and j2["result"]["signal"] == signal.SIGTERM, j2
+
+
+def test_unix_socket(server, tmp):
+    path = os.path.join(tmp, "aj.sock")
+    s = server(listen="unix:" + path)
+    assert os.stat(path).st_mode & 0o077 == 0, "the socket is the server owner's alone"
+    status, _, j = s.run({"language": "sh", "code": "echo over unix"})
+    assert status == 200 and j["stdout"] == "over unix\n", j
+    assert s.run({"language": "sh", "code": "true"}, token="nope")[0] == 401
+    assert s.stop() == 0
+    assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db", "tenants": {"a": {"token_sha256": "%s"}},\n'
+     '  "colour": "blue"}' % sha("t"), ":2:3: colour: unknown key"),
+    ('{"listen": "127.0.0.1:0",\n "store": "/tmp/x.db",\n "tenants": {"a": {"token_sha256": 5}}}',
+     ":3:20: tenants.a.token_sha256: must be a string of 64 hex digits"),
+    ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db", "max_runs": "4",\n'
+     ' "tenants": {"a": {"token_sha256": "%s"}}}' % sha("t"), ":1:49: max_runs: must be an integer"),
+    ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db",\n "tenants": {"a": {"token_sha256": "%s", "x": 1}}}'
+     % sha("t"), ":2:104: tenants.a.x: unknown key"),
+    ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db", \n "tenants": {}', ":2:14: "),
+])
+def test_bad_config_is_one_located_line_and_exit_2(tmp, text, where):
+    path = os.path.join(tmp, "bad.json")
+    with open(path, "w") as f:
+        f.write(text)
+    p = subprocess.run([AJ_BIN, "serve", "--config", path], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentjail serve: " + path + ":"), p.stderr
+    assert where in lines[0], lines[0]
+
+
+def test_good_config_starts(server):
+    """Positive control of the config errors: the minimal form of the issue."""
+    s = server()
+    assert s.metrics()["agentjail_runs_started_total"] == 0
