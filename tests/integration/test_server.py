@@ -391,3 +391,22 @@ def test_good_config_starts(server):
     """Positive control of the config errors: the minimal form of the issue."""
     s = server()
     assert s.metrics()["agentjail_runs_started_total"] == 0
+
+
+def test_sigkilled_server_leaves_its_runs_lost_not_vanished(server):
+    s = server()
+    tag = new_tag()
+    status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+    assert status == 202
+    assert wait_for(lambda: pids_with(tag), 10)
+    s.stop(sig=signal.SIGKILL)
+    # The sandbox dies with its supervisor thread (parent-death signal).
+    assert wait_for(lambda: not pids_with(tag), 10), "a sandbox outlived its SIGKILLed server"
+    s2 = server()
+    status, _, j2 = s2.request("GET", "/v1/runs/" + j["id"])
+    assert status == 200 and j2["status"] == "lost" and "stopped" in j2["error"], j2
+    # Positive control: a run that ended before the kill keeps its status.
+    status, _, j3 = s2.run({"argv": ["true"]})
+    s2.stop(sig=signal.SIGKILL)
+    s3 = server()
+    assert s3.request("GET", "/v1/runs/" + j3["id"])[2]["status"] == "ok"
