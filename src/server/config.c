@@ -161,7 +161,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
 {
     const char *key;
     json_t *v;
-    uint64_t u;
+    uint64_t u = 0;
 
     if (!json_is_object(root))
         return cfg_fail(L, "", "the config is a JSON object");

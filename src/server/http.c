@@ -28,6 +28,7 @@ struct srv_ctx {
     struct aj_policy *pol;
     struct srv_store *store;
     struct srv_runner *rn;
+    int in_flight; /* requests between their first call and their completion (atomic) */
 };
 
 struct srv_conn {
@@ -351,6 +352,163 @@ static enum MHD_Result one_run(struct srv_ctx *ctx, struct MHD_Connection *c, st
     return send_json(c, MHD_HTTP_OK, rec);
 }
 
+/* ---- GET /v1/runs/{id}/stream ------------------------------------------------------------- */
+
+/* Server-Sent Events: "start" (id, argv), "stdout" and "stderr" chunks
+ * ({"data": TEXT}, in the order the runner read them; what the server
+ * keeps of each stream, up to max_output_bytes), then "exit" with the
+ * record, and the stream ends. A run that has ended already (in the store)
+ * is replayed the same way. The content reader blocks in its connection's
+ * own thread (thread per connection) until there is output or an end. */
+struct srv_stream {
+    struct srv_ctx *ctx;
+    struct srv_run *r; /* live: a reference; NULL for a replay */
+    size_t off[3];
+    bool started, ended;
+    char *pending; /* the event being sent */
+    size_t len, pos;
+};
+
+static char *sse_event(const char *type, json_t *data)
+{
+    char *d = data ? json_dumps(data, JSON_COMPACT) : NULL, *out = NULL;
+
+    json_decref(data);
+    if (d && asprintf(&out, "event: %s\ndata: %s\n\n", type, d) < 0)
+        out = NULL;
+    free(d);
+    return out;
+}
+
+static char *sse_next(struct srv_stream *st)
+{
+    char chunk[8192], *rec;
+    int stream = 0;
+    ssize_t n;
+
+    if (!st->started) {
+        st->started = true;
+        rec = srv_runner_record(st->ctx->rn, st->r);
+        json_t *o = rec ? json_loads(rec, 0, NULL) : NULL, *start;
+        free(rec);
+        if (!o)
+            return NULL;
+        start = json_pack("{s:O, s:O}", "id", json_object_get(o, "id"), "argv", json_object_get(o, "argv"));
+        json_decref(o);
+        return sse_event("start", start);
+    }
+    n = srv_runner_next_output(st->ctx->rn, st->r, st->off, chunk, sizeof(chunk), &stream);
+    if (n > 0)
+        return sse_event(stream == 1 ? "stdout" : "stderr",
+                         json_pack("{s:o}", "data", srv_text_json(chunk, (size_t)n)));
+    if (n < 0)
+        return strdup(": keep-alive\n\n"); /* a quiet run: the connection is not idle */
+    st->ended = true;
+    rec = srv_runner_record(st->ctx->rn, st->r);
+    json_t *o = rec ? json_loads(rec, 0, NULL) : NULL;
+    free(rec);
+    return sse_event("exit", o);
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct srv_stream *st = cls;
+
+    (void)pos;
+    while (st->pos == st->len) {
+        free(st->pending);
+        st->pending = NULL;
+        st->len = st->pos = 0;
+        if (st->ended || !st->r)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        st->pending = sse_next(st);
+        if (!st->pending)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        st->len = strlen(st->pending);
+    }
+    size_t k = st->len - st->pos < max ? st->len - st->pos : max;
+    memcpy(buf, st->pending + st->pos, k);
+    st->pos += k;
+    return (ssize_t)k;
+}
+
+static void sse_free(void *cls)
+{
+    struct srv_stream *st = cls;
+
+    if (st->r)
+        srv_run_unref(st->ctx->rn, st->r);
+    free(st->pending);
+    free(st);
+}
+
+/* A finished run's events from its stored record, all at once. */
+static char *sse_replay(const char *rec_text)
+{
+    json_t *o = json_loads(rec_text, 0, NULL);
+    char *ev[4] = {NULL}, *out = NULL;
+
+    if (!o)
+        return NULL;
+    ev[0] = sse_event("start", json_pack("{s:O, s:O}", "id", json_object_get(o, "id"), "argv",
+                                         json_object_get(o, "argv")));
+    ev[1] = sse_event("stdout", json_pack("{s:O}", "data", json_object_get(o, "stdout")));
+    ev[2] = sse_event("stderr", json_pack("{s:O}", "data", json_object_get(o, "stderr")));
+    ev[3] = sse_event("exit", o); /* takes o */
+    if (ev[0] && ev[1] && ev[2] && ev[3] && asprintf(&out, "%s%s%s%s", ev[0], ev[1], ev[2], ev[3]) < 0)
+        out = NULL;
+    for (int i = 0; i < 4; i++)
+        free(ev[i]);
+    return out;
+}
+
+static enum MHD_Result stream_run(struct srv_ctx *ctx, struct MHD_Connection *c, struct srv_tenant *t,
+                                  const char *id)
+{
+    struct srv_stream *st;
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    char *rec = NULL;
+    int rc;
+
+    if (!valid_id(id))
+        return send_error(c, MHD_HTTP_NOT_FOUND, "no run with that id");
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    st->ctx = ctx;
+    st->r = srv_runner_find(ctx->rn, t, id);
+    if (!st->r) {
+        rc = srv_store_get_json(ctx->store, t->name, id, &rec);
+        if (rc < 0) {
+            free(st);
+            return rc == -ENOENT ? send_error(c, MHD_HTTP_NOT_FOUND, "no run %s", id)
+                                 : send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "the run store could not be read");
+        }
+        st->pending = sse_replay(rec);
+        free(rec);
+        if (!st->pending) {
+            free(st);
+            return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+        }
+        st->len = strlen(st->pending);
+        st->started = st->ended = true;
+    }
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, st, sse_free);
+    if (!resp) {
+        sse_free(st);
+        return MHD_NO;
+    }
+    if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream") != MHD_YES ||
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache") != MHD_YES) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
+    ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* ---- GET /metrics ------------------------------------------------------------------------ */
 
 static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
@@ -411,6 +569,14 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s /v1/runs: only POST", method);
         return post_run(ctx, c, t, cc);
     }
+    if (strncmp(url, "/v1/runs/", 9) == 0 && strlen(url) == 9 + 32 + 7 && strcmp(url + 9 + 32, "/stream") == 0) {
+        char id[33];
+        memcpy(id, url + 9, 32);
+        id[32] = '\0';
+        if (strcmp(method, "GET") != 0)
+            return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET", method, url);
+        return stream_run(ctx, c, t, id);
+    }
     if (strncmp(url, "/v1/runs/", 9) == 0 && !strchr(url + 9, '/')) {
         if (strcmp(method, "GET") == 0)
             return one_run(ctx, c, t, url + 9, false);
@@ -435,6 +601,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc)
             return MHD_NO;
         *con_cls = cc;
+        __atomic_add_fetch(&ctx->in_flight, 1, __ATOMIC_SEQ_CST);
         /* Refused before a byte of it is read. */
         if (cl && strtoull(cl, NULL, 10) > ctx->cfg.max_body_bytes) {
             cc->responded = true;
@@ -469,15 +636,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
+    struct srv_ctx *ctx = cls;
     struct srv_conn *cc = *con_cls;
 
-    (void)cls;
     (void)c;
     (void)toe;
     if (cc) {
         free(cc->body);
         free(cc);
         *con_cls = NULL;
+        __atomic_sub_fetch(&ctx->in_flight, 1, __ATOMIC_SEQ_CST);
     }
 }
 
@@ -694,6 +862,11 @@ int aj_server_main(const char *config_path)
             (void)close(q); /* handed back to us by the quiesce */
     }
     srv_runner_stop(ctx.rn);
+    /* Every run has ended: let the requests that waited on them (and the
+     * streams' exit events) reach their clients before MHD closes the
+     * connections; bounded, a client that does not read is not waited for. */
+    for (int i = 0; i < 500 && __atomic_load_n(&ctx.in_flight, __ATOMIC_SEQ_CST) > 0; i++)
+        (void)usleep(10000);
     MHD_stop_daemon(d);
     d = NULL;
     status = 0;

@@ -64,7 +64,7 @@ int64_t srv_now_ms(void)
 /* Output as JSON text: JSON strings must be UTF-8, the payload's bytes
  * need not be. Each byte that does not start a valid sequence becomes
  * U+FFFD (the byte counts in the record are the payload's own). */
-static json_t *text_json(const char *p, size_t n)
+json_t *srv_text_json(const char *p, size_t n)
 {
     char *o = malloc(n * 3 + 1);
     size_t k = 0;
@@ -91,8 +91,9 @@ static json_t *text_json(const char *p, size_t n)
             k += len;
             i += len;
         } else {
-            memcpy(o + k, "\xef\xbf\xbd", 3);
-            k += 3;
+            o[k++] = (char)0xef; /* U+FFFD in UTF-8 */
+            o[k++] = (char)0xbf;
+            o[k++] = (char)0xbd;
             i++;
         }
     }
@@ -136,8 +137,8 @@ char *srv_record_json(const struct srv_run *r, const char *state_name)
         } else {
             bad |= json_object_set_new(o, "result", json_null());
         }
-        bad |= set_new(o, "stdout", text_json(r->out.data ? r->out.data : "", r->out.len));
-        bad |= set_new(o, "stderr", text_json(r->err.data ? r->err.data : "", r->err.len));
+        bad |= set_new(o, "stdout", srv_text_json(r->out.data ? r->out.data : "", r->out.len));
+        bad |= set_new(o, "stderr", srv_text_json(r->err.data ? r->err.data : "", r->err.len));
         bad |= set_new(o, "stdout_bytes", json_integer((json_int_t)r->out.total));
         bad |= set_new(o, "stderr_bytes", json_integer((json_int_t)r->err.total));
         bad |= json_object_set_new(o, "stdout_truncated", json_boolean(r->out.truncated));
@@ -323,7 +324,9 @@ static void start(struct srv_runner *rn, struct srv_run *r)
         (void)aj_sandbox_kill(r->h, SIGKILL);
 }
 
-/* Keep the first max_output_bytes, count the rest. */
+/* Keep the first max_output_bytes, count the rest. The buffer grows and
+ * fills under the lock: stream readers (srv_runner_next_output) copy from
+ * it while the run is live. */
 static bool drain(struct srv_runner *rn, int fd, struct srv_buf *b)
 {
     char tmp[16384];
@@ -336,28 +339,32 @@ static bool drain(struct srv_runner *rn, int fd, struct srv_buf *b)
             return errno != EAGAIN; /* an error ends the stream like EOF */
         if (n == 0)
             return true;
+        (void)pthread_mutex_lock(&rn->lock);
         b->total += (uint64_t)n;
         size_t room = rn->cfg->max_output_bytes - b->len, k = (size_t)n < room ? (size_t)n : room;
         if (k < (size_t)n)
             b->truncated = true;
-        if (k) {
-            if (b->len + k > b->cap) {
-                size_t cap = b->cap ? b->cap * 2 : 4096;
-                while (cap < b->len + k)
-                    cap *= 2;
-                if (cap > rn->cfg->max_output_bytes)
-                    cap = rn->cfg->max_output_bytes;
-                char *p = realloc(b->data, cap);
-                if (!p) {
-                    b->truncated = true;
-                    continue;
-                }
+        if (k && b->len + k > b->cap) {
+            size_t cap = b->cap ? b->cap * 2 : 4096;
+            while (cap < b->len + k)
+                cap *= 2;
+            if (cap > rn->cfg->max_output_bytes)
+                cap = rn->cfg->max_output_bytes;
+            char *p = realloc(b->data, cap);
+            if (p) {
                 b->data = p;
                 b->cap = cap;
+            } else {
+                b->truncated = true;
+                k = 0;
             }
+        }
+        if (k) {
             memcpy(b->data + b->len, tmp, k);
             b->len += k;
+            (void)pthread_cond_broadcast(&rn->done);
         }
+        (void)pthread_mutex_unlock(&rn->lock);
     }
 }
 
@@ -598,6 +605,58 @@ char *srv_runner_record(struct srv_runner *rn, struct srv_run *r)
     s = srv_record_json(r, r->state == SRV_DONE ? NULL : r->state == SRV_QUEUED ? "queued" : "running");
     (void)pthread_mutex_unlock(&rn->lock);
     return s;
+}
+
+/* Back n off to the start of a UTF-8 sequence the chunk would split, so
+ * that a character is not sent as two replacement characters; unless
+ * that leaves nothing (a lone lead byte at the start goes as it is). */
+static size_t utf8_boundary(const char *p, size_t n)
+{
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = (unsigned char)p[n - back];
+        if ((c & 0xc0) == 0x80)
+            continue; /* a continuation byte: look further back */
+        size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 1;
+        return len > back && n - back > 0 ? n - back : n;
+    }
+    return n;
+}
+
+ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
+                               int *stream)
+{
+    size_t n = 0;
+    bool timed_out = false;
+
+    *stream = 0;
+    (void)pthread_mutex_lock(&rn->lock);
+    for (;;) {
+        bool done = r->state == SRV_DONE;
+        for (int s = 1; s <= 2 && !n; s++) {
+            const struct srv_buf *b = s == 1 ? &r->out : &r->err;
+            if (b->len <= off[s])
+                continue;
+            n = b->len - off[s] < max ? b->len - off[s] : max;
+            if (!done || off[s] + n < b->len)
+                n = utf8_boundary(b->data + off[s], n);
+            memcpy(buf, b->data + off[s], n);
+            off[s] += n;
+            *stream = s;
+        }
+        if (n || done)
+            break;
+        /* Back every 15 s with nothing (stream 0), so the caller can keep
+         * a quiet connection from looking idle. */
+        struct timespec until;
+        (void)clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 15;
+        if (pthread_cond_timedwait(&rn->done, &rn->lock, &until) == ETIMEDOUT) {
+            timed_out = true;
+            break;
+        }
+    }
+    (void)pthread_mutex_unlock(&rn->lock);
+    return n ? (ssize_t)n : timed_out ? -EAGAIN : 0;
 }
 
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m)

@@ -4,6 +4,7 @@
  * side (http.c). A client of the library's public headers only. */
 #pragma once
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -108,6 +109,8 @@ int srv_store_finish(struct srv_store *s, const struct srv_run *r);
  * -ENOENT when there is none for this tenant, -EIO on a store error. */
 int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
 
+/* Output as a JSON string: bytes that are not UTF-8 become U+FFFD. */
+json_t *srv_text_json(const char *p, size_t n);
 /* The record's JSON (the same shape from memory and from the store). */
 char *srv_record_json(const struct srv_run *r, const char *state_name);
 
@@ -130,6 +133,12 @@ void srv_runner_wait(struct srv_runner *rn, struct srv_run *r);
 /* The record of r now (running or done), as JSON text. */
 char *srv_runner_record(struct srv_runner *rn, struct srv_run *r);
 void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
+/* Wait until r has output past off[1] (stdout) or off[2] (stderr), copy
+ * up to max bytes of it to buf, advance that offset, say which stream
+ * (1, 2): the byte count; 0 once the run has ended and all was copied;
+ * -EAGAIN after 15 s with neither. */
+ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
+                              int *stream);
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
 /* Refuse new runs, kill every live one, end the thread once they are
  * all recorded. Requests still waiting on runs are answered; the struct

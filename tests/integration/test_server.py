@@ -410,3 +410,74 @@ def test_sigkilled_server_leaves_its_runs_lost_not_vanished(server):
     s2.stop(sig=signal.SIGKILL)
     s3 = server()
     assert s3.request("GET", "/v1/runs/" + j3["id"])[2]["status"] == "ok"
+
+
+def read_sse(s, rid, token=TOKEN_A):
+    """The events of GET /v1/runs/{id}/stream: [(type, data, monotonic time)]."""
+    c = s.conn()
+    c.request("GET", "/v1/runs/%s/stream" % rid, headers={"Authorization": "Bearer " + token})
+    resp = c.getresponse()
+    if resp.status != 200:
+        body = json.loads(resp.read())
+        c.close()
+        return resp.status, body
+    assert resp.getheader("Content-Type") == "text/event-stream"
+    events, typ = [], None
+    while True:
+        line = resp.readline()
+        if not line:
+            break
+        line = line.decode().rstrip("\n")
+        if line.startswith("event: "):
+            typ = line[7:]
+        elif line.startswith("data: "):
+            events.append((typ, json.loads(line[6:]), time.monotonic()))
+    c.close()
+    return 200, events
+
+
+def test_stream_sends_output_as_it_comes_then_the_exit(server):
+    s = server()
+    status, _, j = s.run({"language": "bash", "wait": False,
+                          "code": "for i in 1 2 3; do echo $i; sleep 0.4; done; echo é >&2"})
+    assert status == 202
+    status, events = read_sse(s, j["id"])
+    assert status == 200, events
+    types = [e[0] for e in events]
+    assert types[0] == "start" and types[-1] == "exit" and types.count("exit") == 1, types
+    assert events[0][1]["id"] == j["id"]
+    out = "".join(e[1]["data"] for e in events if e[0] == "stdout")
+    err = "".join(e[1]["data"] for e in events if e[0] == "stderr")
+    assert (out, err) == ("1\n2\n3\n", "é\n")
+    exit_ev = events[-1][1]
+    assert exit_ev["status"] == "ok" and exit_ev["stdout"] == out and exit_ev["result"]["status"] == "ok"
+    # Streamed, not buffered to the end: the first line came well before the exit.
+    first_out = next(e[2] for e in events if e[0] == "stdout")
+    assert events[-1][2] - first_out > 0.6, events
+    # A finished run replays the same from the store; another tenant gets 404.
+    status, replay = read_sse(s, j["id"])
+    assert [e[0] for e in replay] == ["start", "stdout", "stderr", "exit"]
+    assert replay[1][1]["data"] == out and replay[2][1]["data"] == err and replay[3][1] == exit_ev
+    status, body = read_sse(s, j["id"], token=TOKEN_B)
+    assert status == 404 and "error" in body
+    status, body = read_sse(s, j["id"], token="nope")
+    assert status == 401
+
+
+def test_sigterm_ends_an_open_stream_with_the_exit(server):
+    import threading
+    s = server()
+    tag = new_tag()
+    status, _, j = s.run({"argv": ["sh", "-c", "echo up; exec sleep " + tag], "wait": False})
+    assert status == 202
+    got = {}
+    t = threading.Thread(target=lambda: got.update(r=read_sse(s, j["id"])))
+    t.start()
+    assert wait_for(lambda: pids_with(tag), 10)
+    assert s.stop() == 0, s.err()
+    t.join(30)
+    assert not t.is_alive()
+    status, events = got["r"]
+    assert [e[0] for e in events] == ["start", "stdout", "exit"], events
+    assert events[-1][1]["status"] == "signaled" and events[-1][1]["result"]["signal"] == signal.SIGTERM
+    assert not pids_with(tag)
