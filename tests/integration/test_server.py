@@ -481,3 +481,54 @@ def test_sigterm_ends_an_open_stream_with_the_exit(server):
     assert [e[0] for e in events] == ["start", "stdout", "exit"], events
     assert events[-1][1]["status"] == "signaled" and events[-1][1]["result"]["signal"] == signal.SIGTERM
     assert not pids_with(tag)
+
+
+def test_bounded_load_leaves_no_fd_or_process_behind(server):
+    """40 runs from 4 loopback clients (the per-tenant cap): every one
+    answers ok, and the server holds the same fds afterwards."""
+    from concurrent.futures import ThreadPoolExecutor
+    s = server()
+    # The store, the library's threads and anything either opens once.
+    assert s.run({"language": "sh", "code": "echo warm"})[0] == 200
+    assert s.run({"language": "python", "code": "print('warm')"})[0] == 200
+
+    def fds():
+        out = {}
+        for fd in os.listdir("/proc/%d/fd" % s.proc.pid):
+            try:
+                out[int(fd)] = os.readlink("/proc/%d/fd/%s" % (s.proc.pid, fd))
+            except OSError:
+                pass
+        return out
+
+    before = fds()
+
+    def client(i):
+        out = []
+        for k in range(10):
+            n = i * 100 + k
+            status, _, j = s.run({"language": "python", "code": "print(%d)" % n} if k % 2 else
+                                 {"language": "sh", "code": "echo %d" % n})
+            out.append((status, j.get("status"), j.get("stdout")))
+        return out
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(4) as ex:
+        results = [r for rs in ex.map(client, range(4)) for r in rs]
+    assert time.monotonic() - t0 < 120
+    assert len(results) == 40
+    assert all(st == 200 and status == "ok" for st, status, _ in results), results
+    assert sorted(int(out) for _, _, out in results) == sorted(i * 100 + k for i in range(4) for k in range(10))
+    # No fd the server did not hold before (the warm-up's own connection
+    # may still have been open then: fewer is fine).
+    def grown():
+        now = fds()
+        return set(now.items()) - set(before.items()) or len(now) > len(before)
+
+    if not wait_for(lambda: not grown(), 5):
+        after = fds()
+        pytest.fail("server fds changed: %r" % {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+                                                 if before.get(k) != after.get(k)})
+    m = s.metrics()
+    assert m["agentjail_runs_started_total"] == 42 and m['agentjail_runs_finished_total{status="ok"}'] == 42
+    assert m["agentjail_runs_running"] == 0
