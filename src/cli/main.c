@@ -43,7 +43,9 @@ static int exec_serve(char **argv)
     if (slash)
         *slash = '\0';
     (void)snprintf(path, sizeof(path), "%s/agentjail-serve", self);
-    argv[0] = path;
+    /* argv[0] stays "agentjail": ps shows `agentjail serve --config ...`,
+     * and the sandboxes' inits (forks of the server) carry that name as
+     * every other agentjail supervisor's do. */
     execv(path, argv);
     fprintf(stderr, "agentjail serve: %s: %s\n", path, strerror(errno));
     return AJ_EXIT_SETUP;
@@ -68,7 +70,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "report") == 0)
         return aj_cmd_report(argc - 1, argv + 1);
     if (strcmp(argv[1], "serve") == 0)
-        return exec_serve(argv + 1);
+        return exec_serve(argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);
         return 0;
