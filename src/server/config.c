@@ -204,6 +204,10 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_uint(L, key, v, 1, 4096, &u) < 0)
                 return -1;
             cfg->max_connections = (unsigned)u;
+        } else if (strcmp(key, "pool_size") == 0) {
+            if (get_uint(L, key, v, 0, 64, &u) < 0)
+                return -1;
+            cfg->pool_size = (unsigned)u;
         } else if (strcmp(key, "tenants") == 0) {
             const char *name;
             json_t *t;
@@ -220,7 +224,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             return cfg_fail(L, key,
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
-                            "max_connections)");
+                            "max_connections, pool_size)");
         }
     }
     if (!cfg->store)
@@ -246,6 +250,7 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
         .max_output_bytes = 1u << 20,
         .max_timeout_ms = 300000,
         .max_connections = 64,
+        .pool_size = 2,
     };
     text = read_all(path, &len, msg, msg_size);
     if (!text)

@@ -540,6 +540,16 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
                   "# TYPE agentjail_http_429_total counter\n"
                   "agentjail_http_429_total %llu\n",
                   m.running, (unsigned long long)m.rejected_429);
+    if (m.pool)
+        (void)fprintf(f,
+                      "# HELP agentjail_pool_runs_total Runs by whether a parked sandbox was ready.\n"
+                      "# TYPE agentjail_pool_runs_total counter\n"
+                      "agentjail_pool_runs_total{kind=\"warm\"} %llu\n"
+                      "agentjail_pool_runs_total{kind=\"cold\"} %llu\n"
+                      "# HELP agentjail_pool_ready Parked sandboxes ready (as of the last run start).\n"
+                      "# TYPE agentjail_pool_ready gauge\n"
+                      "agentjail_pool_ready %u\n",
+                      (unsigned long long)m.warm_runs, (unsigned long long)m.cold_runs, m.pool_ready);
     if (fclose(f) != 0) {
         free(buf);
         return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");

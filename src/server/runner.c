@@ -34,6 +34,7 @@ struct srv_runner {
     bool stopping;
     struct srv_metrics m;
 
+    struct aj_pool *pool; /* the runner thread's: made and freed there */
     int efd, ep;
     pthread_t thread;
     bool thread_started;
@@ -288,16 +289,25 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     req.stdio[1] = AJ_STDIO_PIPE_NEW;
     req.stdio[2] = AJ_STDIO_PIPE_NEW;
     req.timeout_ms = r->timeout_ms;
-    if (aj_sandbox_start(rn->pol, &req, &r->h, &err) < 0) {
+    if ((rn->pool ? aj_pool_start(rn->pool, &req, &r->h, &err) : aj_sandbox_start(rn->pol, &req, &r->h, &err)) <
+        0) {
         r->h = NULL;
         (void)snprintf(r->error, sizeof(r->error), "%s", err.msg);
         finish(rn, r);
         return;
     }
+    /* The pool's counts, read here by its owner thread: a metrics request
+     * must not call aj_pool_get_stats while this thread frees the pool. */
+    struct aj_pool_stats ps = {0};
+    if (rn->pool)
+        aj_pool_get_stats(rn->pool, &ps);
     (void)pthread_mutex_lock(&rn->lock);
     r->state = SRV_RUNNING;
     rn->m.started++;
     rn->m.running++;
+    rn->m.warm_runs = ps.warm_runs;
+    rn->m.cold_runs = ps.cold_runs;
+    rn->m.pool_ready = ps.ready;
     kill_now = r->kill_requested || rn->stopping;
     (void)pthread_mutex_unlock(&rn->lock);
 
@@ -463,6 +473,21 @@ static void *runner_main(void *arg)
 {
     struct srv_runner *rn = arg;
     struct epoll_event evs[64];
+    struct aj_error err = {0};
+
+    /* Made here, not by the main thread: the parked sandboxes' death
+     * signal follows the thread that made the pool, which must outlive
+     * it, and this thread frees it after the last run. A pool that cannot
+     * be made (a policy that cannot be pooled) leaves runs cold. */
+    if (rn->cfg->pool_size) {
+        if (aj_pool_new(rn->pol, rn->cfg->pool_size, &rn->pool, &err) < 0) {
+            rn->pool = NULL;
+            (void)fprintf(stderr, "agentjail serve: warm pool: %s; every run starts cold\n", err.msg);
+        }
+        (void)pthread_mutex_lock(&rn->lock);
+        rn->m.pool = rn->pool != NULL;
+        (void)pthread_mutex_unlock(&rn->lock);
+    }
 
     for (;;) {
         int n = epoll_wait(rn->ep, evs, 64, -1);
@@ -484,6 +509,8 @@ static void *runner_main(void *arg)
         if (done)
             break;
     }
+    aj_pool_free(rn->pool);
+    rn->pool = NULL;
     return NULL;
 }
 

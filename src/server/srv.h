@@ -37,6 +37,7 @@ struct srv_config {
     size_t max_output_bytes;      /* per stream, what the server keeps */
     uint64_t max_timeout_ms;      /* the policy's timeout: requests may only tighten it */
     unsigned max_connections;
+    unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -120,6 +121,9 @@ struct srv_runner;
 struct srv_metrics {
     uint64_t started, rejected_429, finished_by_status[16];
     unsigned running;
+    bool pool;                        /* a warm pool is in use */
+    uint64_t warm_runs, cold_runs;    /* its counts (aj_pool_get_stats) */
+    unsigned pool_ready;
 };
 int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
                    struct srv_runner **ret, char *msg, size_t msg_size);

@@ -483,11 +483,14 @@ def test_sigterm_ends_an_open_stream_with_the_exit(server):
     assert not pids_with(tag)
 
 
-def test_bounded_load_leaves_no_fd_or_process_behind(server):
+@pytest.mark.parametrize("pool_size", [0, 2])
+def test_bounded_load_leaves_no_fd_or_process_behind(server, pool_size):
     """40 runs from 4 loopback clients (the per-tenant cap): every one
-    answers ok, and the server holds the same fds afterwards."""
+    answers ok, and the server holds no new fd afterwards (with a warm
+    pool, parked sandboxes hold fds of their own that change with each
+    refill: there the count, once refilled, must not grow)."""
     from concurrent.futures import ThreadPoolExecutor
-    s = server()
+    s = server(extra={"pool_size": pool_size})
     # The store, the library's threads and anything either opens once.
     assert s.run({"language": "sh", "code": "echo warm"})[0] == 200
     assert s.run({"language": "python", "code": "print('warm')"})[0] == 200
@@ -502,6 +505,13 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server):
         return out
 
     before = fds()
+    if pool_size:  # the pool refills after the warm-up: measure once it is full again
+        for _ in range(20):
+            time.sleep(0.5)
+            now = fds()
+            if len(now) == len(before):
+                break
+            before = now
 
     def client(i):
         out = []
@@ -523,12 +533,18 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server):
     # may still have been open then: fewer is fine).
     def grown():
         now = fds()
+        if pool_size:
+            return len(now) > len(before)
         return set(now.items()) - set(before.items()) or len(now) > len(before)
 
-    if not wait_for(lambda: not grown(), 5):
+    if not wait_for(lambda: not grown(), 10):
         after = fds()
         pytest.fail("server fds changed: %r" % {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
                                                  if before.get(k) != after.get(k)})
     m = s.metrics()
     assert m["agentjail_runs_started_total"] == 42 and m['agentjail_runs_finished_total{status="ok"}'] == 42
     assert m["agentjail_runs_running"] == 0
+    if pool_size:
+        assert m['agentjail_pool_runs_total{kind="warm"}'] >= 1, m
+    else:
+        assert not any(k.startswith("agentjail_pool") for k in m), m
