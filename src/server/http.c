@@ -280,7 +280,16 @@ static enum MHD_Result post_run(struct srv_ctx *ctx, struct MHD_Connection *c, s
     r->tenant = t;
     r->created_ms = srv_now_ms();
     r->refs = 1; /* this thread's */
+    /* Recorded before the runner has it, so that its end (which may come
+     * at once: a refused request) always finds the row to update, and a
+     * server killed after this point leaves a row the next one marks lost. */
+    if (srv_store_insert(ctx->store, r) < 0) {
+        discard_run(r);
+        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "the run store could not be written");
+    }
     rc = srv_runner_submit(ctx->rn, r);
+    if (rc < 0 && srv_store_delete(ctx->store, r->id) < 0)
+        (void)fprintf(stderr, "agentjail serve: store: could not remove refused run %s\n", r->id);
     if (rc == -EAGAIN) {
         discard_run(r);
         return send_text(c, MHD_HTTP_TOO_MANY_REQUESTS,
@@ -292,10 +301,6 @@ static enum MHD_Result post_run(struct srv_ctx *ctx, struct MHD_Connection *c, s
         discard_run(r);
         return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is shutting down");
     }
-    /* Recorded as queued once the runner has it: a record exists before
-     * the client hears of the id. */
-    if (srv_store_insert(ctx->store, r) < 0)
-        (void)fprintf(stderr, "agentjail serve: store: could not record run %s\n", r->id);
     if (!wait) {
         json_t *o = json_pack("{s:s, s:s}", "id", r->id, "status", "running");
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;

@@ -104,6 +104,8 @@ int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t m
 void srv_store_close(struct srv_store *s);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
+/* A run refused after its insert (429, shutdown): no record. */
+int srv_store_delete(struct srv_store *s, const char *id);
 /* A run ended: its final record. */
 int srv_store_finish(struct srv_store *s, const struct srv_run *r);
 /* The record of id if tenant owns it, as JSON text (caller frees): 0,

@@ -142,6 +142,18 @@ int srv_store_insert(struct srv_store *s, const struct srv_run *r)
     return rc;
 }
 
+int srv_store_delete(struct srv_store *s, const char *id)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO;
+
+    if (sqlite3_prepare_v2(s->db, "DELETE FROM runs WHERE id = ?", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
+        rc = 0;
+    (void)sqlite3_finalize(st);
+    return rc;
+}
+
 int srv_store_finish(struct srv_store *s, const struct srv_run *r)
 {
     sqlite3_stmt *st = NULL;

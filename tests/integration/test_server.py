@@ -268,6 +268,12 @@ def test_over_the_concurrency_cap_is_429(server):
     status, _, j = s.run({"argv": ["true"]})
     assert status == 200 and j["status"] == "ok", j
     assert not pids_with(tag)
+    # The refused requests left no record; the four accepted runs did.
+    import sqlite3
+    db = sqlite3.connect("file:%s?mode=ro" % s.store, uri=True)
+    rows = db.execute("SELECT status FROM runs ORDER BY created_ms").fetchall()
+    db.close()
+    assert [r[0] for r in rows] == ["signaled", "signaled", "signaled", "ok"], rows
 
 
 def test_bad_requests_are_400_with_the_field(server):
