@@ -35,6 +35,7 @@ struct srv_runner {
     struct srv_metrics m;
 
     struct aj_pool *pool; /* the runner thread's: made and freed there */
+    struct srv_run *graveyard; /* finished in this batch, the runner's reference still held */
     int efd, ep;
     pthread_t thread;
     bool thread_started;
@@ -246,7 +247,19 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
         rn->m.finished_by_status[idx]++;
     (void)pthread_cond_broadcast(&rn->done);
     (void)pthread_mutex_unlock(&rn->lock);
-    srv_run_unref(rn, r);
+    /* The runner's reference goes after the current epoll batch: events
+     * of this run later in the batch still point at it. */
+    r->qnext = rn->graveyard;
+    rn->graveyard = r;
+}
+
+static void bury(struct srv_runner *rn)
+{
+    while (rn->graveyard) {
+        struct srv_run *r = rn->graveyard;
+        rn->graveyard = r->qnext;
+        srv_run_unref(rn, r);
+    }
 }
 
 static void maybe_finish(struct srv_runner *rn, struct srv_run *r)
@@ -397,6 +410,9 @@ static void on_event(struct srv_runner *rn, struct srv_watch *w)
 {
     struct srv_run *r = w->run;
 
+    if (r->state == SRV_DONE)
+        return; /* finished earlier in this batch (written by this thread only) */
+
     switch (w->kind) {
     case SRV_W_HANDLE:
         if (!r->ended && aj_sandbox_process(r->h) == 1) {
@@ -503,6 +519,7 @@ static void *runner_main(void *arg)
             else
                 on_event(rn, evs[i].data.ptr);
         }
+        bury(rn);
         (void)pthread_mutex_lock(&rn->lock);
         bool done = rn->stopping && !rn->live && !rn->qhead;
         (void)pthread_mutex_unlock(&rn->lock);
