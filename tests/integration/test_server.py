@@ -165,6 +165,13 @@ def test_python_and_bash_runs_with_output(server):
     assert (j["stdout"], j["stderr"]) == ("out\n", "err\n")
     status, _, j = s.run({"argv": ["sh", "-c", "echo $GREETING"], "env": {"GREETING": "hello"}})
     assert status == 200 and j["stdout"] == "hello\n", j
+    if shutil.which("node"):
+        status, _, j = s.run({"language": "node", "code": "console.log(6 * 7)"})
+        assert status == 200 and j["stdout"] == "42\n" and j["argv"][:2] == ["node", "-e"], j
+    # Output that is not UTF-8 is text all the same, each bad byte U+FFFD.
+    status, _, j = s.run({"language": "python",
+                          "code": "import sys; sys.stdout.buffer.write(b'ok\\xff\\xc3\\xa9\\n')"})
+    assert status == 200 and j["stdout"] == "ok\ufffd\u00e9\n" and j["stdout_bytes"] == 6, j
 
 
 def test_stdin_reaches_the_payload(server):
