@@ -302,6 +302,9 @@ def test_bad_requests_are_400_with_the_field(server):
     for raw, want in cases:
         status, _, j = s.request("POST", "/v1/runs", raw=raw)
         assert status == 400 and want in j["error"], (raw, j)
+    # What the library refuses in a request is the client's error too.
+    status, _, j = s.run({"argv": ["true"], "env": {"BAD NAME": "x"}})
+    assert status == 400 and j["error"].startswith("request: environment"), j
     status, _, j = s.request("POST", "/v1/runs", raw=b'{"argv": ["true"], "stdin": "' + b"x" * 8000 + b'"}')
     assert status == 413 and "larger" in j["error"], j
     status, _, j = s.request("GET", "/v1/nothing")
@@ -311,7 +314,9 @@ def test_bad_requests_are_400_with_the_field(server):
     # Positive control: a well-formed request of the same shape runs.
     status, _, j = s.request("POST", "/v1/runs", raw=b'{"argv": ["true"], "wait": true, "timeout": 5}')
     assert status == 200 and j["status"] == "ok", j
-    assert s.metrics()["agentjail_runs_started_total"] == 1
+    # The refused environment did reach the library (a run that ended at setup).
+    assert s.metrics()['agentjail_runs_finished_total{status="setup_error"}'] == 1
+    assert s.metrics()['agentjail_runs_finished_total{status="ok"}'] == 1
 
 
 def test_tenants_see_only_their_own_runs(server):
