@@ -566,3 +566,24 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server, pool_size):
         assert m['agentjail_pool_runs_total{kind="warm"}'] >= 1, m
     else:
         assert not any(k.startswith("agentjail_pool") for k in m), m
+
+
+def test_config_policy_file_bounds_the_timeout_and_bad_ones_stop_the_server(server, tmp):
+    pol = os.path.join(tmp, "policy.json")
+    with open(pol, "w") as f:
+        f.write('{"version": 1,\n "limits": {"timeout": "5s", "colour": 1}}')
+    cfg = os.path.join(tmp, "c.json")
+    with open(cfg, "w") as f:
+        json.dump({"listen": "127.0.0.1:0", "store": os.path.join(tmp, "r.db"), "policy": pol,
+                   "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}}, f)
+    p = subprocess.run([AJ_BIN, "serve", "--config", cfg], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and (pol + ":2:") in p.stderr and "colour" in p.stderr, p.stderr
+    # Positive control: the policy without the bad key serves, and its
+    # tighter timeout is the bound requests are held to.
+    with open(pol, "w") as f:
+        f.write('{"version": 1, "limits": {"timeout": "5s"}}')
+    s = server(extra={"policy": pol})
+    status, _, j = s.run({"argv": ["true"], "timeout": 6})
+    assert status == 400 and "(5 s)" in j["error"], j
+    status, _, j = s.run({"argv": ["sleep", "10"]})
+    assert status == 200 and j["status"] == "timeout" and j["result"]["wall_ms"] < 9000, j
