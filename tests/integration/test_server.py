@@ -165,6 +165,9 @@ def test_python_and_bash_runs_with_output(server):
     assert (j["stdout"], j["stderr"]) == ("out\n", "err\n")
     status, _, j = s.run({"argv": ["sh", "-c", "echo $GREETING"], "env": {"GREETING": "hello"}})
     assert status == 200 and j["stdout"] == "hello\n", j
+    # Nothing of the server (its sockets, store, epoll, pipes) reaches the payload.
+    status, _, j = s.run({"language": "python", "code": "import os; print(sorted(map(int, os.listdir('/proc/self/fd'))))"})
+    assert status == 200 and j["stdout"] == "[0, 1, 2, 3]\n", j  # 3: the listing's own
     if shutil.which("node"):
         status, _, j = s.run({"language": "node", "code": "console.log(6 * 7)"})
         assert status == 200 and j["stdout"] == "42\n" and j["argv"][:2] == ["node", "-e"], j
