@@ -574,6 +574,19 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s /metrics: only GET", method);
         return metrics(ctx, c);
     }
+    /* Liveness and readiness, for a load balancer or an orchestrator: no
+     * token, nothing about any run. */
+    if (strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0) {
+        if (strcmp(method, "GET") != 0)
+            return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET", method, url);
+        if (url[1] == 'h')
+            return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
+        if (!srv_runner_accepting(ctx->rn))
+            return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting down");
+        if (srv_store_check_writable(ctx->store) < 0)
+            return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the run store is not writable");
+        return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ready\"}"));
+    }
     if (strncmp(url, "/v1/", 4) != 0)
         return send_error(c, MHD_HTTP_NOT_FOUND, "no endpoint %s", url);
     t = authenticate(ctx, c);

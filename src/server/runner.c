@@ -710,6 +710,16 @@ void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m)
     (void)pthread_mutex_unlock(&rn->lock);
 }
 
+bool srv_runner_accepting(struct srv_runner *rn)
+{
+    bool ok;
+
+    (void)pthread_mutex_lock(&rn->lock);
+    ok = !rn->stopping;
+    (void)pthread_mutex_unlock(&rn->lock);
+    return ok;
+}
+
 void srv_runner_stop(struct srv_runner *rn)
 {
     if (!rn || !rn->thread_started)

@@ -104,6 +104,8 @@ int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t m
 void srv_store_close(struct srv_store *s);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
+/* Whether a record could be written now (GET /readyz): 0 or -EIO. */
+int srv_store_check_writable(struct srv_store *s);
 /* A run refused after its insert (429, shutdown): no record. */
 int srv_store_delete(struct srv_store *s, const char *id);
 /* A run ended: its final record. */
@@ -146,6 +148,8 @@ void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
 ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
                               int *stream);
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
+/* Whether runs are accepted (not shutting down). */
+bool srv_runner_accepting(struct srv_runner *rn);
 /* Refuse new runs, kill every live one, end the thread once they are
  * all recorded. Requests still waiting on runs are answered; the struct
  * stays valid for them until srv_runner_free. */

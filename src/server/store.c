@@ -142,6 +142,17 @@ int srv_store_insert(struct srv_store *s, const struct srv_run *r)
     return rc;
 }
 
+int srv_store_check_writable(struct srv_store *s)
+{
+    /* Takes the write lock and lets it go: the file, its WAL and the
+     * directory are writable, and no other process holds the lock. */
+    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE; ROLLBACK;", NULL, NULL, NULL) != SQLITE_OK) {
+        (void)sqlite3_exec(s->db, "ROLLBACK;", NULL, NULL, NULL);
+        return -EIO;
+    }
+    return 0;
+}
+
 int srv_store_delete(struct srv_store *s, const char *id)
 {
     sqlite3_stmt *st = NULL;

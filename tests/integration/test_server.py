@@ -590,3 +590,20 @@ def test_config_policy_file_bounds_the_timeout_and_bad_ones_stop_the_server(serv
     assert status == 400 and "(5 s)" in j["error"], j
     status, _, j = s.run({"argv": ["sleep", "10"]})
     assert status == 200 and j["status"] == "timeout" and j["result"]["wall_ms"] < 9000, j
+
+
+def test_healthz_and_readyz(server):
+    import sqlite3
+    s = server()
+    assert s.request("GET", "/healthz", token=None)[:3:2] == (200, {"status": "ok"})
+    assert s.request("GET", "/readyz", token=None)[:3:2] == (200, {"status": "ready"})
+    # Another process holding the store's write lock: not ready (after the
+    # store's 5 s busy timeout), ready again once it lets go.
+    db = sqlite3.connect(s.store, timeout=1)
+    db.execute("BEGIN IMMEDIATE")
+    status, _, j = s.request("GET", "/readyz", token=None, timeout=20)
+    assert status == 503 and "store" in j["error"], j
+    db.rollback()
+    db.close()
+    assert s.request("GET", "/readyz", token=None)[0] == 200
+    assert s.request("POST", "/healthz", token=None)[0] == 405
