@@ -29,12 +29,18 @@ static int cfg_fail(struct cfg_loader *L, const char *path, const char *fmt, ...
 static int cfg_fail(struct cfg_loader *L, const char *path, const char *fmt, ...)
 {
     const struct srv_pos_entry *e = srv_pos_find(&L->idx, path);
-    char what[400];
+    char what[400], shown[300];
     va_list ap;
 
     va_start(ap, fmt);
     (void)vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
+    /* One line, whatever a key holds: control characters show as '?'. */
+    (void)snprintf(shown, sizeof(shown), "%s", path);
+    for (char *p = shown; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    path = shown;
     if (e)
         (void)snprintf(L->msg, L->msg_size, "%s:%d:%d: %s: %s", L->name, e->line, e->col, path, what);
     else
@@ -128,8 +134,12 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
     (void)snprintf(path, sizeof(path), "tenants.%s", name);
     if (!json_is_object(obj))
         return cfg_fail(L, path, "must be an object");
-    if (!name[0] || strlen(name) > 64 || strpbrk(name, ".[]\"\\/"))
-        return cfg_fail(L, path, "a tenant name is 1 to 64 characters, none of . [ ] \" \\ /");
+    bool ctrl = false;
+    for (const char *p = name; *p; p++)
+        ctrl |= (unsigned char)*p < 0x20 || *p == 0x7f;
+    if (!name[0] || strlen(name) > 64 || strpbrk(name, ".[]\"\\/") || ctrl)
+        return cfg_fail(L, path, "a tenant name is 1 to 64 characters, none of . [ ] \" \\ / or a control "
+                                 "character");
     t->name = strdup(name);
     if (!t->name)
         return cfg_fail(L, path, "out of memory");

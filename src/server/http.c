@@ -545,6 +545,35 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
                   "# TYPE agentjail_http_429_total counter\n"
                   "agentjail_http_429_total %llu\n",
                   m.running, (unsigned long long)m.rejected_429);
+    (void)fprintf(f,
+                  "# HELP agentjail_escape_attempts_total escape_attempt events of ended runs.\n"
+                  "# TYPE agentjail_escape_attempts_total counter\n"
+                  "agentjail_escape_attempts_total %llu\n"
+                  "# HELP agentjail_canaries_total Decoy (canary) touches of ended runs.\n"
+                  "# TYPE agentjail_canaries_total counter\n"
+                  "agentjail_canaries_total %llu\n",
+                  (unsigned long long)m.escape_attempts, (unsigned long long)m.canaries);
+    /* Per tenant: names are checked at load (no quote, backslash or
+     * control character), so they go into labels as they are. */
+    (void)fputs("# HELP agentjail_tenant_runs_running Runs queued or running, by tenant.\n"
+                "# TYPE agentjail_tenant_runs_running gauge\n"
+                "# HELP agentjail_tenant_runs_finished_total Runs ended, by tenant.\n"
+                "# TYPE agentjail_tenant_runs_finished_total counter\n"
+                "# HELP agentjail_tenant_escape_attempts_total escape_attempt events, by tenant.\n"
+                "# TYPE agentjail_tenant_escape_attempts_total counter\n",
+                f);
+    for (size_t i = 0; i < ctx->cfg.n_tenants; i++) {
+        const struct srv_tenant *t = &ctx->cfg.tenants[i];
+        unsigned running;
+        uint64_t finished, escapes;
+        srv_runner_tenant_counts(ctx->rn, t, &running, &finished, &escapes);
+        (void)fprintf(f,
+                      "agentjail_tenant_runs_running{tenant=\"%s\"} %u\n"
+                      "agentjail_tenant_runs_finished_total{tenant=\"%s\"} %llu\n"
+                      "agentjail_tenant_escape_attempts_total{tenant=\"%s\"} %llu\n",
+                      t->name, running, t->name, (unsigned long long)finished, t->name,
+                      (unsigned long long)escapes);
+    }
     if (m.pool)
         (void)fprintf(f,
                       "# HELP agentjail_pool_runs_total Runs by whether a parked sandbox was ready.\n"

@@ -204,6 +204,7 @@ static void close_watch(struct srv_runner *rn, int *fd)
 static void finish(struct srv_runner *rn, struct srv_run *r)
 {
     const struct aj_result *res = r->h ? aj_sandbox_result(r->h) : NULL;
+    uint64_t escapes = 0, canaries = 0;
     int idx;
 
     close_watch(rn, &r->fd_in);
@@ -214,6 +215,8 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
         r->exit_code = res->exit_code;
         (void)snprintf(r->policy_sha256, sizeof(r->policy_sha256), "%s", res->policy_sha256);
         r->result_json = aj_result_to_json(res);
+        escapes = aj_result_event_count(res, AJ_EV_ESCAPE_ATTEMPT);
+        canaries = aj_result_event_count(res, AJ_EV_CANARY);
         if (res->status == AJ_STATUS_SETUP_ERROR && !r->error[0])
             (void)snprintf(r->error, sizeof(r->error), "%s", res->error);
     } else if (!r->status[0]) {
@@ -241,6 +244,10 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
         rn->m.running--;
     r->state = SRV_DONE;
     r->tenant->running--;
+    r->tenant->finished++;
+    r->tenant->escapes += escapes;
+    rn->m.escape_attempts += escapes;
+    rn->m.canaries += canaries;
     rn->active--;
     idx = srv_status_index(r->status);
     if (idx >= 0)
@@ -707,6 +714,16 @@ void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m)
 {
     (void)pthread_mutex_lock(&rn->lock);
     *m = rn->m;
+    (void)pthread_mutex_unlock(&rn->lock);
+}
+
+void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t, unsigned *running,
+                              uint64_t *finished, uint64_t *escapes)
+{
+    (void)pthread_mutex_lock(&rn->lock);
+    *running = t->running;
+    *finished = t->finished;
+    *escapes = t->escapes;
     (void)pthread_mutex_unlock(&rn->lock);
 }
 

@@ -21,7 +21,10 @@
 struct srv_tenant {
     char *name;
     uint8_t token_sha256[32];
-    unsigned running; /* queued or running now (runner lock) */
+    /* Under the runner's lock. */
+    unsigned running;    /* queued or running now */
+    uint64_t finished;   /* runs ended */
+    uint64_t escapes;    /* escape_attempt events of its runs */
 };
 
 struct srv_config {
@@ -124,6 +127,7 @@ char *srv_record_json(const struct srv_run *r, const char *state_name);
 struct srv_runner;
 struct srv_metrics {
     uint64_t started, rejected_429, finished_by_status[16];
+    uint64_t escape_attempts, canaries; /* events of ended runs */
     unsigned running;
     bool pool;                        /* a warm pool is in use */
     uint64_t warm_runs, cold_runs;    /* its counts (aj_pool_get_stats) */
@@ -148,6 +152,9 @@ void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
 ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
                               int *stream);
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
+/* A tenant's counts, read under the runner's lock. */
+void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t, unsigned *running,
+                              uint64_t *finished, uint64_t *escapes);
 /* Whether runs are accepted (not shutting down). */
 bool srv_runner_accepting(struct srv_runner *rn);
 /* Refuse new runs, kill every live one, end the thread once they are

@@ -222,9 +222,15 @@ def test_escape_attempt_is_refused_and_counted(server):
     assert j["stdout"].startswith("-1 "), j  # refused
     assert j["result"]["events"]["escape_attempt"] >= 1, j["result"]
     assert j["result"]["escape_attempted"] is True
+    n = j["result"]["events"]["escape_attempt"]
     # Positive control: the same interpreter without the call raises nothing.
-    status, _, j = s.run({"language": "python", "code": "import ctypes; print(0)"})
+    status, _, j = s.run({"language": "python", "code": "import ctypes; print(0)"}, token=TOKEN_B)
     assert j["result"]["events"]["escape_attempt"] == 0 and j["status"] == "ok", j
+    m = s.metrics()
+    assert m["agentjail_escape_attempts_total"] == n
+    assert m['agentjail_tenant_escape_attempts_total{tenant="a"}'] == n
+    assert m['agentjail_tenant_escape_attempts_total{tenant="b"}'] == 0
+    assert m['agentjail_tenant_runs_finished_total{tenant="b"}'] == 1
 
 
 def test_timeout_ends_the_run_and_only_tightens(server):
@@ -396,6 +402,8 @@ def test_unix_socket(server, tmp):
     ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db",\n "tenants": {"a": {"token_sha256": "%s", "x": 1}}}'
      % sha("t"), ":2:104: tenants.a.x: unknown key"),
     ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db", \n "tenants": {}', ":2:14: "),
+    ('{"store": "/tmp/x.db", "tenants": {"a\\nb": {"token_sha256": "%s"}}}' % sha("t"),
+     ":1:24: tenants.a?b: a tenant name"),  # the key's escape is not matched: "tenants" it is
 ])
 def test_bad_config_is_one_located_line_and_exit_2(tmp, text, where):
     path = os.path.join(tmp, "bad.json")
