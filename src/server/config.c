@@ -214,6 +214,10 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_uint(L, key, v, 1, 4096, &u) < 0)
                 return -1;
             cfg->max_connections = (unsigned)u;
+        } else if (strcmp(key, "max_runs_per_minute") == 0) {
+            if (get_uint(L, key, v, 0, 1000000, &u) < 0)
+                return -1;
+            cfg->max_runs_per_minute = (unsigned)u;
         } else if (strcmp(key, "pool_size") == 0) {
             if (get_uint(L, key, v, 0, 64, &u) < 0)
                 return -1;
@@ -234,7 +238,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             return cfg_fail(L, key,
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
-                            "max_connections, pool_size)");
+                            "max_connections, max_runs_per_minute, pool_size)");
         }
     }
     if (!cfg->store)

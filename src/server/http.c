@@ -277,6 +277,16 @@ static enum MHD_Result post_run(struct srv_ctx *ctx, struct MHD_Connection *c, s
         discard_run(r);
         return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "getrandom: %s", strerror(errno));
     }
+    unsigned retry = 0;
+    if (srv_runner_take_rate(ctx->rn, t, &retry) < 0) {
+        char ra[16], *s = NULL;
+        discard_run(r);
+        (void)snprintf(ra, sizeof(ra), "%u", retry);
+        json_t *o = json_pack("{s:s}", "error", "too many runs this minute (the tenant's rate limit); retry later");
+        s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        return send_text(c, MHD_HTTP_TOO_MANY_REQUESTS, s, "application/json", ra);
+    }
     r->tenant = t;
     r->created_ms = srv_now_ms();
     r->refs = 1; /* this thread's */

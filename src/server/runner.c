@@ -586,6 +586,34 @@ fail:
     return -1;
 }
 
+int srv_runner_take_rate(struct srv_runner *rn, struct srv_tenant *t, unsigned *retry_after)
+{
+    double per_ms = rn->cfg->max_runs_per_minute / 60000.0, cap = rn->cfg->max_runs_per_minute;
+    int64_t now = srv_now_ms();
+    int rc = 0;
+
+    if (!rn->cfg->max_runs_per_minute)
+        return 0;
+    (void)pthread_mutex_lock(&rn->lock);
+    if (!t->tokens_ms) {
+        t->tokens = cap; /* a full bucket at the first run: bursts up to the minute's count */
+    } else if (now > t->tokens_ms) {
+        t->tokens += (double)(now - t->tokens_ms) * per_ms;
+        if (t->tokens > cap)
+            t->tokens = cap;
+    }
+    t->tokens_ms = now;
+    if (t->tokens >= 1.0) {
+        t->tokens -= 1.0;
+    } else {
+        *retry_after = (unsigned)((1.0 - t->tokens) / per_ms / 1000.0) + 1;
+        rn->m.rejected_429++;
+        rc = -EAGAIN;
+    }
+    (void)pthread_mutex_unlock(&rn->lock);
+    return rc;
+}
+
 int srv_runner_submit(struct srv_runner *rn, struct srv_run *r)
 {
     (void)pthread_mutex_lock(&rn->lock);

@@ -25,6 +25,8 @@ struct srv_tenant {
     unsigned running;    /* queued or running now */
     uint64_t finished;   /* runs ended */
     uint64_t escapes;    /* escape_attempt events of its runs */
+    double tokens;       /* the run-rate bucket (max_runs_per_minute) */
+    int64_t tokens_ms;   /* when it was last filled */
 };
 
 struct srv_config {
@@ -41,6 +43,7 @@ struct srv_config {
     uint64_t max_timeout_ms;      /* the policy's timeout: requests may only tighten it */
     unsigned max_connections;
     unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
+    unsigned max_runs_per_minute; /* per tenant, a token bucket of that size; 0: no rate limit */
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -135,6 +138,9 @@ struct srv_metrics {
 };
 int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
                    struct srv_runner **ret, char *msg, size_t msg_size);
+/* One run of t's rate (max_runs_per_minute): 0, or -EAGAIN and the
+ * seconds until the next one is allowed. */
+int srv_runner_take_rate(struct srv_runner *rn, struct srv_tenant *t, unsigned *retry_after);
 /* Accept r (refs taken over by the runner): 0, or -EAGAIN over a cap. */
 int srv_runner_submit(struct srv_runner *rn, struct srv_run *r);
 /* A live run of tenant by id, with a reference; NULL if none. */

@@ -615,3 +615,17 @@ def test_healthz_and_readyz(server):
     db.close()
     assert s.request("GET", "/readyz", token=None)[0] == 200
     assert s.request("POST", "/healthz", token=None)[0] == 405
+
+
+def test_rate_limit_per_tenant_is_429_with_retry_after(server):
+    s = server(extra={"max_runs_per_minute": 3})
+    for _ in range(3):
+        status, _, j = s.run({"argv": ["true"]})
+        assert status == 200 and j["status"] == "ok", j
+    status, resp, j = s.run({"argv": ["true"]})
+    assert status == 429 and "rate" in j["error"], j
+    assert 1 <= int(resp.getheader("Retry-After")) <= 21  # one run every 20 s
+    # The other tenant has its own bucket.
+    status, _, j = s.run({"argv": ["true"]}, token=TOKEN_B)
+    assert status == 200 and j["status"] == "ok", j
+    assert s.metrics()["agentjail_http_429_total"] == 1
