@@ -629,3 +629,33 @@ def test_rate_limit_per_tenant_is_429_with_retry_after(server):
     status, _, j = s.run({"argv": ["true"]}, token=TOKEN_B)
     assert status == 200 and j["status"] == "ok", j
     assert s.metrics()["agentjail_http_429_total"] == 1
+
+
+def test_clients_that_leave_mid_upload_or_mid_run_harm_nothing(server):
+    s = server()
+    body = json.dumps({"argv": ["true"]}).encode()
+    # Mid-upload: half a body, then gone.
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+        c.sendall(b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) +
+                  body[:len(body) // 2])
+    # Mid-run: the request is whole, the client leaves while it runs; the
+    # run still ends and is recorded, its sandbox gone.
+    tag = new_tag()
+    body = json.dumps({"argv": ["sh", "-c", "sleep 1 && exec echo " + tag]}).encode()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+        c.sendall(b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.3)
+    import sqlite3
+
+    def recorded():
+        db = sqlite3.connect("file:%s?mode=ro" % s.store, uri=True)
+        rows = db.execute("SELECT status, stdout FROM runs").fetchall()
+        db.close()
+        return rows
+    assert wait_for(lambda: recorded() == [("ok", (tag + "\n").encode())], 15), recorded()
+    assert wait_for(lambda: s.metrics()["agentjail_runs_running"] == 0, 5)
+    # The server still serves.
+    status, _, j = s.run({"language": "sh", "code": "echo still"})
+    assert status == 200 and j["stdout"] == "still\n"
