@@ -34,7 +34,8 @@ struct srv_ctx {
 struct srv_conn {
     char *body;
     size_t len;
-    bool responded; /* a response was queued during the upload (413) */
+    bool responded; /* a response was queued at the first call (413 by Content-Length) */
+    bool too_large; /* the body outgrew max_body_bytes: dropped, 413 at its end */
 };
 
 /* ---- responses ---------------------------------------------------------------------- */
@@ -357,7 +358,7 @@ static enum MHD_Result one_run(struct srv_ctx *ctx, struct MHD_Connection *c, st
         return send_json(c, MHD_HTTP_OK, rec);
     }
     if (!valid_id(id))
-        return send_error(c, MHD_HTTP_NOT_FOUND, "no run %s", "with that id");
+        return send_error(c, MHD_HTTP_NOT_FOUND, "no run with that id");
     /* Not live: finished (or never this tenant's, which reads the same). */
     rc = srv_store_get_json(ctx->store, t->name, id, &rec);
     if (rc == -ENOENT)
@@ -682,11 +683,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (cc->len + *upload_data_size > ctx->cfg.max_body_bytes) {
-            cc->responded = true;
+        /* A body without a Content-Length (chunked) that grows too large:
+         * MHD takes no response in the middle of an upload, so the rest
+         * is read and dropped, and the 413 goes at its end. */
+        if (cc->too_large || cc->len + *upload_data_size > ctx->cfg.max_body_bytes) {
+            cc->too_large = true;
             *upload_data_size = 0;
-            return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "the body is larger than %zu bytes",
-                              ctx->cfg.max_body_bytes);
+            return MHD_YES;
         }
         char *p = realloc(cc->body, cc->len + *upload_data_size + 1);
         if (!p)
@@ -698,6 +701,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (cc->too_large)
+        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "the body is larger than %zu bytes",
+                          ctx->cfg.max_body_bytes);
     return route(ctx, c, url, method, cc);
 }
 

@@ -316,6 +316,19 @@ def test_bad_requests_are_400_with_the_field(server):
     assert status == 400 and j["error"].startswith("request: environment"), j
     status, _, j = s.request("POST", "/v1/runs", raw=b'{"argv": ["true"], "stdin": "' + b"x" * 8000 + b'"}')
     assert status == 413 and "larger" in j["error"], j
+    # The same without a Content-Length (chunked): read to its end, then 413.
+    c = s.conn()
+    c.putrequest("POST", "/v1/runs")
+    c.putheader("Authorization", "Bearer " + TOKEN_A)
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    for _ in range(4):
+        chunk = b"x" * 3000
+        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    c.send(b"0\r\n\r\n")
+    resp = c.getresponse()
+    assert resp.status == 413 and "larger" in json.loads(resp.read())["error"]
+    c.close()
     status, _, j = s.request("GET", "/v1/nothing")
     assert status == 404 and "error" in j
     status, _, j = s.request("PUT", "/v1/runs")
