@@ -195,6 +195,13 @@ int srv_store_finish(struct srv_store *s, const struct srv_run *r)
     return rc;
 }
 
+/* A text column, "" for NULL (or when SQLite could not allocate it). */
+static const char *col_text(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? (const char *)t : "";
+}
+
 static char *col_dup(sqlite3_stmt *st, int i, size_t *len)
 {
     const void *p = sqlite3_column_blob(st, i);
@@ -237,12 +244,10 @@ int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, 
     (void)snprintf(r.id, sizeof(r.id), "%s", id);
     r.created_ms = sqlite3_column_int64(st, 0);
     r.ended_ms = sqlite3_column_int64(st, 1);
-    (void)snprintf(r.status, sizeof(r.status), "%s", (const char *)sqlite3_column_text(st, 3));
+    (void)snprintf(r.status, sizeof(r.status), "%s", col_text(st, 3));
     r.exit_code = sqlite3_column_int(st, 4);
-    if (sqlite3_column_type(st, 5) != SQLITE_NULL)
-        (void)snprintf(r.policy_sha256, sizeof(r.policy_sha256), "%s", (const char *)sqlite3_column_text(st, 5));
-    if (sqlite3_column_type(st, 7) != SQLITE_NULL)
-        (void)snprintf(r.error, sizeof(r.error), "%s", (const char *)sqlite3_column_text(st, 7));
+    (void)snprintf(r.policy_sha256, sizeof(r.policy_sha256), "%s", col_text(st, 5));
+    (void)snprintf(r.error, sizeof(r.error), "%s", col_text(st, 7));
     argv = col_dup(st, 2, NULL);
     r.result_json = sqlite3_column_type(st, 6) != SQLITE_NULL ? col_dup(st, 6, NULL) : NULL;
     r.out.data = col_dup(st, 8, &r.out.len);
