@@ -564,6 +564,21 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
                   "# TYPE agentjail_canaries_total counter\n"
                   "agentjail_canaries_total %llu\n",
                   (unsigned long long)m.escape_attempts, (unsigned long long)m.canaries);
+    (void)fputs("# HELP agentjail_run_duration_seconds Runs from accepted to ended.\n"
+                "# TYPE agentjail_run_duration_seconds histogram\n",
+                f);
+    uint64_t cum = 0;
+    for (int b = 0; b < SRV_LATENCY_BUCKETS; b++) {
+        cum += m.latency_le[b];
+        (void)fprintf(f, "agentjail_run_duration_seconds_bucket{le=\"%g\"} %llu\n",
+                      srv_latency_bounds_ms[b] / 1000.0, (unsigned long long)cum);
+    }
+    (void)fprintf(f,
+                  "agentjail_run_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+                  "agentjail_run_duration_seconds_sum %.3f\n"
+                  "agentjail_run_duration_seconds_count %llu\n",
+                  (unsigned long long)m.latency_count, (double)m.latency_sum_ms / 1000.0,
+                  (unsigned long long)m.latency_count);
     /* Per tenant: names are checked at load (no quote, backslash or
      * control character), so they go into labels as they are. */
     (void)fputs("# HELP agentjail_tenant_runs_running Runs queued or running, by tenant.\n"

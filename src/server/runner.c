@@ -46,6 +46,9 @@ const char *const srv_status_names[16] = {
     "pids_limit", "output_limit", "escape_attempt", "cancelled", "lost",
 };
 
+const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS] = {10,   25,   50,    100,   250,   500,
+                                                             1000, 2500, 5000, 10000, 30000, 60000};
+
 int srv_status_index(const char *name)
 {
     for (int i = 0; i < 16; i++)
@@ -248,6 +251,16 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     r->tenant->escapes += escapes;
     rn->m.escape_attempts += escapes;
     rn->m.canaries += canaries;
+    {
+        uint64_t ms = r->ended_ms > r->created_ms ? (uint64_t)(r->ended_ms - r->created_ms) : 0;
+        for (int b = 0; b < SRV_LATENCY_BUCKETS; b++)
+            if (ms <= srv_latency_bounds_ms[b]) {
+                rn->m.latency_le[b]++;
+                break;
+            }
+        rn->m.latency_count++;
+        rn->m.latency_sum_ms += ms;
+    }
     rn->active--;
     idx = srv_status_index(r->status);
     if (idx >= 0)

@@ -15,6 +15,9 @@
 
 /* ---- config ------------------------------------------------------------------ */
 
+#define SRV_LATENCY_BUCKETS 12
+extern const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS];
+
 /* Runs queued or running at once, all tenants: the bound of max_runs. */
 #define SRV_MAX_RUNS 256
 
@@ -131,6 +134,9 @@ struct srv_runner;
 struct srv_metrics {
     uint64_t started, rejected_429, finished_by_status[16];
     uint64_t escape_attempts, canaries; /* events of ended runs */
+    /* Accepted to ended, per run: counts at or under srv_latency_bounds_ms
+     * (cumulative when printed), their sum. */
+    uint64_t latency_le[SRV_LATENCY_BUCKETS], latency_count, latency_sum_ms;
     unsigned running;
     bool pool;                        /* a warm pool is in use */
     uint64_t warm_runs, cold_runs;    /* its counts (aj_pool_get_stats) */

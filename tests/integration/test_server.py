@@ -90,8 +90,12 @@ class Server:
     def metrics(self):
         status, _, text = self.request("GET", "/metrics", token=None)
         assert status == 200
-        return {line.split(" ")[0]: int(line.split(" ")[1]) for line in text.splitlines()
-                if line and not line.startswith("#")}
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = int(float(value)) if float(value).is_integer() else float(value)
+        return out
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:
@@ -586,6 +590,9 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server, pool_size):
     m = s.metrics()
     assert m["agentjail_runs_started_total"] == 42 and m['agentjail_runs_finished_total{status="ok"}'] == 42
     assert m["agentjail_runs_running"] == 0
+    buckets = [v for k, v in m.items() if k.startswith("agentjail_run_duration_seconds_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == m["agentjail_run_duration_seconds_count"] == 42, m
+    assert 0 < m["agentjail_run_duration_seconds_sum"] < 42 * 30
     if pool_size:
         assert m['agentjail_pool_runs_total{kind="warm"}'] >= 1, m
     else:
