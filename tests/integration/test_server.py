@@ -445,6 +445,8 @@ def test_sigkilled_server_leaves_its_runs_lost_not_vanished(server):
     status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
     assert status == 202
     assert wait_for(lambda: pids_with(tag), 10)
+    dead = s.proc.pid
+    assert cgroup_dirs_of(dead), "positive control: the live run has a cgroup of the server's"
     s.stop(sig=signal.SIGKILL)
     # The sandbox dies with its supervisor thread (parent-death signal).
     assert wait_for(lambda: not pids_with(tag), 10), "a sandbox outlived its SIGKILLed server"
@@ -456,6 +458,8 @@ def test_sigkilled_server_leaves_its_runs_lost_not_vanished(server):
     s2.stop(sig=signal.SIGKILL)
     s3 = server()
     assert s3.request("GET", "/v1/runs/" + j3["id"])[2]["status"] == "ok"
+    # Its cgroups are gone too (the library removes a dead owner's).
+    assert wait_for(lambda: not cgroup_dirs_of(dead), 10), cgroup_dirs_of(dead)
 
 
 def read_sse(s, rid, token=TOKEN_A):
