@@ -218,6 +218,10 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_uint(L, key, v, 0, 1000000, &u) < 0)
                 return -1;
             cfg->max_runs_per_minute = (unsigned)u;
+        } else if (strcmp(key, "retention_days") == 0) {
+            if (get_uint(L, key, v, 0, 36500, &u) < 0)
+                return -1;
+            cfg->retention_days = (unsigned)u;
         } else if (strcmp(key, "pool_size") == 0) {
             if (get_uint(L, key, v, 0, 64, &u) < 0)
                 return -1;
@@ -238,7 +242,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             return cfg_fail(L, key,
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
-                            "max_connections, max_runs_per_minute, pool_size)");
+                            "max_connections, max_runs_per_minute, retention_days, pool_size)");
         }
     }
     if (!cfg->store)

@@ -36,6 +36,7 @@ struct srv_runner {
 
     struct aj_pool *pool; /* the runner thread's: made and freed there */
     struct srv_run *graveyard; /* finished in this batch, the runner's reference still held */
+    int64_t pruned_ms;         /* when old records were last removed (retention_days) */
     int efd, ep;
     pthread_t thread;
     bool thread_started;
@@ -203,6 +204,24 @@ static void close_watch(struct srv_runner *rn, int *fd)
     *fd = -1;
 }
 
+/* Remove records older than retention_days: at start, then at most once
+ * an hour as runs end (a server that runs nothing keeps what it has). */
+void srv_runner_prune(struct srv_runner *rn, bool now)
+{
+    int64_t t = srv_now_ms();
+    int n;
+
+    if (!rn->cfg->retention_days || (!now && t - rn->pruned_ms < 3600 * 1000))
+        return;
+    rn->pruned_ms = t;
+    n = srv_store_prune(rn->store, t - (int64_t)rn->cfg->retention_days * 86400 * 1000);
+    if (n < 0)
+        (void)fprintf(stderr, "agentjail serve: store: could not remove old records\n");
+    else if (n > 0)
+        (void)fprintf(stderr, "agentjail serve: store: removed %d records older than %u days\n", n,
+                      rn->cfg->retention_days);
+}
+
 /* The run has ended and its output is read: record it, wake its waiters. */
 static void finish(struct srv_runner *rn, struct srv_run *r)
 {
@@ -236,6 +255,7 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     r->ended_ms = srv_now_ms();
     if (srv_store_finish(rn->store, r) < 0)
         (void)fprintf(stderr, "agentjail serve: store: could not record the end of run %s\n", r->id);
+    srv_runner_prune(rn, false);
 
     (void)pthread_mutex_lock(&rn->lock);
     for (struct srv_run **p = &rn->live; *p; p = &(*p)->next)
@@ -580,6 +600,7 @@ int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, st
         (void)snprintf(msg, msg_size, "runner: %s", strerror(errno));
         goto fail;
     }
+    srv_runner_prune(rn, true); /* before the thread exists: later only it calls this */
     e = pthread_create(&rn->thread, NULL, runner_main, rn);
     if (e != 0) {
         (void)snprintf(msg, msg_size, "runner: pthread_create: %s", strerror(e));

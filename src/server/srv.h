@@ -47,6 +47,7 @@ struct srv_config {
     unsigned max_connections;
     unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
     unsigned max_runs_per_minute; /* per tenant, a token bucket of that size; 0: no rate limit */
+    unsigned retention_days;      /* records of ended runs kept; 0: forever */
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -113,6 +114,8 @@ int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t m
 void srv_store_close(struct srv_store *s);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
+/* Remove the records of runs that ended before before_ms: how many, or -EIO. */
+int srv_store_prune(struct srv_store *s, int64_t before_ms);
 /* Whether a record could be written now (GET /readyz): 0 or -EIO. */
 int srv_store_check_writable(struct srv_store *s);
 /* A run refused after its insert (429, shutdown): no record. */
@@ -167,6 +170,9 @@ void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
 /* A tenant's counts, read under the runner's lock. */
 void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t, unsigned *running,
                               uint64_t *finished, uint64_t *escapes);
+/* Remove records past retention_days (now: whatever the hour). The
+ * runner thread's, or before it runs anything. */
+void srv_runner_prune(struct srv_runner *rn, bool now);
 /* Whether runs are accepted (not shutting down). */
 bool srv_runner_accepting(struct srv_runner *rn);
 /* Refuse new runs, kill every live one, end the thread once they are

@@ -142,6 +142,22 @@ int srv_store_insert(struct srv_store *s, const struct srv_run *r)
     return rc;
 }
 
+int srv_store_prune(struct srv_store *s, int64_t before_ms)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO;
+
+    /* Only ended runs: a live one's row is its only trace if the server dies. */
+    if (sqlite3_prepare_v2(s->db,
+                           "DELETE FROM runs WHERE ended_ms IS NOT NULL AND ended_ms < ?"
+                           " AND status NOT IN ('queued', 'running')",
+                           -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_bind_int64(st, 1, before_ms) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
+        rc = sqlite3_changes(s->db);
+    (void)sqlite3_finalize(st);
+    return rc;
+}
+
 int srv_store_check_writable(struct srv_store *s)
 {
     /* Takes the write lock and lets it go: the file, its WAL and the

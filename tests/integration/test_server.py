@@ -683,3 +683,25 @@ def test_clients_that_leave_mid_upload_or_mid_run_harm_nothing(server):
     # The server still serves.
     status, _, j = s.run({"language": "sh", "code": "echo still"})
     assert status == 200 and j["stdout"] == "still\n"
+
+
+def test_retention_removes_old_records_at_start(server):
+    import sqlite3
+    s = server()
+    old = s.run({"language": "sh", "code": "echo old"})[2]["id"]
+    new = s.run({"language": "sh", "code": "echo new"})[2]["id"]
+    assert s.stop() == 0
+    db = sqlite3.connect(s.store)
+    db.execute("UPDATE runs SET ended_ms = ended_ms - 40 * 86400 * 1000 WHERE id = ?", (old,))
+    db.commit()
+    db.close()
+    # Without retention nothing goes (positive control) ...
+    s2 = server()
+    assert s2.request("GET", "/v1/runs/" + old)[0] == 200
+    assert s2.stop() == 0
+    # ... with 30 days the 40-day-old record goes, the recent one stays.
+    s3 = server(extra={"retention_days": 30})
+    assert s3.request("GET", "/v1/runs/" + old)[0] == 404
+    status, _, j = s3.request("GET", "/v1/runs/" + new)
+    assert status == 200 and j["stdout"] == "new\n"
+    assert "removed 1 records older than 30 days" in s3.err()
