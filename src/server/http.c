@@ -251,7 +251,9 @@ static enum MHD_Result post_run(struct srv_ctx *ctx, struct MHD_Connection *c, s
                                 const struct srv_conn *cc)
 {
     json_error_t jerr;
-    json_t *req = json_loadb(cc->body ? cc->body : "", cc->len, JSON_REJECT_DUPLICATES, &jerr);
+    /* \u0000 is allowed (stdin may hold any byte a JSON string can say);
+     * argv, env and code refuse strings with a NUL (plain_string). */
+    json_t *req = json_loadb(cc->body ? cc->body : "", cc->len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     struct srv_run *r;
     const char *bad;
     char msg[400];

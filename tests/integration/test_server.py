@@ -191,6 +191,11 @@ def test_stdin_reaches_the_payload(server):
     status, _, j = s.run({"argv": ["wc", "-c"], "stdin": big})
     assert status == 200, j
     assert j["stdout"].strip() == str(len(big))
+    # A NUL is a byte like another in stdin; argv cannot hold one.
+    status, _, j = s.run({"argv": ["wc", "-c"], "stdin": "a\u0000b"})
+    assert status == 200 and j["stdout"].strip() == "3", j
+    status, _, j = s.run({"argv": ["echo", "a\u0000b"]})
+    assert status == 400 and j["error"].startswith("argv[1]"), j
     # Without stdin the payload reads /dev/null (EOF at once).
     status, _, j = s.run({"argv": ["wc", "-c"]})
     assert j["stdout"].strip() == "0"
