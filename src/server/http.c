@@ -4,6 +4,8 @@
  * a sandbox: they hand runs to the runner thread (runner.c) and wait for
  * its records. Every error is {"error": "..."}. */
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -374,8 +376,10 @@ static enum MHD_Result one_run(struct srv_ctx *ctx, struct MHD_Connection *c, st
 
 /* Server-Sent Events: "start" (id, argv), "stdout" and "stderr" chunks
  * ({"data": TEXT}, in the order the runner read them; what the server
- * keeps of each stream, up to max_output_bytes), then "exit" with the
- * record, and the stream ends. A run that has ended already (in the store)
+ * keeps of each stream, up to max_output_bytes), "event" for each audit
+ * event of the run but start and exit (escape attempts, canaries, limits:
+ * as the library writes them), then "exit" with the record, and the
+ * stream ends. A run that has ended already (in the store)
  * is replayed the same way. The content reader blocks in its connection's
  * own thread (thread per connection) until there is output or an end. */
 struct srv_stream {
@@ -416,6 +420,8 @@ static char *sse_next(struct srv_stream *st)
         return sse_event("start", start);
     }
     n = srv_runner_next_output(st->ctx->rn, st->r, st->off, chunk, sizeof(chunk), &stream);
+    if (n > 0 && stream == 3)
+        return sse_event("event", json_loadb(chunk, (size_t)n, 0, NULL));
     if (n > 0)
         return sse_event(stream == 1 ? "stdout" : "stderr",
                          json_pack("{s:o}", "data", srv_text_json(chunk, (size_t)n)));
@@ -460,23 +466,41 @@ static void sse_free(void *cls)
     free(st);
 }
 
-/* A finished run's events from its stored record, all at once. */
+/* A finished run's events from its stored record, all at once: start,
+ * its audit events, stdout, stderr, exit. */
 static char *sse_replay(const char *rec_text)
 {
-    json_t *o = json_loads(rec_text, 0, NULL);
-    char *ev[4] = {NULL}, *out = NULL;
+    json_t *o = json_loads(rec_text, 0, NULL), *e;
+    char *ev[4] = {NULL}, *out = NULL, *events = strdup("");
+    size_t i;
 
-    if (!o)
+    if (!o || !events) {
+        json_decref(o);
+        free(events);
         return NULL;
+    }
+    json_array_foreach(json_object_get(o, "events"), i, e) {
+        char *one = sse_event("event", json_incref(e)), *both = NULL;
+        if (!one || asprintf(&both, "%s%s", events, one) < 0)
+            both = NULL;
+        free(one);
+        free(events);
+        events = both;
+        if (!events) {
+            json_decref(o);
+            return NULL;
+        }
+    }
     ev[0] = sse_event("start", json_pack("{s:O, s:O}", "id", json_object_get(o, "id"), "argv",
                                          json_object_get(o, "argv")));
     ev[1] = sse_event("stdout", json_pack("{s:O}", "data", json_object_get(o, "stdout")));
     ev[2] = sse_event("stderr", json_pack("{s:O}", "data", json_object_get(o, "stderr")));
     ev[3] = sse_event("exit", o); /* takes o */
-    if (ev[0] && ev[1] && ev[2] && ev[3] && asprintf(&out, "%s%s%s%s", ev[0], ev[1], ev[2], ev[3]) < 0)
+    if (ev[0] && ev[1] && ev[2] && ev[3] && asprintf(&out, "%s%s%s%s%s", ev[0], events, ev[1], ev[2], ev[3]) < 0)
         out = NULL;
-    for (int i = 0; i < 4; i++)
-        free(ev[i]);
+    free(events);
+    for (int k = 0; k < 4; k++)
+        free(ev[k]);
     return out;
 }
 
@@ -890,6 +914,42 @@ fail:
     return -1;
 }
 
+/* Runs' audit events files: "events/" beside the store (the server's
+ * directory, 0700), emptied of what a killed server left. The library
+ * writes each run's events there (refusing a symlink); the runner reads
+ * them back and removes each file as its run ends. */
+static char *make_events_dir(const char *store, char *msg, size_t msg_size)
+{
+    const char *slash = strrchr(store, '/');
+    char *dir = NULL;
+    DIR *d;
+    int fd;
+
+    if (asprintf(&dir, "%.*s/events", (int)(slash - store), store) < 0) {
+        (void)snprintf(msg, msg_size, "out of memory");
+        return NULL;
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        (void)snprintf(msg, msg_size, "events: mkdir %s: %s", dir, strerror(errno));
+        free(dir);
+        return NULL;
+    }
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        (void)snprintf(msg, msg_size, "events: %s: %s", dir, strerror(errno));
+        if (fd >= 0)
+            (void)close(fd);
+        free(dir);
+        return NULL;
+    }
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            (void)unlinkat(dirfd(d), e->d_name, 0);
+    (void)closedir(d);
+    return dir;
+}
+
 /* ---- the server ------------------------------------------------------------------------------ */
 
 int aj_server_main(const char *config_path)
@@ -897,7 +957,7 @@ int aj_server_main(const char *config_path)
     struct srv_ctx ctx = {0};
     struct MHD_Daemon *d = NULL;
     char msg[1024];
-    char *unix_path = NULL;
+    char *unix_path = NULL, *events_dir = NULL;
     int lfd = -1, status = 1, sig;
     sigset_t stop;
 
@@ -922,8 +982,11 @@ int aj_server_main(const char *config_path)
     (void)sigaddset(&stop, SIGINT);
     if (pthread_sigmask(SIG_BLOCK, &stop, NULL) != 0)
         goto out;
-    if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0 ||
-        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, &ctx.rn, msg, sizeof(msg)) < 0)
+    if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0)
+        goto fail_msg;
+    events_dir = make_events_dir(ctx.cfg.store, msg, sizeof(msg));
+    if (!events_dir ||
+        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0)
         goto fail_msg;
     lfd = listen_on(ctx.cfg.listen, &unix_path, msg, sizeof(msg));
     if (lfd < 0)
@@ -973,6 +1036,10 @@ out:
     if (unix_path) {
         (void)unlink(unix_path);
         free(unix_path);
+    }
+    if (events_dir) {
+        (void)rmdir(events_dir); /* empty once every run has ended */
+        free(events_dir);
     }
     aj_policy_free(ctx.pol);
     srv_config_clear(&ctx.cfg);

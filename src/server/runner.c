@@ -24,6 +24,7 @@ struct srv_runner {
     const struct srv_config *cfg;
     const struct aj_policy *pol;
     struct srv_store *store;
+    char *events_dir;
     char policy_sha256[65];
 
     pthread_mutex_t lock;
@@ -147,6 +148,8 @@ char *srv_record_json(const struct srv_run *r, const char *state_name)
         bad |= set_new(o, "stderr", srv_text_json(r->err.data ? r->err.data : "", r->err.len));
         bad |= set_new(o, "stdout_bytes", json_integer((json_int_t)r->out.total));
         bad |= set_new(o, "stderr_bytes", json_integer((json_int_t)r->err.total));
+        bad |= json_object_set_new(o, "events", r->events ? json_incref(r->events) : json_array());
+        bad |= json_object_set_new(o, "events_truncated", json_boolean(r->events_truncated));
         bad |= json_object_set_new(o, "stdout_truncated", json_boolean(r->out.truncated));
         bad |= json_object_set_new(o, "stderr_truncated", json_boolean(r->err.truncated));
     }
@@ -179,6 +182,8 @@ static void free_run(struct srv_run *r)
     free(r->out.data);
     free(r->err.data);
     free(r->result_json);
+    free(r->events_path);
+    json_decref(r->events);
     free(r);
 }
 
@@ -202,6 +207,46 @@ static void close_watch(struct srv_runner *rn, int *fd)
     (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, *fd, NULL);
     (void)close(*fd);
     *fd = -1;
+}
+
+/* What the run's events file has now, line by line: every event but
+ * start and exit (the record has those) joins r->events. Regular files
+ * cannot be polled: this is called after each aj_sandbox_process, which
+ * is where the library writes them. */
+static void read_events(struct srv_runner *rn, struct srv_run *r)
+{
+    if (r->ev_fd < 0)
+        return;
+    for (;;) {
+        ssize_t n = read(r->ev_fd, r->ev_line + r->ev_len, sizeof(r->ev_line) - r->ev_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        r->ev_len += (size_t)n;
+        char *nl;
+        while ((nl = memchr(r->ev_line, '\n', r->ev_len))) {
+            size_t len = (size_t)(nl - r->ev_line);
+            json_t *ev = json_loadb(r->ev_line, len, 0, NULL);
+            const char *type = json_string_value(json_object_get(ev, "type"));
+            if (ev && type && strcmp(type, "start") != 0 && strcmp(type, "exit") != 0) {
+                (void)pthread_mutex_lock(&rn->lock);
+                if (!r->events)
+                    r->events = json_array();
+                if (r->events && json_array_size(r->events) < SRV_MAX_EVENTS)
+                    (void)json_array_append(r->events, ev);
+                else
+                    r->events_truncated = true;
+                (void)pthread_cond_broadcast(&rn->done);
+                (void)pthread_mutex_unlock(&rn->lock);
+            }
+            json_decref(ev);
+            memmove(r->ev_line, nl + 1, r->ev_len - len - 1);
+            r->ev_len -= len + 1;
+        }
+        if (r->ev_len == sizeof(r->ev_line)) /* a line longer than the buffer: dropped */
+            r->ev_len = 0;
+    }
 }
 
 /* Remove records older than retention_days: at start, then at most once
@@ -252,6 +297,14 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
         aj_sandbox_free(r->h);
         r->h = NULL;
     }
+    /* free wrote the last events; the file itself is not kept (the
+     * record has them). */
+    read_events(rn, r);
+    if (r->ev_fd >= 0)
+        (void)close(r->ev_fd);
+    r->ev_fd = -1;
+    if (r->events_path)
+        (void)unlink(r->events_path);
     r->ended_ms = srv_now_ms();
     if (srv_store_finish(rn->store, r) < 0)
         (void)fprintf(stderr, "agentjail serve: store: could not record the end of run %s\n", r->id);
@@ -342,6 +395,10 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     req.stdio[1] = AJ_STDIO_PIPE_NEW;
     req.stdio[2] = AJ_STDIO_PIPE_NEW;
     req.timeout_ms = r->timeout_ms;
+    r->ev_fd = -1;
+    if (rn->events_dir && asprintf(&r->events_path, "%s/%s.jsonl", rn->events_dir, r->id) < 0)
+        r->events_path = NULL; /* out of memory: this run's events are not streamed */
+    req.events_path = r->events_path;
     if ((rn->pool ? aj_pool_start(rn->pool, &req, &r->h, &err) : aj_sandbox_start(rn->pol, &req, &r->h, &err)) <
         0) {
         r->h = NULL;
@@ -364,6 +421,8 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     kill_now = r->kill_requested || rn->stopping;
     (void)pthread_mutex_unlock(&rn->lock);
 
+    if (r->events_path)
+        r->ev_fd = open(r->events_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     /* A run that could not be set up has ended already: its pipes may
      * not exist (-1, nothing to read). */
     r->fd_out = take_nonblocking(r->h, 1);
@@ -456,10 +515,13 @@ static void on_event(struct srv_runner *rn, struct srv_watch *w)
     switch (w->kind) {
     case SRV_W_HANDLE:
         if (!r->ended && aj_sandbox_process(r->h) == 1) {
+            read_events(rn, r);
             r->ended = true;
             (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
             close_watch(rn, &r->fd_in);
             maybe_finish(rn, r);
+        } else if (!r->ended) {
+            read_events(rn, r);
         }
         break;
     case SRV_W_STDIN:
@@ -572,7 +634,7 @@ static void *runner_main(void *arg)
 }
 
 int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
-                   struct srv_runner **ret, char *msg, size_t msg_size)
+                   const char *events_dir, struct srv_runner **ret, char *msg, size_t msg_size)
 {
     struct srv_runner *rn = calloc(1, sizeof(*rn));
     struct aj_error err = {0};
@@ -587,8 +649,14 @@ int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, st
     rn->pol = pol;
     rn->store = store;
     rn->efd = rn->ep = -1;
+    if (events_dir && !(rn->events_dir = strdup(events_dir))) {
+        (void)snprintf(msg, msg_size, "out of memory");
+        free(rn);
+        return -1;
+    }
     if (aj_policy_sha256(pol, rn->policy_sha256, &err) < 0) {
         (void)snprintf(msg, msg_size, "policy: %s", err.msg);
+        free(rn->events_dir);
         free(rn);
         return -1;
     }
@@ -616,6 +684,7 @@ fail:
         (void)close(rn->ep);
     (void)pthread_mutex_destroy(&rn->lock);
     (void)pthread_cond_destroy(&rn->done);
+    free(rn->events_dir);
     free(rn);
     return -1;
 }
@@ -663,7 +732,7 @@ int srv_runner_submit(struct srv_runner *rn, struct srv_run *r)
     rn->active++;
     r->tenant->running++;
     r->state = SRV_QUEUED;
-    r->fd_in = r->fd_out = r->fd_err = -1;
+    r->fd_in = r->fd_out = r->fd_err = r->ev_fd = -1;
     r->refs++; /* the runner's */
     r->next = rn->live;
     rn->live = r;
@@ -745,6 +814,20 @@ ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t 
     (void)pthread_mutex_lock(&rn->lock);
     for (;;) {
         bool done = r->state == SRV_DONE;
+        /* An event first: it is why a reader watches a run. */
+        if (r->events && json_array_size(r->events) > off[0]) {
+            char *ev = json_dumps(json_array_get(r->events, off[0]), JSON_COMPACT);
+            off[0]++;
+            if (ev && strlen(ev) < max) {
+                n = strlen(ev);
+                memcpy(buf, ev, n);
+                *stream = 3;
+            }
+            free(ev);
+            if (n)
+                break;
+            continue;
+        }
         for (int s = 1; s <= 2 && !n; s++) {
             const struct srv_buf *b = s == 1 ? &r->out : &r->err;
             if (b->len <= off[s])
@@ -820,5 +903,6 @@ void srv_runner_free(struct srv_runner *rn)
     (void)close(rn->ep);
     (void)pthread_mutex_destroy(&rn->lock);
     (void)pthread_cond_destroy(&rn->done);
+    free(rn->events_dir);
     free(rn);
 }

@@ -16,6 +16,7 @@
 /* ---- config ------------------------------------------------------------------ */
 
 #define SRV_LATENCY_BUCKETS 12
+#define SRV_MAX_EVENTS 100
 extern const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS];
 
 /* Runs queued or running at once, all tenants: the bound of max_runs. */
@@ -104,6 +105,15 @@ struct srv_run {
     int exit_code;
     char policy_sha256[65];
     char *result_json; /* the library's result JSON */
+    /* The run's audit events file (the runner's), tailed after each
+     * aj_sandbox_process; what it says beyond start and exit goes to
+     * events (under the lock once added; at most SRV_MAX_EVENTS). */
+    char *events_path;
+    int ev_fd;
+    char ev_line[4096];
+    size_t ev_len;
+    json_t *events;
+    bool events_truncated;
     char error[512];   /* a run that could not start */
 };
 
@@ -145,8 +155,10 @@ struct srv_metrics {
     uint64_t warm_runs, cold_runs;    /* its counts (aj_pool_get_stats) */
     unsigned pool_ready;
 };
+/* events_dir: where runs' audit events files go (the server's own,
+ * 0700), or NULL for none. */
 int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
-                   struct srv_runner **ret, char *msg, size_t msg_size);
+                   const char *events_dir, struct srv_runner **ret, char *msg, size_t msg_size);
 /* One run of t's rate (max_runs_per_minute): 0, or -EAGAIN and the
  * seconds until the next one is allowed. */
 int srv_runner_take_rate(struct srv_runner *rn, struct srv_tenant *t, unsigned *retry_after);
@@ -162,7 +174,8 @@ char *srv_runner_record(struct srv_runner *rn, struct srv_run *r);
 void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
 /* Wait until r has output past off[1] (stdout) or off[2] (stderr), copy
  * up to max bytes of it to buf, advance that offset, say which stream
- * (1, 2): the byte count; 0 once the run has ended and all was copied;
+ * (1, 2), or an event's JSON past off[0] (stream 3): the byte count; 0
+ * once the run has ended and all was copied;
  * -EAGAIN after 15 s with neither. */
 ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
                               int *stream);

@@ -25,7 +25,7 @@ static const char schema[] =
     " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms INTEGER NOT NULL, ended_ms INTEGER,"
     " argv TEXT NOT NULL, status TEXT NOT NULL, exit_code INTEGER, policy_sha256 TEXT, result TEXT,"
     " error TEXT, stdout BLOB, stderr BLOB, stdout_bytes INTEGER, stderr_bytes INTEGER,"
-    " stdout_truncated INTEGER, stderr_truncated INTEGER);"
+    " stdout_truncated INTEGER, stderr_truncated INTEGER, events TEXT, events_truncated INTEGER);"
     "CREATE INDEX IF NOT EXISTS runs_tenant ON runs (tenant, created_ms);"
     "UPDATE runs SET status = 'lost', error = 'the server stopped before the run ended',"
     " ended_ms = CAST(strftime('%s','now') AS INTEGER) * 1000 WHERE status IN ('queued', 'running');";
@@ -184,12 +184,14 @@ int srv_store_delete(struct srv_store *s, const char *id)
 int srv_store_finish(struct srv_store *s, const struct srv_run *r)
 {
     sqlite3_stmt *st = NULL;
+    char *events = r->events ? json_dumps(r->events, JSON_COMPACT) : NULL;
     int rc = -EIO;
 
     if (sqlite3_prepare_v2(s->db,
                            "UPDATE runs SET ended_ms = ?, status = ?, exit_code = ?, policy_sha256 = ?,"
                            " result = ?, error = ?, stdout = ?, stderr = ?, stdout_bytes = ?,"
-                           " stderr_bytes = ?, stdout_truncated = ?, stderr_truncated = ? WHERE id = ?",
+                           " stderr_bytes = ?, stdout_truncated = ?, stderr_truncated = ?, events = ?,"
+                           " events_truncated = ? WHERE id = ?",
                            -1, &st, NULL) == SQLITE_OK &&
         sqlite3_bind_int64(st, 1, r->ended_ms) == SQLITE_OK &&
         sqlite3_bind_text(st, 2, r->status, -1, SQLITE_STATIC) == SQLITE_OK &&
@@ -205,9 +207,12 @@ int srv_store_finish(struct srv_store *s, const struct srv_run *r)
         sqlite3_bind_int64(st, 10, (sqlite3_int64)r->err.total) == SQLITE_OK &&
         sqlite3_bind_int(st, 11, r->out.truncated) == SQLITE_OK &&
         sqlite3_bind_int(st, 12, r->err.truncated) == SQLITE_OK &&
-        sqlite3_bind_text(st, 13, r->id, -1, SQLITE_STATIC) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
+        (events ? sqlite3_bind_text(st, 13, events, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 13)) == SQLITE_OK &&
+        sqlite3_bind_int(st, 14, r->events_truncated) == SQLITE_OK &&
+        sqlite3_bind_text(st, 15, r->id, -1, SQLITE_STATIC) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
         rc = 0;
     (void)sqlite3_finalize(st);
+    free(events);
     return rc;
 }
 
@@ -244,8 +249,8 @@ int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, 
 
     if (sqlite3_prepare_v2(s->db,
                            "SELECT created_ms, ended_ms, argv, status, exit_code, policy_sha256, result, error,"
-                           " stdout, stderr, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated"
-                           " FROM runs WHERE id = ? AND tenant = ?",
+                           " stdout, stderr, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, events,"
+                           " events_truncated FROM runs WHERE id = ? AND tenant = ?",
                            -1, &st, NULL) != SQLITE_OK ||
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_bind_text(st, 2, tenant, -1, SQLITE_STATIC) != SQLITE_OK)
@@ -272,6 +277,8 @@ int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, 
     r.err.total = (uint64_t)sqlite3_column_int64(st, 11);
     r.out.truncated = sqlite3_column_int(st, 12) != 0;
     r.err.truncated = sqlite3_column_int(st, 13) != 0;
+    r.events = sqlite3_column_type(st, 14) != SQLITE_NULL ? json_loads(col_text(st, 14), 0, NULL) : NULL;
+    r.events_truncated = sqlite3_column_int(st, 15) != 0;
     if (!argv || !r.out.data || !r.err.data || (sqlite3_column_type(st, 6) != SQLITE_NULL && !r.result_json)) {
         rc = -ENOMEM;
         goto out;
@@ -296,5 +303,6 @@ out:
     free(r.result_json);
     free(r.out.data);
     free(r.err.data);
+    json_decref(r.events);
     return rc;
 }

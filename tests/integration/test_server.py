@@ -232,9 +232,30 @@ def test_escape_attempt_is_refused_and_counted(server):
     assert j["result"]["events"]["escape_attempt"] >= 1, j["result"]
     assert j["result"]["escape_attempted"] is True
     n = j["result"]["events"]["escape_attempt"]
+    # The events themselves are in the record, as the library wrote them.
+    esc = [e for e in j["events"] if e["type"] == "escape_attempt"]
+    assert len(esc) == n and esc[0]["syscall"] == "unshare" and esc[0]["sandbox_id"] == j["result"]["sandbox_id"]
+    # Streamed too, as they happen, and replayed from the store.
+    status, _, ja = s.run({"language": "python", "code": "import time\n" + code + "time.sleep(0.5)\n",
+                           "wait": False})
+    status, events = read_sse(s, ja["id"])
+    types = [e[0] for e in events]
+    assert "event" in types and types.index("event") < types.index("exit"), types
+    assert events[types.index("event")][1]["syscall"] == "unshare"
+    status, replay = read_sse(s, ja["id"])
+    assert [e[0] for e in replay if e[0] == "event"] == [t for t in types if t == "event"]
+    n += sum(t == "event" for t in types)
+    # No events file outlives its run.
+    assert os.listdir(os.path.join(os.path.dirname(s.store), "events")) == []
+    # At most 100 events are kept per run, and the record says so.
+    status, _, j = s.run({"language": "python", "code": code.replace("r = libc.unshare", "for _ in range(150): r = libc.unshare")})
+    assert status == 200 and len(j["events"]) == 100 and j["events_truncated"] is True, len(j["events"])
+    assert j["result"]["events"]["escape_attempt"] == 150
+    n += 150
     # Positive control: the same interpreter without the call raises nothing.
     status, _, j = s.run({"language": "python", "code": "import ctypes; print(0)"}, token=TOKEN_B)
     assert j["result"]["events"]["escape_attempt"] == 0 and j["status"] == "ok", j
+    assert j["events"] == [] and j["events_truncated"] is False
     m = s.metrics()
     assert m["agentjail_escape_attempts_total"] == n
     assert m['agentjail_tenant_escape_attempts_total{tenant="a"}'] == n
@@ -452,10 +473,13 @@ def test_sigkilled_server_leaves_its_runs_lost_not_vanished(server):
     assert wait_for(lambda: pids_with(tag), 10)
     dead = s.proc.pid
     assert cgroup_dirs_of(dead), "positive control: the live run has a cgroup of the server's"
+    events_dir = os.path.join(os.path.dirname(s.store), "events")
+    assert os.listdir(events_dir) == [j["id"] + ".jsonl"]  # the live run's events file
     s.stop(sig=signal.SIGKILL)
     # The sandbox dies with its supervisor thread (parent-death signal).
     assert wait_for(lambda: not pids_with(tag), 10), "a sandbox outlived its SIGKILLed server"
     s2 = server()
+    assert os.listdir(events_dir) == [], "the killed server's events files are removed at start"
     status, _, j2 = s2.request("GET", "/v1/runs/" + j["id"])
     assert status == 200 and j2["status"] == "lost" and "stopped" in j2["error"], j2
     # Positive control: a run that ended before the kill keeps its status.
