@@ -7,7 +7,8 @@
 # tests/compat/workloads.sh skips a step whose package apt cannot install, naming it.
 set -euo pipefail
 what=${1:-test}
-pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev python3)
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev
+      libsqlite3-dev python3)
 compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
         python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools

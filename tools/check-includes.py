@@ -12,6 +12,8 @@ adds what an include path cannot say:
   - the public headers in include/ include only each other and system
     headers, never jansson (no library type leaks into the interface);
   - examples/ (embedders) include only the public headers;
+  - src/server/ includes only the public headers and its own: the
+    server is a client of the library's public API, nothing inside it;
   - nothing outside src/cli/ includes the CLI's header.
 
 Usage: check-includes.py [--stamp FILE] [--self-test] SOURCE_ROOT
@@ -37,7 +39,8 @@ GROUPS = {
                    "src/lib/run", "src/assess", "src/probe"},
     "src/probe": {"include", "src/lib/base", "src/probe"},
     "src/cli": {"include", "src/lib/base", "src/lib/policy", "src/lib/isolate", "src/lib/detect",
-                "src/lib/run", "src/assess", "src/cli"},
+                "src/lib/run", "src/assess", "src/server", "src/cli"},
+    "src/server": {"include", "src/server"},
     "examples": {"include"},
 }
 # Headers several modules of a group share on purpose.
@@ -131,12 +134,17 @@ def self_test():
         ("src/lib/detect/decoy.c", '#include "aj_decoy.h"\n#include "aj_audit.h"\n', False),
         ("src/lib/run/sandbox.c", '#include "aj_mount.h"\n#include "aj_notify.h"\n', False),
         ("examples/embed.c", '#include "agentjail.h"\n#include <stdio.h>\n', False),
+        ("src/server/http.c", '#include "aj_util.h"\n', True),           # server -> lib internal
+        ("src/server/http.c", '#include "aj_policy_x.h"\n', True),       # server -> lib internal
+        ("src/server/http.c", '#include "aj_cli_only.h"\n', True),       # server -> cli
+        ("src/server/http.c", '#include "agentjail.h"\n#include "srv.h"\n', False),
     ]
     headers = {"include/agentjail.h": "", "include/aj_error.h": "",
                "src/lib/base/aj_util.h": "", "src/lib/policy/aj_policy_x.h": "",
                "src/lib/isolate/aj_mount.h": "", "src/lib/isolate/aj_seccomp.h": "",
                "src/lib/detect/aj_notify.h": "", "src/lib/detect/aj_audit.h": "",
-               "src/lib/detect/aj_decoy.h": "", "src/cli/aj_cli_only.h": ""}
+               "src/lib/detect/aj_decoy.h": "", "src/cli/aj_cli_only.h": "",
+               "src/server/srv.h": ""}
     failures = 0
     for i, (rel, text, want_bad) in enumerate(cases, 1):
         with tempfile.TemporaryDirectory() as d:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# clang-tidy (.clang-tidy) over libagentjail, assess and the CLI, with
+# clang-tidy (.clang-tidy) over libagentjail, assess, the CLI and the server, with
 # warnings as errors for new findings: a finding is new when its file,
 # check and message are not in tools/tidy-baseline.txt (as many times).
 # Line numbers are left out of the key so that edits elsewhere in a file
@@ -13,7 +13,7 @@ root=$(pwd)
 baseline=tools/tidy-baseline.txt
 raw=$(mktemp /tmp/aj-tidy.XXXXXX)
 trap 'rm -f "$raw" "$raw.keys"' EXIT
-run-clang-tidy -p "$build" -quiet -j "$(nproc)" "$root/src/(lib|cli|assess)/" >"$raw" 2>&1 || true
+run-clang-tidy -p "$build" -quiet -j "$(nproc)" "$root/src/(lib|cli|assess|server)/" >"$raw" 2>&1 || true
 if grep -q 'error: ' "$raw" && ! grep -q ': warning: ' "$raw"; then
   echo "clang-tidy failed to run:" >&2; grep 'error: ' "$raw" | head >&2; exit 1
 fi

@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The server's config file: strict JSON, as policy files are. An unknown
+ * key, a wrong type or a value out of range is one line naming
+ * FILE:LINE:COL and the key, and the server does not start. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "srv.h"
+#include "srv_textpos.h"
+
+#define CONFIG_MAX_BYTES (1 << 20)
+
+struct cfg_loader {
+    const char *name;
+    struct srv_pos_index idx;
+    char *msg;
+    size_t msg_size;
+};
+
+static int cfg_fail(struct cfg_loader *L, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cfg_fail(struct cfg_loader *L, const char *path, const char *fmt, ...)
+{
+    const struct srv_pos_entry *e = srv_pos_find(&L->idx, path);
+    char what[400], shown[300];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    /* One line, whatever a key holds: control characters show as '?'. */
+    (void)snprintf(shown, sizeof(shown), "%s", path);
+    for (char *p = shown; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    path = shown;
+    if (e)
+        (void)snprintf(L->msg, L->msg_size, "%s:%d:%d: %s: %s", L->name, e->line, e->col, path, what);
+    else
+        (void)snprintf(L->msg, L->msg_size, "%s: %s: %s", L->name, path, what);
+    return -1;
+}
+
+static char *read_all(const char *path, size_t *len, char *msg, size_t msg_size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    char *buf = NULL;
+    size_t n = 0;
+
+    if (fd < 0) {
+        (void)snprintf(msg, msg_size, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CONFIG_MAX_BYTES) {
+        (void)snprintf(msg, msg_size, "%s: not a regular file of at most 1 MiB", path);
+        goto fail;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        (void)snprintf(msg, msg_size, "%s: out of memory", path);
+        goto fail;
+    }
+    while (n < (size_t)st.st_size) {
+        ssize_t k = read(fd, buf + n, (size_t)st.st_size - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            (void)snprintf(msg, msg_size, "%s: read: %s", path, k < 0 ? strerror(errno) : "short read");
+            goto fail;
+        }
+        n += (size_t)k;
+    }
+    buf[n] = '\0';
+    *len = n;
+    (void)close(fd);
+    return buf;
+fail:
+    free(buf);
+    (void)close(fd);
+    return NULL;
+}
+
+static int get_string(struct cfg_loader *L, const char *path, json_t *v, char **ret)
+{
+    if (!json_is_string(v))
+        return cfg_fail(L, path, "must be a string");
+    if (strlen(json_string_value(v)) != json_string_length(v) || !json_string_length(v))
+        return cfg_fail(L, path, "must be a non-empty string without NUL bytes");
+    free(*ret);
+    *ret = strdup(json_string_value(v));
+    if (!*ret)
+        return cfg_fail(L, path, "out of memory");
+    return 0;
+}
+
+static int get_uint(struct cfg_loader *L, const char *path, json_t *v, uint64_t min, uint64_t max, uint64_t *ret)
+{
+    if (!json_is_integer(v))
+        return cfg_fail(L, path, "must be an integer");
+    if (json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) < min ||
+        (uint64_t)json_integer_value(v) > max)
+        return cfg_fail(L, path, "must be between %llu and %llu", (unsigned long long)min,
+                        (unsigned long long)max);
+    *ret = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, struct srv_tenant *t)
+{
+    char path[300];
+    const char *key;
+    json_t *v;
+    bool have_token = false;
+
+    (void)snprintf(path, sizeof(path), "tenants.%s", name);
+    if (!json_is_object(obj))
+        return cfg_fail(L, path, "must be an object");
+    bool ctrl = false;
+    for (const char *p = name; *p; p++)
+        ctrl |= (unsigned char)*p < 0x20 || *p == 0x7f;
+    if (!name[0] || strlen(name) > 64 || strpbrk(name, ".[]\"\\/") || ctrl)
+        return cfg_fail(L, path, "a tenant name is 1 to 64 characters, none of . [ ] \" \\ / or a control "
+                                 "character");
+    t->name = strdup(name);
+    if (!t->name)
+        return cfg_fail(L, path, "out of memory");
+    json_object_foreach(obj, key, v) {
+        (void)snprintf(path, sizeof(path), "tenants.%s.%s", name, key);
+        if (strcmp(key, "token_sha256") == 0) {
+            const char *hex = json_string_value(v);
+            if (!json_is_string(v) || json_string_length(v) != 64)
+                return cfg_fail(L, path, "must be a string of 64 hex digits (sha256 of the token)");
+            for (size_t i = 0; i < 32; i++) {
+                int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+                if (hi < 0 || lo < 0)
+                    return cfg_fail(L, path, "must be a string of 64 hex digits (sha256 of the token)");
+                t->token_sha256[i] = (uint8_t)(hi << 4 | lo);
+            }
+            have_token = true;
+        } else {
+            return cfg_fail(L, path, "unknown key (a tenant has: token_sha256)");
+        }
+    }
+    if (!have_token) {
+        (void)snprintf(path, sizeof(path), "tenants.%s", name);
+        return cfg_fail(L, path, "token_sha256 is required");
+    }
+    return 0;
+}
+
+static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
+{
+    const char *key;
+    json_t *v;
+    uint64_t u = 0;
+
+    if (!json_is_object(root))
+        return cfg_fail(L, "", "the config is a JSON object");
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, "listen") == 0) {
+            if (get_string(L, key, v, &cfg->listen) < 0)
+                return -1;
+        } else if (strcmp(key, "store") == 0) {
+            if (get_string(L, key, v, &cfg->store) < 0)
+                return -1;
+            if (cfg->store[0] != '/')
+                return cfg_fail(L, key, "must be an absolute path");
+        } else if (strcmp(key, "policy") == 0) {
+            if (get_string(L, key, v, &cfg->policy_path) < 0)
+                return -1;
+        } else if (strcmp(key, "profile") == 0) {
+            if (get_string(L, key, v, &cfg->profile) < 0)
+                return -1;
+        } else if (strcmp(key, "max_runs") == 0) {
+            if (get_uint(L, key, v, 1, SRV_MAX_RUNS, &u) < 0)
+                return -1;
+            cfg->max_runs = (unsigned)u;
+        } else if (strcmp(key, "max_runs_per_tenant") == 0) {
+            if (get_uint(L, key, v, 1, SRV_MAX_RUNS, &u) < 0)
+                return -1;
+            cfg->max_runs_per_tenant = (unsigned)u;
+        } else if (strcmp(key, "max_body_bytes") == 0) {
+            if (get_uint(L, key, v, 1024, 64u << 20, &u) < 0)
+                return -1;
+            cfg->max_body_bytes = (size_t)u;
+        } else if (strcmp(key, "max_output_bytes") == 0) {
+            if (get_uint(L, key, v, 1, 64u << 20, &u) < 0)
+                return -1;
+            cfg->max_output_bytes = (size_t)u;
+        } else if (strcmp(key, "max_timeout") == 0) {
+            if (get_uint(L, key, v, 1, 86400, &u) < 0)
+                return -1;
+            cfg->max_timeout_ms = u * 1000;
+        } else if (strcmp(key, "max_connections") == 0) {
+            if (get_uint(L, key, v, 1, 4096, &u) < 0)
+                return -1;
+            cfg->max_connections = (unsigned)u;
+        } else if (strcmp(key, "max_runs_per_minute") == 0) {
+            if (get_uint(L, key, v, 0, 1000000, &u) < 0)
+                return -1;
+            cfg->max_runs_per_minute = (unsigned)u;
+        } else if (strcmp(key, "retention_days") == 0) {
+            if (get_uint(L, key, v, 0, 36500, &u) < 0)
+                return -1;
+            cfg->retention_days = (unsigned)u;
+        } else if (strcmp(key, "pool_size") == 0) {
+            if (get_uint(L, key, v, 0, 64, &u) < 0)
+                return -1;
+            cfg->pool_size = (unsigned)u;
+        } else if (strcmp(key, "tenants") == 0) {
+            const char *name;
+            json_t *t;
+            if (!json_is_object(v) || json_object_size(v) == 0)
+                return cfg_fail(L, key, "must be an object with at least one tenant");
+            cfg->tenants = calloc(json_object_size(v), sizeof(*cfg->tenants));
+            if (!cfg->tenants)
+                return cfg_fail(L, key, "out of memory");
+            json_object_foreach(v, name, t) {
+                if (load_tenant(L, name, t, &cfg->tenants[cfg->n_tenants++]) < 0)
+                    return -1;
+            }
+        } else {
+            return cfg_fail(L, key,
+                            "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
+                            "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
+                            "max_connections, max_runs_per_minute, retention_days, pool_size)");
+        }
+    }
+    if (!cfg->store)
+        return cfg_fail(L, "", "\"store\" is required (the SQLite file of run records)");
+    if (!cfg->tenants)
+        return cfg_fail(L, "", "\"tenants\" is required (at least one, with its token_sha256)");
+    return 0;
+}
+
+int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t msg_size)
+{
+    struct cfg_loader L = {.name = path, .msg = msg, .msg_size = msg_size};
+    json_error_t jerr;
+    json_t *root = NULL;
+    size_t len = 0;
+    char *text;
+    int r = -1;
+
+    *cfg = (struct srv_config){
+        .max_runs = 16,
+        .max_runs_per_tenant = 4,
+        .max_body_bytes = 1u << 20,
+        .max_output_bytes = 1u << 20,
+        .max_timeout_ms = 300000,
+        .max_connections = 64,
+        .pool_size = 2,
+    };
+    text = read_all(path, &len, msg, msg_size);
+    if (!text)
+        return -1;
+    if (memchr(text, '\0', len)) {
+        (void)snprintf(msg, msg_size, "%s: a NUL byte; a config is JSON text", path);
+        goto out;
+    }
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        (void)snprintf(msg, msg_size, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        goto out;
+    }
+    if (srv_pos_index_build(text, len, &L.idx) < 0) {
+        (void)snprintf(msg, msg_size, "%s: out of memory or nested too deeply", path);
+        goto out;
+    }
+    r = load_top(&L, root, cfg);
+    if (r == 0 && !cfg->listen) {
+        cfg->listen = strdup("127.0.0.1:8080");
+        if (!cfg->listen) {
+            (void)snprintf(msg, msg_size, "%s: out of memory", path);
+            r = -1;
+        }
+    }
+    if (r == 0 && cfg->max_runs_per_tenant > cfg->max_runs)
+        r = cfg_fail(&L, "max_runs_per_tenant", "is more than max_runs (%u)", cfg->max_runs);
+out:
+    srv_pos_index_clear(&L.idx);
+    json_decref(root);
+    free(text);
+    if (r < 0)
+        srv_config_clear(cfg);
+    return r;
+}
+
+void srv_config_clear(struct srv_config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_tenants; i++)
+        free(cfg->tenants[i].name);
+    free(cfg->tenants);
+    free(cfg->listen);
+    free(cfg->store);
+    free(cfg->policy_path);
+    free(cfg->profile);
+    *cfg = (struct srv_config){0};
+}

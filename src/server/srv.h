@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The server's modules: config (config.c), run records (store.c), the
+ * runner thread that owns every sandbox handle (runner.c) and the HTTP
+ * side (http.c). A client of the library's public headers only. */
+#pragma once
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agentjail.h"
+
+/* ---- config ------------------------------------------------------------------ */
+
+#define SRV_LATENCY_BUCKETS 12
+#define SRV_MAX_EVENTS 100
+extern const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS];
+
+/* Runs queued or running at once, all tenants: the bound of max_runs. */
+#define SRV_MAX_RUNS 256
+
+struct srv_tenant {
+    char *name;
+    uint8_t token_sha256[32];
+    /* Under the runner's lock. */
+    unsigned running;    /* queued or running now */
+    uint64_t finished;   /* runs ended */
+    uint64_t escapes;    /* escape_attempt events of its runs */
+    double tokens;       /* the run-rate bucket (max_runs_per_minute) */
+    int64_t tokens_ms;   /* when it was last filled */
+};
+
+struct srv_config {
+    char *listen;           /* "HOST:PORT" or "unix:/path" */
+    char *store;            /* SQLite file */
+    char *policy_path;      /* NULL: the default policy */
+    char *profile;          /* NULL: none */
+    struct srv_tenant *tenants;
+    size_t n_tenants;
+    unsigned max_runs;            /* queued + running, all tenants */
+    unsigned max_runs_per_tenant; /* queued + running, one tenant */
+    size_t max_body_bytes;
+    size_t max_output_bytes;      /* per stream, what the server keeps */
+    uint64_t max_timeout_ms;      /* the policy's timeout: requests may only tighten it */
+    unsigned max_connections;
+    unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
+    unsigned max_runs_per_minute; /* per tenant, a token bucket of that size; 0: no rate limit */
+    unsigned retention_days;      /* records of ended runs kept; 0: forever */
+};
+
+/* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
+int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t msg_size);
+void srv_config_clear(struct srv_config *cfg);
+
+/* ---- runs ----------------------------------------------------------------------- */
+
+enum srv_run_state { SRV_QUEUED, SRV_RUNNING, SRV_DONE };
+
+struct srv_buf {
+    char *data;
+    size_t len, cap;   /* kept: at most the config's max_output_bytes */
+    uint64_t total;    /* what the payload wrote */
+    bool truncated;
+};
+
+struct srv_run;
+/* What an epoll event of the runner is about (its data.ptr). */
+enum srv_watch_kind { SRV_W_HANDLE, SRV_W_STDIN, SRV_W_STDOUT, SRV_W_STDERR };
+struct srv_watch {
+    struct srv_run *run;
+    enum srv_watch_kind kind;
+};
+
+struct srv_run {
+    /* Set by the HTTP thread before queueing, then read-only. */
+    char id[33];
+    struct srv_tenant *tenant;
+    char **argv;
+    char **envp;
+    char *stdin_data;
+    size_t stdin_len;
+    uint64_t timeout_ms;
+    int64_t created_ms;
+
+    /* Under the runner's lock. */
+    int refs;
+    enum srv_run_state state;
+    bool kill_requested;
+    struct srv_run *next;  /* the runner's list of live runs */
+    struct srv_run *qnext; /* the runner's queue of runs to start */
+
+    /* The runner thread's own while the run is live; read by others
+     * (under the lock) once state is SRV_DONE. */
+    struct aj_sandbox *h;
+    struct srv_watch watch[4];
+    int fd_in, fd_out, fd_err;
+    size_t stdin_off;
+    bool ended;
+    struct srv_buf out, err;
+    int64_t ended_ms;
+    char status[32];
+    int exit_code;
+    char policy_sha256[65];
+    char *result_json; /* the library's result JSON */
+    /* The run's audit events file (the runner's), tailed after each
+     * aj_sandbox_process; what it says beyond start and exit goes to
+     * events (under the lock once added; at most SRV_MAX_EVENTS). */
+    char *events_path;
+    int ev_fd;
+    char ev_line[4096];
+    size_t ev_len;
+    json_t *events;
+    bool events_truncated;
+    char error[512];   /* a run that could not start */
+};
+
+/* ---- store ---------------------------------------------------------------------- */
+
+struct srv_store;
+int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t msg_size);
+void srv_store_close(struct srv_store *s);
+/* A run accepted (status "queued"). */
+int srv_store_insert(struct srv_store *s, const struct srv_run *r);
+/* Remove the records of runs that ended before before_ms: how many, or -EIO. */
+int srv_store_prune(struct srv_store *s, int64_t before_ms);
+/* Whether a record could be written now (GET /readyz): 0 or -EIO. */
+int srv_store_check_writable(struct srv_store *s);
+/* A run refused after its insert (429, shutdown): no record. */
+int srv_store_delete(struct srv_store *s, const char *id);
+/* A run ended: its final record. */
+int srv_store_finish(struct srv_store *s, const struct srv_run *r);
+/* The record of id if tenant owns it, as JSON text (caller frees): 0,
+ * -ENOENT when there is none for this tenant, -EIO on a store error. */
+int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
+
+/* Output as a JSON string: bytes that are not UTF-8 become U+FFFD. */
+json_t *srv_text_json(const char *p, size_t n);
+/* The record's JSON (the same shape from memory and from the store). */
+char *srv_record_json(const struct srv_run *r, const char *state_name);
+
+/* ---- runner ---------------------------------------------------------------------- */
+
+struct srv_runner;
+struct srv_metrics {
+    uint64_t started, rejected_429, finished_by_status[16];
+    uint64_t escape_attempts, canaries; /* events of ended runs */
+    /* Accepted to ended, per run: counts at or under srv_latency_bounds_ms
+     * (cumulative when printed), their sum. */
+    uint64_t latency_le[SRV_LATENCY_BUCKETS], latency_count, latency_sum_ms;
+    unsigned running;
+    bool pool;                        /* a warm pool is in use */
+    uint64_t warm_runs, cold_runs;    /* its counts (aj_pool_get_stats) */
+    unsigned pool_ready;
+};
+/* events_dir: where runs' audit events files go (the server's own,
+ * 0700), or NULL for none. */
+int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
+                   const char *events_dir, struct srv_runner **ret, char *msg, size_t msg_size);
+/* One run of t's rate (max_runs_per_minute): 0, or -EAGAIN and the
+ * seconds until the next one is allowed. */
+int srv_runner_take_rate(struct srv_runner *rn, struct srv_tenant *t, unsigned *retry_after);
+/* Accept r (refs taken over by the runner): 0, or -EAGAIN over a cap. */
+int srv_runner_submit(struct srv_runner *rn, struct srv_run *r);
+/* A live run of tenant by id, with a reference; NULL if none. */
+struct srv_run *srv_runner_find(struct srv_runner *rn, const struct srv_tenant *tenant, const char *id);
+void srv_runner_kill(struct srv_runner *rn, struct srv_run *r);
+/* Block until r is done. */
+void srv_runner_wait(struct srv_runner *rn, struct srv_run *r);
+/* The record of r now (running or done), as JSON text. */
+char *srv_runner_record(struct srv_runner *rn, struct srv_run *r);
+void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
+/* Wait until r has output past off[1] (stdout) or off[2] (stderr), copy
+ * up to max bytes of it to buf, advance that offset, say which stream
+ * (1, 2), or an event's JSON past off[0] (stream 3): the byte count; 0
+ * once the run has ended and all was copied;
+ * -EAGAIN after 15 s with neither. */
+ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
+                              int *stream);
+void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
+/* A tenant's counts, read under the runner's lock. */
+void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t, unsigned *running,
+                              uint64_t *finished, uint64_t *escapes);
+/* Remove records past retention_days (now: whatever the hour). The
+ * runner thread's, or before it runs anything. */
+void srv_runner_prune(struct srv_runner *rn, bool now);
+/* Whether runs are accepted (not shutting down). */
+bool srv_runner_accepting(struct srv_runner *rn);
+/* Refuse new runs, kill every live one, end the thread once they are
+ * all recorded. Requests still waiting on runs are answered; the struct
+ * stays valid for them until srv_runner_free. */
+void srv_runner_stop(struct srv_runner *rn);
+void srv_runner_free(struct srv_runner *rn);
+
+extern const char *const srv_status_names[16];
+int srv_status_index(const char *name);
+
+/* ---- HTTP ----------------------------------------------------------------------- */
+
+int64_t srv_now_ms(void);
