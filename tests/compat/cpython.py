@@ -17,7 +17,7 @@ profile's size (that is part of what is measured).
 
 Usage:
   tests/compat/cpython.py --fast                      # ~10 quick modules (CI)
-  tests/compat/cpython.py --all --resume              # every module (35-45 min on 2 cores)
+  tests/compat/cpython.py --all --resume              # every module (bare + each mode: ~40 min on 2 cores)
   tests/compat/cpython.py test_os test_socket ...     # these modules
 Options: --modes bare,default,python  --timeout SEC (per module and mode)
   --out DIR (default build-compat/cpython): results.json, results.md, logs/
