@@ -23,7 +23,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-aj=${AJ_BIN:-$root/build-x/agentjail}
+aj=${AJ_BIN:-$root/build/agentjail}
 out=$root/build-compat/workloads
 fast=0 open=0 only='' tmo=180
 while [ $# -gt 0 ]; do
