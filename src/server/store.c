@@ -51,6 +51,21 @@ static int prepare_path(const char *path, char *msg, size_t msg_size)
             return -1;
         }
     }
+    /* SQLite reopens the store (and its -wal, -shm and the events
+     * directory beside it) by name: a directory someone else can write
+     * could swap them between our check and its open. Ours alone, then. */
+    {
+        struct stat st;
+        const char *d = slash && slash != dir ? dir : "/";
+        if (lstat(d, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
+            (void)snprintf(msg, msg_size,
+                           "store: the directory %s must be a directory of uid %u that only it can write "
+                           "(the store and its events are reopened by name there)",
+                           d, (unsigned)geteuid());
+            free(dir);
+            return -1;
+        }
+    }
     free(dir);
     fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
     if (fd < 0) {

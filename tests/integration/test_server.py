@@ -734,3 +734,22 @@ def test_retention_removes_old_records_at_start(server):
     status, _, j = s3.request("GET", "/v1/runs/" + new)
     assert status == 200 and j["stdout"] == "new\n"
     assert "removed 1 records older than 30 days" in s3.err()
+
+
+def test_store_in_a_directory_others_can_write_is_refused(server, tmp):
+    # The store and its events are reopened by name: a directory another
+    # user can write could swap them. Refused before anything starts.
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    cfg = os.path.join(tmp, "shared.json")
+    with open(cfg, "w") as f:
+        json.dump({"listen": "127.0.0.1:0", "store": os.path.join(shared, "runs.db"),
+                   "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}}, f)
+    p = subprocess.run([AJ_BIN, "serve", "--config", cfg], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "only it can write" in p.stderr, p
+    assert not os.path.exists(os.path.join(shared, "runs.db"))
+    # Control: the same directory, ours alone, works.
+    os.chmod(shared, 0o700)
+    s = server(store=os.path.join(shared, "runs.db"))
+    assert s.request("GET", "/healthz")[0] == 200
