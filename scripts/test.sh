@@ -10,7 +10,8 @@
 # Ends with one line "N passed, N failed" covering every suite.
 # Env: AJ_LEAK_RUNS (runs in the leak test, default 1000 here),
 #      AJ_QUICK=1 (skip the ASan and nobody passes), AJ_VM=0 (skip the VM part),
-#      AJ_COMPAT=0 (skip the compatibility check).
+#      AJ_COMPAT=0 (skip the compatibility check). AJ_HEAVY=1 is set for the release
+#      root pass only: tests marked heavy_only (image builds, loads) run there once.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -77,7 +78,7 @@ else
   status=1
 fi
 cat "$out/fuzz.tap"
-pytest_as root build env
+pytest_as root build env AJ_HEAVY=1
 # issue 13's compatibility check: the fast subsets of CPython's suite, Debian's
 # package suites and the agent workloads, bare (as nobody) and in the sandbox;
 # fails on a sandbox-only failure not in docs/compatibility.md's allowed list.

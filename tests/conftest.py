@@ -227,6 +227,14 @@ def root_only(reason):
         pytest.skip("as root only: " + reason)
 
 
+def heavy_only(reason):
+    """Skip a slow check (a container image build, a load of thousands of
+    requests) outside the one pass that runs them: scripts/test.sh sets
+    AJ_HEAVY=1 for the release build's root pass only, to keep CI's time."""
+    if os.environ.get("AJ_HEAVY") != "1":
+        pytest.skip("heavy, runs in the release root pass only (AJ_HEAVY=1): " + reason)
+
+
 def ppid(pid):
     try:
         with open("/proc/%s/stat" % pid) as f:
