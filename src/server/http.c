@@ -25,6 +25,7 @@
 #include "srv.h"
 
 struct srv_conn {
+    struct srv_upload *upload; /* a streamed file PUT (session.c) */
     char *body;
     size_t len;
     bool responded; /* a response was queued at the first call (413 by Content-Length) */
@@ -356,6 +357,11 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
                       t->name, running, t->name, (unsigned long long)finished, t->name,
                       (unsigned long long)escapes);
     }
+    (void)fprintf(f,
+                  "# HELP agentjail_sessions_live Sessions live now.\n"
+                  "# TYPE agentjail_sessions_live gauge\n"
+                  "agentjail_sessions_live %u\n",
+                  srv_sessions_live(ctx->sessions));
     if (m.pool)
         (void)fprintf(f,
                       "# HELP agentjail_pool_runs_total Runs by whether a parked sandbox was ready.\n"
@@ -377,15 +383,12 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
 
 /* A complete-body /v1/ request, answered by srv_api_call as the MCP
  * server's calls are. */
-static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
-                                  const char *method, const char *url, const struct srv_conn *cc)
+static enum MHD_Result queue_reply(struct MHD_Connection *c, struct srv_reply reply)
 {
-    struct srv_reply reply;
     struct MHD_Response *resp;
     enum MHD_Result ret;
     char ra[16];
 
-    srv_api_call(ctx, t, method, url, cc->body, cc->len, &reply);
     if (!reply.body)
         return MHD_NO; /* out of memory: MHD closes the connection */
     resp = MHD_create_response_from_buffer(reply.len, reply.body, MHD_RESPMEM_MUST_FREE);
@@ -401,6 +404,42 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx,
         return MHD_NO;
     }
     ret = MHD_queue_response(c, reply.status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
+                                  const char *method, const char *url, const struct srv_conn *cc)
+{
+    struct srv_reply reply;
+
+    srv_api_call(ctx, t, method, url, cc->body, cc->len, &reply);
+    return queue_reply(c, reply);
+}
+
+/* GET /v1/sessions/ID/files/PATH: a regular file is streamed from its
+ * fd (MHD closes it); a directory's listing and errors are JSON. */
+static enum MHD_Result get_file(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
+                                const char *url)
+{
+    struct srv_reply reply = {0};
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    uint64_t size = 0;
+    int fd = -1;
+
+    if (!srv_files_open_get(ctx, t, url, &fd, &size, &reply))
+        return queue_reply(c, reply);
+    resp = MHD_create_response_from_fd64(size, fd);
+    if (!resp) {
+        (void)close(fd);
+        return MHD_NO;
+    }
+    if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream") != MHD_YES) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
+    ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -443,7 +482,31 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET", method, url);
         return stream_run(ctx, c, t, id);
     }
+    if (strcmp(method, "GET") == 0 && srv_is_files_path(url))
+        return get_file(c, ctx, t, url);
     return send_reply(c, ctx, t, method, url, cc);
+}
+
+static enum MHD_Result begin_upload(struct srv_ctx *ctx, struct MHD_Connection *c, const char *url,
+                                    struct srv_conn *cc, const char *content_length)
+{
+    struct srv_tenant *t = authenticate(ctx, c);
+    struct srv_reply reply = {0};
+
+    if (!t) {
+        cc->responded = true;
+        return send_error(c, MHD_HTTP_UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' is required");
+    }
+    if (content_length && strtoull(content_length, NULL, 10) > ctx->cfg.max_file_bytes) {
+        cc->responded = true;
+        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "the file is larger than %llu bytes (max_file_bytes)",
+                          (unsigned long long)ctx->cfg.max_file_bytes);
+    }
+    if (srv_upload_begin(ctx, t, url, &cc->upload, &reply) < 0) {
+        cc->responded = true;
+        return queue_reply(c, reply);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -461,6 +524,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         *con_cls = cc;
         __atomic_add_fetch(&ctx->in_flight, 1, __ATOMIC_SEQ_CST);
+        /* A file PUT is streamed into the workspace as it comes (capped
+         * by max_file_bytes and the quota, not max_body_bytes). */
+        if (strcmp(method, "PUT") == 0 && srv_is_files_path(url))
+            return begin_upload(ctx, c, url, cc, cl);
         /* Refused before a byte of it is read. */
         if (cl && strtoull(cl, NULL, 10) > ctx->cfg.max_body_bytes) {
             cc->responded = true;
@@ -472,6 +539,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->responded) {
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (cc->upload) {
+        struct srv_reply reply = {0};
+        if (*upload_data_size) {
+            srv_upload_write(cc->upload, upload_data, *upload_data_size);
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        srv_upload_end(cc->upload, &reply);
+        srv_upload_free(cc->upload);
+        cc->upload = NULL;
+        return queue_reply(c, reply);
     }
     if (*upload_data_size) {
         /* A body without a Content-Length (chunked) that grows too large:
@@ -506,6 +585,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)c;
     (void)toe;
     if (cc) {
+        srv_upload_free(cc->upload); /* a client that left mid-upload: the unnamed file goes */
         free(cc->body);
         free(cc);
         *con_cls = NULL;
@@ -734,9 +814,14 @@ int aj_server_main(const char *config_path)
         goto out;
     if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0)
         goto fail_msg;
+    /* Before any thread: as root it moves the server to a mount
+     * namespace of its own (session.c). */
+    if (srv_sessions_new(&ctx, &ctx.sessions, msg, sizeof(msg)) < 0)
+        goto fail_msg;
     events_dir = make_events_dir(ctx.cfg.store, msg, sizeof(msg));
     if (!events_dir ||
-        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0)
+        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0 ||
+        srv_sessions_start(ctx.sessions, msg, sizeof(msg)) < 0)
         goto fail_msg;
     lfd = listen_on(ctx.cfg.listen, &unix_path, msg, sizeof(msg));
     if (lfd < 0)
@@ -772,6 +857,8 @@ int aj_server_main(const char *config_path)
         (void)usleep(10000);
     MHD_stop_daemon(d);
     d = NULL;
+    /* No request is left: every session ends, its workspace removed. */
+    srv_sessions_stop(ctx.sessions);
     status = 0;
     goto out;
 fail_msg:
@@ -781,7 +868,9 @@ out:
         MHD_stop_daemon(d);
     if (lfd >= 0)
         (void)close(lfd);
+    srv_sessions_stop(ctx.sessions);
     srv_runner_free(ctx.rn);
+    srv_sessions_free(ctx.sessions);
     srv_store_close(ctx.store);
     if (unix_path) {
         (void)unlink(unix_path);
