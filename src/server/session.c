@@ -385,7 +385,12 @@ static struct aj_policy *tightened(struct srv_sessions *ss, json_t *profile, jso
         goto fail;
     }
     if (policy) {
-        text = json_dumps(policy, JSON_COMPACT);
+        /* A policy file's content; "version" may be left out (1). */
+        json_t *copy = json_copy(policy);
+        if (copy && !json_object_get(copy, "version"))
+            (void)json_object_set_new(copy, "version", json_integer(1));
+        text = copy ? json_dumps(copy, JSON_COMPACT) : NULL;
+        json_decref(copy);
         if (!text || aj_policy_load_buffer(p, text, strlen(text), "policy", &err) < 0) {
             (void)snprintf(msg, msg_size, "%s", text ? err.msg : "out of memory");
             goto fail;
