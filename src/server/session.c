@@ -102,14 +102,15 @@ static void free_owner(struct srv_sessions *ss, uint32_t uid)
 
 /* The workspace is gone (unmounted); its fd, the policy and the struct
  * go with the last reference. */
-static void session_unref(struct srv_sessions *ss, struct srv_session *s)
+static void session_unref_n(struct srv_sessions *ss, struct srv_session *s, int n)
 {
     bool last;
 
     if (!s)
         return;
     (void)pthread_mutex_lock(&ss->lock);
-    last = --s->refs == 0;
+    s->refs -= n;
+    last = s->refs == 0;
     (void)pthread_mutex_unlock(&ss->lock);
     if (!last)
         return;
@@ -119,6 +120,11 @@ static void session_unref(struct srv_sessions *ss, struct srv_session *s)
     }
     aj_policy_free(s->pol);
     free(s);
+}
+
+static void session_unref(struct srv_sessions *ss, struct srv_session *s)
+{
+    session_unref_n(ss, s, 1);
 }
 
 /* A live session of t by id, with a reference: 0, -ENOENT (none of t's:
@@ -174,7 +180,7 @@ static void session_end(struct srv_sessions *ss, struct srv_session *s)
 
 /* End a live session: no new request finds it, a run in flight is
  * killed, the tmpfs is detached and its directory removed, the row says
- * how it ended. */
+ * how it ended. Takes the caller's reference. */
 static void session_close(struct srv_sessions *ss, struct srv_session *s, const char *status, const char *reason)
 {
     char run_id[33];
@@ -193,8 +199,10 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
     }
     memcpy(run_id, s->run_id, sizeof(run_id));
     (void)pthread_mutex_unlock(&ss->lock);
-    if (was_closed)
+    if (was_closed) {
+        session_unref(ss, s);
         return;
+    }
     if (run_id[0] && ss->ctx->rn) {
         struct srv_run *r = srv_runner_find(ss->ctx->rn, s->tenant, run_id);
         if (r) {
@@ -207,7 +215,7 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
         (void)fprintf(stderr, "agentjail serve: store: could not record the end of session %s\n", s->id);
     (void)fprintf(stderr, "agentjail serve: session %s: %s%s%s\n", s->id, status, reason ? ": " : "",
                   reason ? reason : "");
-    session_unref(ss, s); /* the registry's */
+    session_unref_n(ss, s, 2); /* the registry's and the caller's */
 }
 
 /* ---- expiry ------------------------------------------------------------------------------- */
@@ -240,7 +248,6 @@ static void *expiry_main(void *arg)
             due->refs++;
             (void)pthread_mutex_unlock(&ss->lock);
             session_close(ss, due, "expired", ttl ? "ttl" : "idle_timeout");
-            session_unref(ss, due);
             (void)pthread_mutex_lock(&ss->lock);
             continue;
         }
@@ -328,7 +335,6 @@ void srv_sessions_stop(struct srv_sessions *ss)
         if (!s)
             break;
         session_close(ss, s, "lost", "the server shut down (a workspace does not outlive the server)");
-        session_unref(ss, s);
     }
 }
 
@@ -363,6 +369,22 @@ unsigned srv_sessions_live(struct srv_sessions *ss)
 }
 
 /* ---- policies ------------------------------------------------------------------------------ */
+
+/* Keys aj_policy_diff calls neither weaker nor stronger whose change a
+ * session may ask for: the size of its /tmp, the name it sees, which
+ * decoys it gets, how many events it writes, and variables it is given
+ * (a run's request may set any anyway: its env wins over the policy's;
+ * passing the server's own variables, environment.pass, stays refused). */
+static bool neutral_key(const char *line)
+{
+    static const char *const keys[] = {"filesystem.tmp_size:", "identity.hostname:", "detection.cloud_decoys:",
+                                       "detection.event_budget:", "environment.set:"};
+
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strncmp(line, keys[i], strlen(keys[i])) == 0)
+            return true;
+    return false;
+}
 
 /* The server's policy, tightened by the request's profile and policy
  * (loaded on top of it: keys not named keep the server's values), then
@@ -408,9 +430,11 @@ static struct aj_policy *tightened(struct srv_sessions *ss, json_t *profile, jso
         if (nl)
             *nl = '\0';
         /* A = the server's, B = the request's: only "A is weaker" lines
-         * tighten; a neutral difference (a path, an owner, an identity)
-         * is refused too, as the server did not allow it. */
-        if (*line && !strstr(line, "(A is weaker")) {
+         * tighten. Neutral differences are refused too (a bind's path or
+         * owner, an identity, an environment entry, an alert command run
+         * on the host), but for the few that change nothing of what a run
+         * can reach (neutral_keys). */
+        if (*line && !strstr(line, "(A is weaker") && !neutral_key(line)) {
             (void)snprintf(msg, msg_size, "policy: a request may only tighten the server's policy: %s", line);
             goto fail;
         }
@@ -674,7 +698,7 @@ static int write_files(struct srv_ctx *ctx, struct srv_ws *ws, json_t *files, st
                             oom ? "out of memory" : "must be a string of base64");
             return -1;
         }
-        rc = srv_ws_put_begin(ws, p, ctx->cfg.max_file_bytes, &f);
+        (void)srv_ws_put_begin(ws, p, ctx->cfg.max_file_bytes, &f); /* an error is kept in f */
         srv_ws_put_write(&f, data, len);
         free(data);
         rc = srv_ws_put_commit(ws, &f);
@@ -1040,7 +1064,6 @@ static void one_session(struct srv_ctx *ctx, struct srv_tenant *t, const char *i
             return;
         }
         session_close(ss, s, "deleted", NULL);
-        session_unref(ss, s);
     } else if (rc != -ESTALE) {
         find_fail(rc, id, reply);
         return;

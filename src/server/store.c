@@ -209,6 +209,15 @@ int srv_store_prune(struct srv_store *s, int64_t before_ms)
         sqlite3_bind_int64(st, 1, before_ms) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
         rc = sqlite3_changes(s->db);
     (void)sqlite3_finalize(st);
+    st = NULL;
+    /* Ended sessions go by the same rule. */
+    if (rc >= 0 && (sqlite3_prepare_v2(s->db,
+                                       "DELETE FROM sessions WHERE ended_ms IS NOT NULL AND ended_ms < ?"
+                                       " AND status != 'live'",
+                                       -1, &st, NULL) != SQLITE_OK ||
+                    sqlite3_bind_int64(st, 1, before_ms) != SQLITE_OK || sqlite3_step(st) != SQLITE_DONE))
+        rc = -EIO;
+    (void)sqlite3_finalize(st);
     return rc;
 }
 

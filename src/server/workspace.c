@@ -330,9 +330,9 @@ static int open_parent(struct srv_ws *ws, const char *path, bool create, const c
     const char *last = strrchr(path, '/');
     int cur = fcntl(ws->dirfd, F_DUPFD_CLOEXEC, 3);
 
+    *ret_name = last ? last + 1 : path;
     if (cur < 0)
         return fail(msg, msg_size, 500, "dup: %s", strerror(errno));
-    *ret_name = last ? last + 1 : path;
     for (const char *c = path; last && c <= last;) {
         size_t n = strcspn(c, "/");
         char comp[256];
@@ -597,7 +597,7 @@ json_t *srv_ws_outputs(struct srv_ws *ws, char *const *paths, uint64_t max_file,
 
     for (size_t i = 0; o && paths && paths[i]; i++) {
         char msg[300];
-        const char *p = NULL;
+        const char *p = paths[i];
         int fd = -1;
         uint64_t size = 0;
         char *listing = NULL;

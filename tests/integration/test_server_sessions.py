@@ -280,6 +280,8 @@ def test_session_policy_may_only_tighten(server):
     s = server()
     for body, want in [({"policy": {"limits": {"timeout": "1h"}}}, "may only tighten"),
                        ({"policy": {"filesystem": {"binds": [{"host": "/usr/share", "sandbox": "/hostshare", "mode": "ro"}]}}}, "may only tighten"),
+                       ({"policy": {"environment": {"pass": ["HOME"]}}}, "may only tighten"),
+                       ({"policy": {"detection": {"alert_cmd": "touch /tmp/x"}}}, "may only tighten"),
                        ({"policy": {"nonsense": 1}}, "nonsense"),
                        ({"profile": "no-such-profile"}, "profile"),
                        ({"ttl": 10 ** 7}, "may only tighten"),
@@ -292,6 +294,9 @@ def test_session_policy_may_only_tighten(server):
     sid = new_session(s, policy={"limits": {"timeout": "1s"}})
     rec = sh(s, sid, "sleep 30")
     assert rec["status"] == "timeout", rec
+    # A built-in profile on top of the server's default policy tightens it.
+    prof = new_session(s, profile="python")
+    assert sh(s, prof, "python3 -c 'print(6*7)'")["stdout"] == "42\n"
     plain = new_session(s)
     assert s.request("GET", "/v1/sessions/" + sid)[2]["policy_sha256"] != \
         s.request("GET", "/v1/sessions/" + plain)[2]["policy_sha256"]
