@@ -384,3 +384,30 @@ def test_in_memory_file_calls_match_http(server):
     rec = sh(s, sid, "ls -la x; stat -c '%U %a' x")
     assert rec["stdout"].splitlines()[-1] == "agent 755", rec
     assert s.request("POST", files_url(sid, "q"), raw=b"")[0] == 405
+
+
+def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkeypatch):
+    """Not root: no tmpfs can be mounted for a workspace; sessions and run
+    workspaces are refused with a clear 501, one-shot runs still work."""
+    import test_server
+    os.chmod(tmp, 0o755)
+    state = os.path.join(tmp, "state")
+    os.mkdir(state, 0o700)
+    os.chown(state, 65534, 65534)
+    wrapper = os.path.join(tmp, "as-nobody")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp %s \"$@\"\n"
+                % test_server.AJ_BIN)
+    os.chmod(wrapper, 0o755)
+    monkeypatch.setattr(test_server, "AJ_BIN", wrapper)
+    s = server()
+    assert "sessions: off: not root" in s.err()
+    status, _, j = s.request("POST", "/v1/sessions", {})
+    assert status == 501 and "root" in j["error"], j
+    status, _, j = s.run({"argv": ["true"], "files": {"a": b64(b"a")}})
+    assert status == 501 and "root" in j["error"], j
+    assert s.request("GET", files_url("0" * 32, "a"))[0] == 501
+    assert not os.path.exists(os.path.join(state, "workspaces"))
+    # Control: a one-shot run without a workspace is served.
+    status, _, j = s.run({"argv": ["sh", "-c", "echo hi"]})
+    assert status == 200 and j["stdout"] == "hi\n", j
