@@ -24,43 +24,10 @@
 #include <unistd.h>
 
 #include "srv.h"
+#include "srv_session.h"
 #include "srv_ws.h"
 
 #define SRV_MAX_OUTPUTS 64
-
-struct srv_session {
-    char id[33];
-    struct srv_tenant *tenant;
-    struct aj_policy *pol; /* the server's, tightened, plus the workspace bind */
-    char policy_sha256[65];
-    struct srv_ws *ws;
-    uint64_t quota, idle_ms;
-    int64_t created_ms, expires_ms, last_used_ms;
-    /* Under the registry's lock. */
-    int refs;
-    int active;       /* runs and file operations in progress: not idle */
-    char run_id[33];  /* the run in flight, "" */
-    bool closed;
-    struct srv_session *next;
-};
-
-struct srv_sessions {
-    struct srv_ctx *ctx;
-    const char *off; /* why sessions and workspaces are refused (501), or NULL */
-    int rootfd;
-    char *root;
-    struct aj_policy *base; /* a copy of the server's policy (diffs are read here, under the lock) */
-    char *base_json;
-
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    struct srv_session *live;
-    unsigned n_live;
-    uint8_t *owners; /* a bit per uid of ws_uid_base.. in use */
-    bool stopping;
-    pthread_t thread;
-    bool thread_started;
-};
 
 /* The registry, for the runner's hooks, which get a run and nothing
  * else (one server per process). */
@@ -122,14 +89,14 @@ static void session_unref_n(struct srv_sessions *ss, struct srv_session *s, int 
     free(s);
 }
 
-static void session_unref(struct srv_sessions *ss, struct srv_session *s)
+void srv_session_unref(struct srv_sessions *ss, struct srv_session *s)
 {
     session_unref_n(ss, s, 1);
 }
 
 /* A live session of t by id, with a reference: 0, -ENOENT (none of t's:
  * unknown, another tenant's), -ESTALE (t's, ended: in the store). */
-static int session_find(struct srv_sessions *ss, const struct srv_tenant *t, const char *id,
+int srv_session_find(struct srv_sessions *ss, const struct srv_tenant *t, const char *id,
                         struct srv_session **ret)
 {
     char *rec = NULL;
@@ -153,7 +120,7 @@ static int session_find(struct srv_sessions *ss, const struct srv_tenant *t, con
     return rc == 0 ? -ESTALE : -ENOENT;
 }
 
-static void find_fail(int rc, const char *id, struct srv_reply *reply)
+void srv_find_fail(int rc, const char *id, struct srv_reply *reply)
 {
     if (rc == -ESTALE)
         srv_reply_error(reply, 410, "session %s has ended (GET /v1/sessions/%s says how)", id, id);
@@ -162,14 +129,14 @@ static void find_fail(int rc, const char *id, struct srv_reply *reply)
 }
 
 /* Not idle while something uses it. */
-static void session_begin(struct srv_sessions *ss, struct srv_session *s)
+void srv_session_begin(struct srv_sessions *ss, struct srv_session *s)
 {
     (void)pthread_mutex_lock(&ss->lock);
     s->active++;
     (void)pthread_mutex_unlock(&ss->lock);
 }
 
-static void session_end(struct srv_sessions *ss, struct srv_session *s)
+void srv_session_end(struct srv_sessions *ss, struct srv_session *s)
 {
     (void)pthread_mutex_lock(&ss->lock);
     s->active--;
@@ -200,7 +167,7 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
     memcpy(run_id, s->run_id, sizeof(run_id));
     (void)pthread_mutex_unlock(&ss->lock);
     if (was_closed) {
-        session_unref(ss, s);
+        srv_session_unref(ss, s);
         return;
     }
     if (run_id[0] && ss->ctx->rn) {
@@ -639,7 +606,7 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
     srv_reply_json(reply, 201, session_json(ss, s));
     (void)fprintf(stderr, "agentjail serve: session %s: live (tenant %s, quota %llu, uid %u)\n", s->id, t->name,
                   (unsigned long long)quota, owner);
-    session_unref(ss, s);
+    srv_session_unref(ss, s);
     json_decref(req);
     return;
 fail_ws:
@@ -647,7 +614,7 @@ fail_ws:
 out:
     if (s) {
         s->refs = 1;
-        session_unref(ss, s);
+        srv_session_unref(ss, s);
     }
     json_decref(req);
 }
@@ -664,7 +631,7 @@ static void run_release(struct srv_sessions *ss, struct srv_run *r)
         if (strcmp(s->run_id, r->id) == 0)
             s->run_id[0] = '\0';
         (void)pthread_mutex_unlock(&ss->lock);
-        session_end(ss, s);
+        srv_session_end(ss, s);
     }
     if (r->ws && r->ws_temp) {
         srv_ws_unmount(ss->rootfd, r->ws);
@@ -760,9 +727,9 @@ int srv_session_prepare_run(struct srv_ctx *ctx, struct srv_tenant *t, const cha
     }
     if (session_id) {
         struct srv_session *s;
-        rc = session_find(ss, t, session_id, &s);
+        rc = srv_session_find(ss, t, session_id, &s);
         if (rc < 0) {
-            find_fail(rc, session_id, reply);
+            srv_find_fail(rc, session_id, reply);
             return -1;
         }
         r->session = s; /* the reference is the run's */
@@ -843,7 +810,7 @@ void srv_session_run_free(struct srv_run *r)
     if (ss) {
         run_release(ss, r);
         if (r->session)
-            session_unref(ss, r->session);
+            srv_session_unref(ss, r->session);
     }
     r->session = NULL;
     aj_policy_free(r->own_pol);
@@ -857,196 +824,6 @@ void srv_session_run_free(struct srv_run *r)
     r->outputs_json = NULL;
 }
 
-/* ---- files --------------------------------------------------------------------------------- */
-
-bool srv_is_files_path(const char *url)
-{
-    return strncmp(url, "/v1/sessions/", 13) == 0 && strlen(url) >= 13 + 32 + 6 &&
-           strncmp(url + 13 + 32, "/files", 6) == 0 && (url[13 + 32 + 6] == '/' || !url[13 + 32 + 6]);
-}
-
-/* The session and the workspace path of a files URL. */
-static int files_target(struct srv_ctx *ctx, struct srv_tenant *t, const char *url, bool allow_root,
-                        struct srv_session **ret, const char **ret_path, struct srv_reply *reply)
-{
-    char id[33], msg[400];
-    const char *rest = url + 13 + 32 + 6;
-    int rc;
-
-    memcpy(id, url + 13, 32);
-    id[32] = '\0';
-    if (ctx->sessions->off) {
-        srv_reply_error(reply, 501, "%s", ctx->sessions->off);
-        return -1;
-    }
-    rc = session_find(ctx->sessions, t, id, ret);
-    if (rc < 0) {
-        find_fail(rc, id, reply);
-        return -1;
-    }
-    rc = srv_ws_path(*rest == '/' ? rest + 1 : rest, allow_root, ret_path, msg, sizeof(msg));
-    if (rc < 0) {
-        srv_reply_error(reply, (unsigned)-rc, "%s", msg);
-        session_unref(ctx->sessions, *ret);
-        *ret = NULL;
-        return -1;
-    }
-    return 0;
-}
-
-struct srv_upload {
-    struct srv_sessions *ss;
-    struct srv_session *s;
-    struct srv_ws_file f;
-    char *path;
-    bool ended;
-};
-
-int srv_upload_begin(struct srv_ctx *ctx, struct srv_tenant *t, const char *url, struct srv_upload **ret,
-                     struct srv_reply *reply)
-{
-    struct srv_upload *up = calloc(1, sizeof(*up));
-    const char *p;
-
-    *ret = NULL;
-    if (!up) {
-        srv_reply_error(reply, 500, "out of memory");
-        return -1;
-    }
-    up->ss = ctx->sessions;
-    up->f.fd = up->f.dirfd = -1;
-    if (files_target(ctx, t, url, false, &up->s, &p, reply) < 0) {
-        free(up);
-        return -1;
-    }
-    up->path = strdup(p);
-    session_begin(up->ss, up->s);
-    if (!up->path || srv_ws_put_begin(up->s->ws, p, ctx->cfg.max_file_bytes, &up->f) < 0) {
-        srv_reply_error(reply, up->path ? (unsigned)-up->f.err : 500, "%s", up->path ? up->f.msg : "out of memory");
-        srv_upload_free(up);
-        return -1;
-    }
-    *ret = up;
-    return 0;
-}
-
-void srv_upload_write(struct srv_upload *up, const char *data, size_t len)
-{
-    srv_ws_put_write(&up->f, data, len);
-}
-
-void srv_upload_end(struct srv_upload *up, struct srv_reply *reply)
-{
-    int rc = srv_ws_put_commit(up->s->ws, &up->f);
-
-    if (rc < 0) {
-        srv_reply_error(reply, (unsigned)-rc, "%s", up->f.msg);
-    } else {
-        json_t *o = json_pack("{s:s, s:I}", "path", up->path, "bytes", (json_int_t)up->f.bytes);
-        srv_reply_json(reply, 201, o ? json_dumps(o, JSON_COMPACT) : NULL);
-        json_decref(o);
-    }
-    srv_ws_put_abort(&up->f);
-    up->ended = true;
-    session_end(up->ss, up->s);
-}
-
-void srv_upload_free(struct srv_upload *up)
-{
-    if (!up)
-        return;
-    srv_ws_put_abort(&up->f); /* the unnamed file goes with its fd */
-    if (!up->ended)
-        session_end(up->ss, up->s);
-    session_unref(up->ss, up->s);
-    free(up->path);
-    free(up);
-}
-
-int srv_files_open_get(struct srv_ctx *ctx, struct srv_tenant *t, const char *url, int *ret_fd, uint64_t *ret_size,
-                       struct srv_reply *reply)
-{
-    struct srv_session *s;
-    const char *p;
-    char msg[400], *listing = NULL;
-    int rc;
-
-    if (files_target(ctx, t, url, true, &s, &p, reply) < 0)
-        return 0;
-    session_begin(ctx->sessions, s);
-    rc = srv_ws_get(s->ws, p, ret_fd, ret_size, &listing, msg, sizeof(msg));
-    session_end(ctx->sessions, s);
-    session_unref(ctx->sessions, s);
-    if (rc < 0) {
-        srv_reply_error(reply, (unsigned)-rc, "%s", msg);
-        return 0;
-    }
-    if (rc == 0) {
-        srv_reply_json(reply, 200, listing);
-        return 0;
-    }
-    if (*ret_size > ctx->cfg.max_file_bytes) {
-        (void)close(*ret_fd);
-        *ret_fd = -1;
-        srv_reply_error(reply, 413, "%s: %llu bytes, more than max_file_bytes (%llu)", p,
-                        (unsigned long long)*ret_size, (unsigned long long)ctx->cfg.max_file_bytes);
-        return 0;
-    }
-    return 1;
-}
-
-/* The files routes with the body in memory (srv_api_call: MCP). */
-static void files_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method, const char *url,
-                       const char *body, size_t body_len, struct srv_reply *reply)
-{
-    if (strcmp(method, "PUT") == 0) {
-        struct srv_upload *up;
-        if (srv_upload_begin(ctx, t, url, &up, reply) < 0)
-            return;
-        srv_upload_write(up, body ? body : "", body ? body_len : 0);
-        srv_upload_end(up, reply);
-        srv_upload_free(up);
-    } else if (strcmp(method, "GET") == 0) {
-        int fd = -1;
-        uint64_t size = 0, got = 0;
-        if (!srv_files_open_get(ctx, t, url, &fd, &size, reply))
-            return;
-        char *buf = malloc(size + 1);
-        while (buf && got < size) {
-            ssize_t n = read(fd, buf + got, size - got);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                break;
-            got += (uint64_t)n;
-        }
-        (void)close(fd);
-        free(reply->body);
-        *reply = (struct srv_reply){.status = buf ? 200 : 500, .body = buf, .len = got,
-                                    .content_type = "application/octet-stream"};
-    } else if (strcmp(method, "DELETE") == 0) {
-        struct srv_session *s;
-        const char *p;
-        char msg[400];
-        int rc;
-        if (files_target(ctx, t, url, false, &s, &p, reply) < 0)
-            return;
-        session_begin(ctx->sessions, s);
-        rc = srv_ws_delete(s->ws, p, msg, sizeof(msg));
-        session_end(ctx->sessions, s);
-        if (rc < 0) {
-            srv_reply_error(reply, (unsigned)-rc, "%s", msg);
-        } else {
-            json_t *o = json_pack("{s:s, s:b}", "path", p, "deleted", 1);
-            srv_reply_json(reply, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
-            json_decref(o);
-        }
-        session_unref(ctx->sessions, s);
-    } else {
-        srv_reply_error(reply, 405, "%s %s: only PUT, GET and DELETE", method, url);
-    }
-}
-
 /* ---- /v1/sessions --------------------------------------------------------------------------- */
 
 static void one_session(struct srv_ctx *ctx, struct srv_tenant *t, const char *id, bool del,
@@ -1055,17 +832,17 @@ static void one_session(struct srv_ctx *ctx, struct srv_tenant *t, const char *i
     struct srv_sessions *ss = ctx->sessions;
     struct srv_session *s;
     char *rec = NULL;
-    int rc = session_find(ss, t, id, &s);
+    int rc = srv_session_find(ss, t, id, &s);
 
     if (rc == 0) {
         if (!del) {
             srv_reply_json(reply, 200, session_json(ss, s));
-            session_unref(ss, s);
+            srv_session_unref(ss, s);
             return;
         }
         session_close(ss, s, "deleted", NULL);
     } else if (rc != -ESTALE) {
-        find_fail(rc, id, reply);
+        srv_find_fail(rc, id, reply);
         return;
     }
     rc = srv_store_session_get_json(ss->ctx->store, t->name, id, &rec);
@@ -1126,7 +903,7 @@ void srv_sessions_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *me
     if (strncmp(rest + 33, "/files", 6) == 0 && (rest[39] == '/' || !rest[39])) {
         char url[8192];
         (void)snprintf(url, sizeof(url), "/v1/sessions%s", rest);
-        files_call(ctx, t, method, url, body, body_len, reply);
+        srv_files_call(ctx, t, method, url, body, body_len, reply);
         return;
     }
     srv_reply_error(reply, 404, "no endpoint /v1/sessions%s", rest);
