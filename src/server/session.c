@@ -170,6 +170,10 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
         srv_session_unref(ss, s);
         return;
     }
+    /* A run accepted but not yet started when the tmpfs goes would find
+     * the bare directory under it: root's and 0700, not mapped to the
+     * run's user, so not writable (and rmdir'd next): the host's disk
+     * takes nothing either way. */
     if (run_id[0] && ss->ctx->rn) {
         struct srv_run *r = srv_runner_find(ss->ctx->rn, s->tenant, run_id);
         if (r) {
@@ -582,6 +586,13 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
     for (struct srv_session *o = ss->live; o; o = o->next)
         mine += o->tenant == t;
     bool full = mine >= ctx->cfg.max_sessions_per_tenant || ss->stopping;
+    if (!full) {
+        s->refs++; /* the registry's */
+        s->next = ss->live;
+        ss->live = s;
+        ss->n_live++;
+        (void)pthread_cond_broadcast(&ss->wake);
+    }
     (void)pthread_mutex_unlock(&ss->lock);
     if (full) {
         srv_reply_error(reply, 429, "too many live sessions (sessions.max_per_tenant is %u); close one",
@@ -594,15 +605,10 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
     memcpy(row.id, s->id, sizeof(row.id));
     if (srv_store_session_insert(ctx->store, &row) < 0) {
         srv_reply_error(reply, 500, "the store could not be written");
-        goto fail_ws;
+        session_close(ss, s, "lost", "the store could not be written"); /* takes this reference */
+        json_decref(req);
+        return;
     }
-    (void)pthread_mutex_lock(&ss->lock);
-    s->refs++; /* the registry's */
-    s->next = ss->live;
-    ss->live = s;
-    ss->n_live++;
-    (void)pthread_cond_broadcast(&ss->wake);
-    (void)pthread_mutex_unlock(&ss->lock);
     srv_reply_json(reply, 201, session_json(ss, s));
     (void)fprintf(stderr, "agentjail serve: session %s: live (tenant %s, quota %llu, uid %u)\n", s->id, t->name,
                   (unsigned long long)quota, owner);

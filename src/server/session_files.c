@@ -91,9 +91,18 @@ void srv_upload_write(struct srv_upload *up, const char *data, size_t len)
 
 void srv_upload_end(struct srv_upload *up, struct srv_reply *reply)
 {
-    int rc = srv_ws_put_commit(up->s->ws, &up->f);
+    int rc;
+    bool closed;
 
-    if (rc < 0) {
+    (void)pthread_mutex_lock(&up->ss->lock);
+    closed = up->s->closed;
+    (void)pthread_mutex_unlock(&up->ss->lock);
+    /* A session that ended meanwhile: its tmpfs is detached, what would
+     * be written there is gone with it. */
+    rc = closed ? -410 : srv_ws_put_commit(up->s->ws, &up->f);
+    if (closed) {
+        srv_reply_error(reply, 410, "the session ended during the upload");
+    } else if (rc < 0) {
         srv_reply_error(reply, (unsigned)-rc, "%s", up->f.msg);
     } else {
         json_t *o = json_pack("{s:s, s:I}", "path", up->path, "bytes", (json_int_t)up->f.bytes);

@@ -411,3 +411,16 @@ def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkey
     # Control: a one-shot run without a workspace is served.
     status, _, j = s.run({"argv": ["sh", "-c", "echo hi"]})
     assert status == 200 and j["stdout"] == "hi\n", j
+
+
+def test_live_sessions_are_capped_per_tenant(server):
+    s = server(extra={"sessions": {"max_per_tenant": 1}})
+    sid = new_session(s)
+    status, _, j = s.request("POST", "/v1/sessions", {})
+    assert status == 429 and "max_per_tenant" in j["error"], j
+    assert len(os.listdir(os.path.dirname(ws_dir(s, sid)))) == 1, "a refused session leaves no workspace"
+    # Per tenant: B has its own place; A gets one back once its session ends.
+    new_session(s, token=TOKEN_B)
+    assert s.request("DELETE", "/v1/sessions/" + sid)[0] == 200
+    new_session(s)
+    assert s.metrics()["agentjail_sessions_live"] == 2
