@@ -258,9 +258,14 @@ struct srv_reply {
 
 /* Serve one /v1/ request whose body is complete in memory, for tenant t
  * (already authenticated): the same routing, checks, caps, status codes
- * and JSON as over HTTP. Streaming endpoints (SSE /stream, streamed file
- * bodies) are HTTP-only. A `wait: true` run blocks the calling thread
- * until the run ends. path has no query string. */
+ * and JSON as over HTTP (docs/server.md): /v1/runs, /v1/runs/ID,
+ * /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/runs and
+ * /v1/sessions/ID/files/PATH (PUT with the file as the body, capped at
+ * max_file_bytes; GET answers the raw bytes, content_type
+ * "application/octet-stream", or a directory's JSON listing). Only the
+ * SSE stream (/v1/runs/ID/stream) is HTTP's alone. A `wait: true` run
+ * blocks the calling thread until the run ends. path has no query
+ * string. */
 void srv_api_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method, const char *path,
                   const char *body, size_t body_len, struct srv_reply *reply);
 void srv_reply_clear(struct srv_reply *reply);
