@@ -16,8 +16,10 @@ import pytest
 from conftest import IS_ROOT, new_tag, pids_with, wait_for
 from test_server import TOKEN_A, TOKEN_B, server, tmp  # noqa: F401 (fixtures)
 
-pytestmark = pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a tmpfs per workspace, "
-                                                    "id-mapped binds); the server tests run as root")
+KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+pytestmark = [pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a tmpfs per workspace, "
+                                                     "id-mapped binds); the server tests run as root"),
+              pytest.mark.skipif(KERNEL < (6, 3), reason="id-mapped tmpfs mounts need Linux 6.3")]
 
 
 def b64(data):
