@@ -46,7 +46,9 @@ void srv_reply_error(struct srv_reply *reply, unsigned status, const char *fmt, 
     va_start(ap, fmt);
     (void)vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    o = json_pack("{s:s}", "error", msg);
+    /* A path from a URL or a workspace need not be UTF-8: such bytes
+     * become U+FFFD rather than no answer at all. */
+    o = json_pack("{s:o}", "error", srv_text_json(msg, strlen(msg)));
     srv_reply_json(reply, status, o ? json_dumps(o, JSON_COMPACT) : NULL);
     json_decref(o);
 }

@@ -381,8 +381,7 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
 
 /* ---- the rest of /v1/: srv_api_call --------------------------------------------------------- */
 
-/* A complete-body /v1/ request, answered by srv_api_call as the MCP
- * server's calls are. */
+/* Send a reply of srv_api_call's shape (its body taken). */
 static enum MHD_Result queue_reply(struct MHD_Connection *c, struct srv_reply reply)
 {
     struct MHD_Response *resp;
@@ -408,6 +407,8 @@ static enum MHD_Result queue_reply(struct MHD_Connection *c, struct srv_reply re
     return ret;
 }
 
+/* A complete-body /v1/ request, answered by srv_api_call as the MCP
+ * server's calls are. */
 static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
                                   const char *method, const char *url, const struct srv_conn *cc)
 {

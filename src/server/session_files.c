@@ -105,7 +105,8 @@ void srv_upload_end(struct srv_upload *up, struct srv_reply *reply)
     } else if (rc < 0) {
         srv_reply_error(reply, (unsigned)-rc, "%s", up->f.msg);
     } else {
-        json_t *o = json_pack("{s:s, s:I}", "path", up->path, "bytes", (json_int_t)up->f.bytes);
+        json_t *o = json_pack("{s:o, s:I}", "path", srv_text_json(up->path, strlen(up->path)), "bytes",
+                              (json_int_t)up->f.bytes);
         srv_reply_json(reply, 201, o ? json_dumps(o, JSON_COMPACT) : NULL);
         json_decref(o);
     }
@@ -200,7 +201,7 @@ void srv_files_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *metho
         if (rc < 0) {
             srv_reply_error(reply, (unsigned)-rc, "%s", msg);
         } else {
-            json_t *o = json_pack("{s:s, s:b}", "path", p, "deleted", 1);
+            json_t *o = json_pack("{s:o, s:b}", "path", srv_text_json(p, strlen(p)), "deleted", 1);
             srv_reply_json(reply, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
             json_decref(o);
         }

@@ -34,6 +34,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "srv.h"
 #include "srv_ws.h"
 
 #define WS_RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
@@ -494,12 +495,13 @@ static char *list_dir(int fd, const char *path)
         }
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
             continue; /* removed meanwhile */
-        json_t *en = json_pack("{s:o, s:s, s:I}", "name", json_stringn(e->d_name, strlen(e->d_name)), "type",
+        /* A name a run made need not be UTF-8: U+FFFD for such bytes. */
+        json_t *en = json_pack("{s:o, s:s, s:I}", "name", srv_text_json(e->d_name, strlen(e->d_name)), "type",
                                type_name(st.st_mode), "size", (json_int_t)st.st_size);
         if (!en || json_array_append_new(entries, en) < 0)
             goto out;
     }
-    if (json_object_set_new(o, "path", json_string(path)) < 0 || json_object_set_new(o, "type", json_string("dir")) < 0 ||
+    if (json_object_set_new(o, "path", srv_text_json(path, strlen(path))) < 0 || json_object_set_new(o, "type", json_string("dir")) < 0 ||
         json_object_set(o, "entries", entries) < 0 || json_object_set_new(o, "truncated", json_boolean(truncated)) < 0)
         goto out;
     s = json_dumps(o, JSON_COMPACT);

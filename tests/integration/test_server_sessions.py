@@ -206,6 +206,12 @@ def test_path_traversal_is_refused(server):
         assert status == 400, (files, j)
     assert srun(s, sid, {"argv": ["true"], "outputs": ["/etc/passwd"]})[0] == 400
     assert srun(s, sid, {"argv": ["true"], "files": {"x": "not base64!"}})[0] == 400
+    # Names that are not UTF-8 (a run's, a URL's) still get JSON answers.
+    assert sh(s, sid, "touch \"$(printf 'n\\377')\"")["status"] == "ok"
+    names = [e["name"] for e in s.request("GET", files_url(sid))[2]["entries"]]
+    assert "n\ufffd" in names, names
+    status, _, j = s.request("GET", files_url(sid, "%ff"))
+    assert status == 404 and "\ufffd" in j["error"], j
     # Control: the same file by its plain path, and "/workspace/..." paths.
     assert s.request("GET", files_url(sid, "a/b.txt"))[2] == "b"
     rec = sh(s, sid, "cat a/b.txt c.txt", files={"/workspace/c.txt": b64(b"c")}, outputs=["/workspace/a/b.txt"])
