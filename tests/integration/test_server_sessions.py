@@ -106,15 +106,22 @@ def test_session_lifecycle_and_graceful_stop(server):
     assert s.request("GET", files_url(sid, "f.txt"))[0] == 410
     assert s.request("GET", "/v1/sessions/" + sid)[2]["status"] == "deleted"
 
-    # SIGTERM with a live session: it ends ("lost"), its workspace removed.
+    # SIGTERM with a live session and a run in it: the run is killed and
+    # recorded, the session ends ("lost"), its workspace removed.
     sid2 = new_session(s)
     d2 = ws_dir(s, sid2)
+    tag = new_tag()
+    status, _, j = srun(s, sid2, {"argv": ["sleep", tag], "wait": False})
+    assert status == 202 and wait_for(lambda: pids_with(tag), 15)
+    run2 = j["id"]
     assert os.path.isdir(d2)
     assert s.stop() == 0
-    assert not os.path.exists(d2)
+    assert not os.path.exists(d2) and not pids_with(tag) and not mounted_anywhere(d2)
     s2 = server(store=s.store)
     j = s2.request("GET", "/v1/sessions/" + sid2)[2]
     assert j["status"] == "lost" and "shut down" in j["reason"], j
+    rec = s2.request("GET", "/v1/runs/" + run2)[2]
+    assert rec["status"] == "signaled" and rec["session"] == sid2, rec
 
 
 def test_workspace_persists_and_stays_writable_across_host_uids(server):
