@@ -261,7 +261,11 @@ int srv_sessions_new(struct srv_ctx *ctx, struct srv_sessions **ret, char *msg, 
                   "mounted by the server, bound id-mapped into each run)";
         (void)fprintf(stderr, "agentjail serve: sessions: off: not root\n");
     } else if (srv_ws_root_init(ctx->cfg.store, &ss->rootfd, &ss->root, msg, msg_size) < 0) {
-        goto fail;
+        /* One-shot runs need none of it: the server still serves them,
+         * and says why sessions are refused. */
+        (void)snprintf(ss->off_msg, sizeof(ss->off_msg), "sessions are off on this server: %s", msg);
+        ss->off = ss->off_msg;
+        (void)fprintf(stderr, "agentjail serve: %s\n", ss->off_msg);
     }
     *ret = ss;
     return 0;

@@ -27,6 +27,7 @@ struct srv_session {
 struct srv_sessions {
     struct srv_ctx *ctx;
     const char *off; /* why sessions and workspaces are refused (501), or NULL */
+    char off_msg[700];
     int rootfd;
     char *root;
     struct aj_policy *base; /* a copy of the server's policy (diffs are read here, under the lock) */

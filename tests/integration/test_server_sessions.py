@@ -439,3 +439,18 @@ def test_live_sessions_are_capped_per_tenant(server):
     assert s.request("DELETE", "/v1/sessions/" + sid)[0] == 200
     new_session(s)
     assert s.metrics()["agentjail_sessions_live"] == 2
+
+
+def test_a_workspaces_directory_it_cannot_use_turns_sessions_off_not_the_server(tmp, server):
+    state = os.path.join(tmp, "state")
+    os.mkdir(state, 0o700)
+    with open(os.path.join(state, "workspaces"), "w") as f:
+        f.write("not a directory\n")
+    s = server()
+    assert "sessions are off on this server: workspaces:" in s.err()
+    status, _, j = s.request("POST", "/v1/sessions", {})
+    assert status == 501 and "workspaces" in j["error"], j
+    assert s.run({"argv": ["true"], "outputs": ["x"]})[0] == 501
+    with open(os.path.join(state, "workspaces")) as f:
+        assert f.read() == "not a directory\n", "left as it was"
+    assert s.run({"argv": ["true"]})[2]["status"] == "ok"
