@@ -200,7 +200,7 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
         }
     }
     if (t->set_uid && (!t->uid_base || !t->uid_count)) {
-        (void)snprintf(path, sizeof(path), "tenants.%s.%s", name, t->uid_base ? "uid_base" : "uid_count");
+        (void)snprintf(path, sizeof(path), "tenants.%s.%s", name, t->uid_base ? "uid_count" : "uid_base");
         return cfg_fail(L, path, "uid_base and uid_count go together");
     }
     if (t->set_uid && (uint64_t)t->uid_base + t->uid_count > 0xfffffffeU) {

@@ -99,6 +99,17 @@ void srv_tenants_clear(struct srv_config *cfg);
  * a session of t is created, -1 as it ends (closed, expired). Any thread. */
 void srv_tenant_sessions_add(struct srv_tenant *t, int delta);
 int srv_tenant_sessions_live(const struct srv_tenant *t);
+struct srv_run;
+/* A run request's "limits" {timeout, memory, cpu_time, output} (numbers
+ * of seconds or bytes, or texts such as "10s", "512M") into r, each
+ * checked against t's policy: NULL, or the message of a 400 naming the
+ * field. A request may only tighten. */
+const char *srv_tenant_request_limits(const struct srv_tenant *t, json_t *limits, struct srv_run *r, char *msg,
+                                      size_t msg_size);
+/* A run request's "network" ("none" | "loopback"): NULL and r->pol set
+ * to t's variant when it tightens t's policy, or the message of a 400. */
+const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, struct srv_run *r, char *msg,
+                                       size_t msg_size);
 
 /* ---- TLS (tls.c) ------------------------------------------------------------------------ */
 

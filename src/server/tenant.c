@@ -301,3 +301,94 @@ int srv_tenant_sessions_live(const struct srv_tenant *t)
 {
     return __atomic_load_n(&t->sessions_live, __ATOMIC_SEQ_CST);
 }
+
+/* ---- a request's "limits" and "network" ------------------------------------------------------ */
+
+/* A number of units (seconds, bytes) or a text the policy's parser takes
+ * ("512M", "10s", "500ms"): 0 and *ret (ms or bytes), or -1. */
+static int request_value(json_t *v, bool duration, uint64_t *ret)
+{
+    if (json_is_number(v)) {
+        double x = json_number_value(v) * (duration ? 1000.0 : 1.0);
+        if (!(x > 0) || x > 1e18)
+            return -1;
+        *ret = (uint64_t)x ? (uint64_t)x : 1;
+        return 0;
+    }
+    if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
+        return -1;
+    if ((duration ? aj_parse_duration_ms(json_string_value(v), ret) : aj_parse_size(json_string_value(v), ret)) < 0)
+        return -1;
+    return *ret ? 0 : -1;
+}
+
+const char *srv_tenant_request_limits(const struct srv_tenant *t, json_t *limits, struct srv_run *r, char *msg,
+                                      size_t msg_size)
+{
+    static const struct {
+        const char *name;
+        bool duration;
+        const char *unit;
+    } known[] = {{"timeout", true, "s"}, {"memory", false, " bytes"}, {"cpu_time", true, "s"}, {"output", false, " bytes"}};
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(limits))
+        return "limits: must be an object {timeout, memory, cpu_time, output}";
+    json_object_foreach(limits, key, v) {
+        size_t i;
+        uint64_t val = 0, bound;
+        for (i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+            if (strcmp(key, known[i].name) == 0)
+                break;
+        if (i == sizeof(known) / sizeof(known[0])) {
+            (void)snprintf(msg, msg_size, "limits.%.64s: unknown limit (known: timeout, memory, cpu_time, output)", key);
+            return msg;
+        }
+        if (request_value(v, known[i].duration, &val) < 0) {
+            (void)snprintf(msg, msg_size, "limits.%s: must be a positive number (%s) or a text such as %s", key,
+                           known[i].duration ? "seconds" : "bytes", known[i].duration ? "\"10s\"" : "\"512M\"");
+            return msg;
+        }
+        bound = i == 0 ? t->max_timeout_ms : i == 1 ? t->lim_memory : i == 2 ? t->lim_cpu_time_ms : t->lim_output;
+        if (bound && val > bound) {
+            double shown = known[i].duration ? (double)bound / 1000.0 : (double)bound;
+            (void)snprintf(msg, msg_size, "limits.%s: more than the tenant's policy allows (%.15g%s); a request may "
+                           "only tighten it", key, shown, known[i].unit);
+            return msg;
+        }
+        switch (i) {
+        case 0:
+            r->timeout_ms = val;
+            break;
+        case 1:
+            r->memory_max = val;
+            break;
+        case 2:
+            r->cpu_time_ms = val;
+            break;
+        default:
+            r->output_limit = val;
+            break;
+        }
+    }
+    return NULL;
+}
+
+const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, struct srv_run *r, char *msg,
+                                       size_t msg_size)
+{
+    const char *want = json_string_value(net);
+
+    if (!want || (strcmp(want, "none") != 0 && strcmp(want, "loopback") != 0))
+        return "network: must be \"none\" or \"loopback\"";
+    if (strcmp(want, t->net_mode) == 0)
+        return NULL; /* the tenant's own: its warm pool */
+    if (strcmp(want, "none") == 0) {
+        r->pol = t->pol_nonet; /* tighter: the variant, cold */
+        return NULL;
+    }
+    (void)snprintf(msg, msg_size, "network: \"%s\" is looser than the tenant's policy (\"%s\"); a request may only "
+                   "tighten it", want, t->net_mode);
+    return msg;
+}
