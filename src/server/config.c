@@ -298,7 +298,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
                     char **dst = k2[0] == 'c' ? &cfg->tls_cert_path : &cfg->tls_key_path;
                     if (get_string(L, sub, v2, dst) < 0)
                         return -1;
-                    if ((*dst)[0] != '/')
+                    if (!*dst || (*dst)[0] != '/')
                         return cfg_fail(L, sub, "must be an absolute path");
                 } else {
                     return cfg_fail(L, sub, "unknown key (tls has: cert, key)");

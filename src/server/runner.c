@@ -35,8 +35,11 @@ struct srv_runner {
     bool stopping;
     struct srv_metrics m;
 
-    struct aj_pool **pools; /* per tenant (cfg->tenants' order), NULL: cold; the runner
-                             * thread's: made and freed there */
+    /* Per tenant (cfg->tenants' order), NULL: cold; the runner thread's:
+     * made and freed there. */
+    struct tenant_pool {
+        struct aj_pool *pool;
+    } *pools;
     struct srv_run *graveyard; /* finished in this batch, the runner's reference still held */
     int64_t pruned_ms;         /* when old records were last removed (retention_days) */
     int efd, ep;
@@ -416,7 +419,7 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     req.events_path = r->events_path;
     /* The tenant's own pool (or its policy, cold), never another's; a
      * request's network variant runs cold. */
-    struct aj_pool *pool = r->pol ? NULL : rn->pools[r->tenant->index];
+    struct aj_pool *pool = r->pol ? NULL : rn->pools[r->tenant->index].pool;
     const struct aj_policy *pol = r->pol ? r->pol : r->tenant->pol ? r->tenant->pol : rn->pol;
     if ((pool ? aj_pool_start(pool, &req, &r->h, &err) : aj_sandbox_start(pol, &req, &r->h, &err)) < 0) {
         r->h = NULL;
@@ -627,14 +630,14 @@ static void *runner_main(void *arg)
         struct srv_tenant *t = &rn->cfg->tenants[i];
         if (!t->pool_size || !t->pol)
             continue;
-        if (aj_pool_new(t->pol, t->pool_size, &rn->pools[i], &err) < 0) {
-            rn->pools[i] = NULL;
+        if (aj_pool_new(t->pol, t->pool_size, &rn->pools[i].pool, &err) < 0) {
+            rn->pools[i].pool = NULL;
             (void)fprintf(stderr, "agentjail serve: warm pool of tenant %s: %s; its runs start cold\n", t->name,
                           err.msg);
             continue;
         }
         struct aj_pool_stats ps = {0};
-        aj_pool_get_stats(rn->pools[i], &ps);
+        aj_pool_get_stats(rn->pools[i].pool, &ps);
         (void)pthread_mutex_lock(&rn->lock);
         rn->m.pool = true;
         t->pool = true;
@@ -665,8 +668,8 @@ static void *runner_main(void *arg)
             break;
     }
     for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
-        aj_pool_free(rn->pools[i]);
-        rn->pools[i] = NULL;
+        aj_pool_free(rn->pools[i].pool);
+        rn->pools[i].pool = NULL;
     }
     return NULL;
 }
