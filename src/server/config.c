@@ -278,7 +278,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
                 return -1;
             cfg->max_connections_per_ip = (unsigned)u;
         } else if (strcmp(key, "connection_timeout") == 0) {
-            if (get_uint(L, key, v, 1, 3600, &u) < 0)
+            if (get_uint(L, key, v, 2, 3600, &u) < 0)
                 return -1;
             cfg->connection_timeout = (unsigned)u;
         } else if (strcmp(key, "events_log") == 0) {

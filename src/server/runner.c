@@ -42,6 +42,7 @@ struct srv_runner {
     } *pools;
     struct srv_run *graveyard; /* finished in this batch, the runner's reference still held */
     int64_t pruned_ms;         /* when old records were last removed (retention_days) */
+    unsigned keepalive_s;      /* srv_runner_next_output's wait with nothing to say */
     int efd, ep;
     pthread_t thread;
     bool thread_started;
@@ -690,6 +691,12 @@ int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, st
     rn->pol = pol;
     rn->store = store;
     rn->efd = rn->ep = -1;
+    /* 15 s, or less with a shorter connection_timeout: libmicrohttpd
+     * closes a connection whose content reader blocked longer than that
+     * since the last byte went out, cutting a quiet stream before its exit. */
+    rn->keepalive_s = cfg->connection_timeout && cfg->connection_timeout / 2 < 15 ? cfg->connection_timeout / 2 : 15;
+    if (!rn->keepalive_s)
+        rn->keepalive_s = 1;
     rn->pools = calloc(cfg->n_tenants ? cfg->n_tenants : 1, sizeof(*rn->pools));
     if (!rn->pools || (events_dir && !(rn->events_dir = strdup(events_dir)))) {
         (void)snprintf(msg, msg_size, "out of memory");
@@ -887,11 +894,11 @@ ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t 
         }
         if (n || done)
             break;
-        /* Back every 15 s with nothing (stream 0), so the caller can keep
-         * a quiet connection from looking idle. */
+        /* Back every keepalive_s with nothing (stream 0), so the caller
+         * can keep a quiet connection from looking idle. */
         struct timespec until;
         (void)clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 15;
+        until.tv_sec += rn->keepalive_s;
         if (pthread_cond_timedwait(&rn->done, &rn->lock, &until) == ETIMEDOUT) {
             timed_out = true;
             break;

@@ -262,7 +262,8 @@ void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
  * up to max bytes of it to buf, advance that offset, say which stream
  * (1, 2), or an event's JSON past off[0] (stream 3): the byte count; 0
  * once the run has ended and all was copied;
- * -EAGAIN after 15 s with neither. */
+ * -EAGAIN after 15 s with neither (half of connection_timeout when that
+ * is shorter). */
 ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
                               int *stream);
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);

@@ -410,6 +410,15 @@ def test_slow_clients_do_not_starve_others(server):
     each is closed after connection_timeout idle seconds; another client
     is served meanwhile."""
     s = server(extra={"max_connections": 8, "max_connections_per_ip": 3, "connection_timeout": 2})
+    # A quiet stream is not an idle connection: keep-alives come within
+    # half the timeout, and the exit arrives after 3 s of silence.
+    status, _, j = s.run({"language": "sh", "code": "sleep 3; echo late", "wait": False})
+    assert status == 202, j
+    c = s.conn(30)
+    c.request("GET", "/v1/runs/%s/stream" % j["id"], headers={"Authorization": "Bearer " + TOKENS["a"]})
+    body = c.getresponse().read().decode()
+    c.close()
+    assert ": keep-alive" in body and "event: exit" in body and '"late\\n"' in body, body
     slow = []
     for _ in range(3):
         c = socket.socket()
