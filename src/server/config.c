@@ -403,6 +403,13 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
         if (srv_tenants_build(cfg, key, sizeof(key), why, sizeof(why)) < 0)
             r = cfg_fail(&L, key, "%s", why);
     }
+    /* Last: nothing after it fails, so the sink is never left open by a
+     * config that is refused. */
+    if (r == 0 && cfg->events_log) {
+        char why[700];
+        if (srv_eventlog_open(cfg->events_log, why, sizeof(why)) < 0)
+            r = cfg_fail(&L, "events_log", "%s", why);
+    }
 out:
     srv_pos_index_clear(&L.idx);
     json_decref(root);

@@ -31,18 +31,18 @@ static int open_sink(const char *path, char *msg, size_t msg_size)
     if (!path) {
         fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
         if (fd < 0)
-            (void)snprintf(msg, msg_size, "events_log: stdout: %s", strerror(errno));
+            (void)snprintf(msg, msg_size, "stdout: %s", strerror(errno));
         return fd;
     }
     /* No link followed at the last component: a planted symlink must
      * not turn the log into a write to another file. */
     fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
     if (fd < 0) {
-        (void)snprintf(msg, msg_size, "events_log: %s: %s", path, strerror(errno));
+        (void)snprintf(msg, msg_size, "%s: %s", path, strerror(errno));
         return -1;
     }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        (void)snprintf(msg, msg_size, "events_log: %s: not a regular file", path);
+        (void)snprintf(msg, msg_size, "%s: not a regular file", path);
         (void)close(fd);
         return -1;
     }
@@ -86,7 +86,7 @@ void srv_eventlog_reopen(void)
     }
     (void)pthread_mutex_unlock(&log_lock);
     if (fd < 0)
-        (void)fprintf(stderr, "agentjail serve: %s; still writing the file open before\n", msg);
+        (void)fprintf(stderr, "agentjail serve: events_log: %s; still writing the file open before\n", msg);
     else
         (void)fprintf(stderr, "agentjail serve: events_log reopened\n");
 }

@@ -940,8 +940,6 @@ int aj_server_main(const char *config_path)
     (void)sigaddset(&stop, SIGHUP); /* the events log's reopen (logrotate) */
     if (pthread_sigmask(SIG_BLOCK, &stop, NULL) != 0)
         goto out;
-    if (ctx.cfg.events_log && srv_eventlog_open(ctx.cfg.events_log, msg, sizeof(msg)) < 0)
-        goto fail_msg;
     if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0)
         goto fail_msg;
     events_dir = make_events_dir(ctx.cfg.store, msg, sizeof(msg));

@@ -248,6 +248,11 @@ def test_a_looser_tenant_policy_or_overlapping_uids_stop_the_server(tmp):
     assert "tenants.a.max_runs: is more than the server's max_runs (16)" in line, line
     line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x"), "policy": "/nonexistent.json"}}))
     assert "tenants.a.policy: " in line and "/nonexistent.json" in line, line
+    line = bad_config(tmp, dict(base, events_log=os.path.join(tmp, "no", "such", "dir.jsonl"),
+                                tenants={"a": {"token_sha256": sha("x")}}))
+    assert re.search(r":\d+:\d+: events_log: /.*/no/such/dir.jsonl: No such file or directory", line), line
+    line = bad_config(tmp, dict(base, events_log=tmp, tenants={"a": {"token_sha256": sha("x")}}))
+    assert "events_log: " in line, line
 
 
 def test_tenants_get_disjoint_host_uid_ranges(server):
