@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,14 +23,6 @@
 
 #include "aj_server.h"
 #include "srv.h"
-
-struct srv_ctx {
-    struct srv_config cfg;
-    struct aj_policy *pol;
-    struct srv_store *store;
-    struct srv_runner *rn;
-    int in_flight; /* requests between their first call and their completion (atomic) */
-};
 
 struct srv_conn {
     char *body;
@@ -109,277 +100,6 @@ static struct srv_tenant *authenticate(struct srv_ctx *ctx, struct MHD_Connectio
         if (memeql_sec(digest, ctx->cfg.tenants[i].token_sha256, sizeof(digest)))
             found = &ctx->cfg.tenants[i];
     return found;
-}
-
-/* ---- POST /v1/runs ----------------------------------------------------------------------- */
-
-static void free_strv(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
-static bool plain_string(const json_t *v)
-{
-    return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
-}
-
-/* Parse the request into r; NULL, or the message of a 400. */
-static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r, bool *wait, char *msg,
-                             size_t msg_size)
-{
-    static const char *const interp[][3] = {
-        {"python", "python3", "-c"}, {"bash", "bash", "-c"}, {"sh", "sh", "-c"}, {"node", "node", "-e"}};
-    json_t *lang = NULL, *code = NULL, *argv = NULL, *v;
-    const char *key;
-    size_t n;
-
-    (void)ctx; /* the bounds are the tenant's (r->tenant) */
-    if (!json_is_object(req))
-        return "the body is a JSON object";
-    json_object_foreach(req, key, v) {
-        if (strcmp(key, "language") == 0 || strcmp(key, "code") == 0 || strcmp(key, "argv") == 0) {
-            *(strcmp(key, "language") == 0 ? &lang : strcmp(key, "code") == 0 ? &code : &argv) = v;
-        } else if (strcmp(key, "stdin") == 0) {
-            if (!json_is_string(v))
-                return "stdin: must be a string";
-            r->stdin_len = json_string_length(v);
-            r->stdin_data = malloc(r->stdin_len + 1);
-            if (!r->stdin_data)
-                return "out of memory";
-            memcpy(r->stdin_data, json_string_value(v), r->stdin_len + 1);
-        } else if (strcmp(key, "env") == 0) {
-            const char *name;
-            json_t *val;
-            size_t i = 0;
-            if (!json_is_object(v))
-                return "env: must be an object of strings";
-            r->envp = calloc(json_object_size(v) + 1, sizeof(char *));
-            if (!r->envp)
-                return "out of memory";
-            json_object_foreach(v, name, val) {
-                if (!plain_string(val) || !name[0] || strchr(name, '=')) {
-                    (void)snprintf(msg, msg_size, "env.%s: a name without '=' and a string value", name);
-                    return msg;
-                }
-                if (asprintf(&r->envp[i], "%s=%s", name, json_string_value(val)) < 0) {
-                    r->envp[i] = NULL;
-                    return "out of memory";
-                }
-                i++;
-            }
-        } else if (strcmp(key, "timeout") == 0) {
-            double s = json_number_value(v);
-            if (!json_is_number(v) || s <= 0)
-                return "timeout: must be a positive number of seconds";
-            if (s * 1000.0 > (double)r->tenant->max_timeout_ms) {
-                (void)snprintf(msg, msg_size, "timeout: %g s is more than the server allows (%llu s); a request "
-                               "may only tighten it", s, (unsigned long long)(r->tenant->max_timeout_ms / 1000));
-                return msg;
-            }
-            r->timeout_ms = (uint64_t)(s * 1000.0);
-            if (!r->timeout_ms)
-                r->timeout_ms = 1;
-        } else if (strcmp(key, "limits") == 0) {
-            const char *bad = srv_tenant_request_limits(r->tenant, v, r, msg, msg_size);
-            if (bad)
-                return bad;
-        } else if (strcmp(key, "network") == 0) {
-            const char *bad = srv_tenant_request_network(r->tenant, v, r, msg, msg_size);
-            if (bad)
-                return bad;
-        } else if (strcmp(key, "wait") == 0) {
-            if (!json_is_boolean(v))
-                return "wait: must be true or false";
-            *wait = json_is_true(v);
-        } else {
-            (void)snprintf(msg, msg_size, "unknown field '%s' (known: language, code, argv, stdin, env, timeout, "
-                           "limits, network, wait)", key);
-            return msg;
-        }
-    }
-    if (argv && (lang || code))
-        return "argv: give either argv or language and code, not both";
-    if (argv) {
-        if (!json_is_array(argv) || json_array_size(argv) == 0 || json_array_size(argv) > 4096)
-            return "argv: must be a non-empty array of strings";
-        n = json_array_size(argv);
-        r->argv = calloc(n + 1, sizeof(char *));
-        if (!r->argv)
-            return "out of memory";
-        for (size_t i = 0; i < n; i++) {
-            json_t *a = json_array_get(argv, i);
-            if (!plain_string(a)) {
-                (void)snprintf(msg, msg_size, "argv[%zu]: must be a string without NUL bytes", i);
-                return msg;
-            }
-            r->argv[i] = strdup(json_string_value(a));
-            if (!r->argv[i])
-                return "out of memory";
-        }
-        return NULL;
-    }
-    if (!lang || !code)
-        return lang ? "code: required with language" : code ? "language: required with code"
-                                                            : "argv, or language and code, is required";
-    if (!json_is_string(lang))
-        return "language: must be one of python, bash, sh, node";
-    if (!plain_string(code))
-        return "code: must be a string without NUL bytes";
-    for (size_t i = 0; i < sizeof(interp) / sizeof(interp[0]); i++) {
-        if (strcmp(json_string_value(lang), interp[i][0]) != 0)
-            continue;
-        r->argv = calloc(4, sizeof(char *));
-        if (!r->argv || !(r->argv[0] = strdup(interp[i][1])) || !(r->argv[1] = strdup(interp[i][2])) ||
-            !(r->argv[2] = strdup(json_string_value(code))))
-            return "out of memory";
-        return NULL;
-    }
-    return "language: must be one of python, bash, sh, node";
-}
-
-static bool new_id(char id[33])
-{
-    uint8_t b[16];
-
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-        return false;
-    for (int i = 0; i < 16; i++)
-        (void)snprintf(id + 2 * i, 3, "%02x", b[i]);
-    return true;
-}
-
-static void discard_run(struct srv_run *r)
-{
-    free_strv(r->argv);
-    free_strv(r->envp);
-    free(r->stdin_data);
-    free(r);
-}
-
-static enum MHD_Result post_run(struct srv_ctx *ctx, struct MHD_Connection *c, struct srv_tenant *t,
-                                const struct srv_conn *cc)
-{
-    json_error_t jerr;
-    /* \u0000 is allowed (stdin may hold any byte a JSON string can say);
-     * argv, env and code refuse strings with a NUL (plain_string). */
-    json_t *req = json_loadb(cc->body ? cc->body : "", cc->len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-    struct srv_run *r;
-    const char *bad;
-    char msg[400];
-    bool wait = true;
-    enum MHD_Result ret;
-    char *rec;
-    int rc;
-
-    if (!req)
-        return send_error(c, MHD_HTTP_BAD_REQUEST, "body:%d:%d: %s", jerr.line, jerr.column, jerr.text);
-    r = calloc(1, sizeof(*r));
-    if (!r) {
-        json_decref(req);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-    }
-    r->tenant = t; /* its bounds */
-    bad = parse_run(ctx, req, r, &wait, msg, sizeof(msg));
-    json_decref(req);
-    if (bad) {
-        ret = send_error(c, MHD_HTTP_BAD_REQUEST, "%s", bad);
-        discard_run(r);
-        return ret;
-    }
-    if (!new_id(r->id)) {
-        discard_run(r);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "getrandom: %s", strerror(errno));
-    }
-    unsigned retry = 0;
-    if (srv_runner_take_rate(ctx->rn, t, &retry) < 0) {
-        char ra[16], *s = NULL;
-        discard_run(r);
-        (void)snprintf(ra, sizeof(ra), "%u", retry);
-        json_t *o = json_pack("{s:s}", "error", "too many runs this minute (the tenant's rate limit); retry later");
-        s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        return send_text(c, MHD_HTTP_TOO_MANY_REQUESTS, s, "application/json", ra);
-    }
-    r->tenant = t;
-    r->created_ms = srv_now_ms();
-    r->refs = 1; /* this thread's */
-    /* Recorded before the runner has it, so that its end (which may come
-     * at once: a refused request) always finds the row to update, and a
-     * server killed after this point leaves a row the next one marks lost. */
-    if (srv_store_insert(ctx->store, r) < 0) {
-        discard_run(r);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "the run store could not be written");
-    }
-    rc = srv_runner_submit(ctx->rn, r);
-    if (rc < 0 && srv_store_delete(ctx->store, r->id) < 0)
-        (void)fprintf(stderr, "agentjail serve: store: could not remove refused run %s\n", r->id);
-    if (rc == -EAGAIN) {
-        discard_run(r);
-        return send_text(c, MHD_HTTP_TOO_MANY_REQUESTS,
-                         strdup("{\"error\":\"too many runs at once (the tenant's or the server's limit); retry "
-                                "later\"}"),
-                         "application/json", "1");
-    }
-    if (rc < 0) {
-        discard_run(r);
-        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is shutting down");
-    }
-    if (!wait) {
-        json_t *o = json_pack("{s:s, s:s}", "id", r->id, "status", "running");
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        srv_run_unref(ctx->rn, r);
-        return send_json(c, MHD_HTTP_ACCEPTED, s);
-    }
-    srv_runner_wait(ctx->rn, r);
-    rec = srv_runner_record(ctx->rn, r);
-    /* A request the library refused (a limit it may not loosen, an
-     * environment entry it does not take) is the client's error. */
-    if (rec && strcmp(r->status, "setup_error") == 0 && strncmp(r->error, "request", 7) == 0) {
-        ret = send_error(c, MHD_HTTP_BAD_REQUEST, "%s", r->error);
-        free(rec);
-    } else {
-        ret = send_json(c, MHD_HTTP_OK, rec);
-    }
-    srv_run_unref(ctx->rn, r);
-    return ret;
-}
-
-/* ---- GET / DELETE /v1/runs/{id} ------------------------------------------------------------- */
-
-static bool valid_id(const char *id)
-{
-    size_t n = strspn(id, "0123456789abcdef");
-    return n == 32 && id[n] == '\0';
-}
-
-static enum MHD_Result one_run(struct srv_ctx *ctx, struct MHD_Connection *c, struct srv_tenant *t,
-                               const char *id, bool kill)
-{
-    struct srv_run *r = valid_id(id) ? srv_runner_find(ctx->rn, t, id) : NULL;
-    char *rec = NULL;
-    int rc;
-
-    if (r) {
-        if (kill) {
-            srv_runner_kill(ctx->rn, r);
-            srv_runner_wait(ctx->rn, r);
-        }
-        rec = srv_runner_record(ctx->rn, r);
-        srv_run_unref(ctx->rn, r);
-        return send_json(c, MHD_HTTP_OK, rec);
-    }
-    if (!valid_id(id))
-        return send_error(c, MHD_HTTP_NOT_FOUND, "no run with that id");
-    /* Not live: finished (or never this tenant's, which reads the same). */
-    rc = srv_store_get_json(ctx->store, t->name, id, &rec);
-    if (rc == -ENOENT)
-        return send_error(c, MHD_HTTP_NOT_FOUND, "no run %s", id);
-    if (rc < 0)
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "the run store could not be read");
-    return send_json(c, MHD_HTTP_OK, rec);
 }
 
 /* ---- GET /v1/runs/{id}/stream ------------------------------------------------------------- */
@@ -523,7 +243,7 @@ static enum MHD_Result stream_run(struct srv_ctx *ctx, struct MHD_Connection *c,
     char *rec = NULL;
     int rc;
 
-    if (!valid_id(id))
+    if (!srv_valid_id(id))
         return send_error(c, MHD_HTTP_NOT_FOUND, "no run with that id");
     st = calloc(1, sizeof(*st));
     if (!st)
@@ -572,6 +292,38 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
     return send_text(c, MHD_HTTP_OK, text, "text/plain; version=0.0.4", NULL);
 }
 
+/* ---- the rest of /v1/: srv_api_call --------------------------------------------------------- */
+
+/* A complete-body /v1/ request, answered by srv_api_call as the MCP
+ * server's calls are. */
+static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
+                                  const char *method, const char *url, const struct srv_conn *cc)
+{
+    struct srv_reply reply;
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    char ra[16];
+
+    srv_api_call(ctx, t, method, url, cc->body, cc->len, &reply);
+    if (!reply.body)
+        return MHD_NO; /* out of memory: MHD closes the connection */
+    resp = MHD_create_response_from_buffer(reply.len, reply.body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        srv_reply_clear(&reply);
+        return MHD_NO;
+    }
+    reply.body = NULL; /* the response's now */
+    (void)snprintf(ra, sizeof(ra), "%u", reply.retry_after);
+    if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, reply.content_type) != MHD_YES ||
+        (reply.retry_after && MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra) != MHD_YES)) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
+    ret = MHD_queue_response(c, reply.status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, const char *url, const char *method,
@@ -602,11 +354,6 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
     t = authenticate(ctx, c);
     if (!t)
         return send_error(c, MHD_HTTP_UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' is required");
-    if (strcmp(url, "/v1/runs") == 0) {
-        if (strcmp(method, "POST") != 0)
-            return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s /v1/runs: only POST", method);
-        return post_run(ctx, c, t, cc);
-    }
     if (strncmp(url, "/v1/runs/", 9) == 0 && strlen(url) == 9 + 32 + 7 && strcmp(url + 9 + 32, "/stream") == 0) {
         char id[33];
         memcpy(id, url + 9, 32);
@@ -615,14 +362,7 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET", method, url);
         return stream_run(ctx, c, t, id);
     }
-    if (strncmp(url, "/v1/runs/", 9) == 0 && !strchr(url + 9, '/')) {
-        if (strcmp(method, "GET") == 0)
-            return one_run(ctx, c, t, url + 9, false);
-        if (strcmp(method, "DELETE") == 0)
-            return one_run(ctx, c, t, url + 9, true);
-        return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET and DELETE", method, url);
-    }
-    return send_error(c, MHD_HTTP_NOT_FOUND, "no endpoint %s", url);
+    return send_reply(c, ctx, t, method, url, cc);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,

@@ -832,6 +832,27 @@ void srv_runner_wait(struct srv_runner *rn, struct srv_run *r)
     (void)pthread_mutex_unlock(&rn->lock);
 }
 
+bool srv_runner_wait_for(struct srv_runner *rn, struct srv_run *r, int64_t timeout_ms)
+{
+    struct timespec until;
+    bool done;
+
+    (void)clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    (void)pthread_mutex_lock(&rn->lock);
+    while (r->state != SRV_DONE)
+        if (pthread_cond_timedwait(&rn->done, &rn->lock, &until) == ETIMEDOUT)
+            break;
+    done = r->state == SRV_DONE;
+    (void)pthread_mutex_unlock(&rn->lock);
+    return done;
+}
+
 char *srv_runner_record(struct srv_runner *rn, struct srv_run *r)
 {
     char *s;

@@ -286,6 +286,58 @@ void srv_runner_free(struct srv_runner *rn);
 extern const char *const srv_status_names[16];
 int srv_status_index(const char *name);
 
+/* Wait up to timeout_ms for r to end: true once it is done. */
+bool srv_runner_wait_for(struct srv_runner *rn, struct srv_run *r, int64_t timeout_ms);
+
+/* ---- the API (api.c): /v1/ as a call ---------------------------------------------- */
+
+/* The server: what every request handler shares. */
+struct srv_ctx {
+    struct srv_config cfg;
+    struct aj_policy *pol;
+    struct srv_store *store;
+    struct srv_runner *rn;
+    int in_flight; /* HTTP requests between their first call and their completion (atomic) */
+};
+
+struct srv_reply {
+    unsigned status;          /* HTTP status */
+    char *body;               /* malloc'd: JSON text (or raw bytes for a file GET); NULL: out of memory */
+    size_t len;
+    const char *content_type; /* static string */
+    unsigned retry_after;     /* seconds, for 429; 0: none */
+};
+
+/* Serve one /v1/ request whose body is complete in memory, for tenant t
+ * (already authenticated): the same routing, checks, caps, status codes
+ * and JSON as over HTTP. Streaming endpoints (SSE /stream, streamed file
+ * bodies) are HTTP-only. A `wait: true` run blocks the calling thread
+ * until the run ends. path has no query string. */
+void srv_api_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method, const char *path,
+                  const char *body, size_t body_len, struct srv_reply *reply);
+void srv_reply_clear(struct srv_reply *reply);
+void srv_reply_json(struct srv_reply *reply, unsigned status, char *json); /* takes json */
+void srv_reply_error(struct srv_reply *reply, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* For a caller that follows a run as it goes (MCP progress and cancel):
+ * parse, check and submit the body of POST path ("/v1/runs") as that
+ * request would, whatever its `wait`: 0 and *ret the run, with a
+ * reference that is the caller's (srv_run_unref); or -1, *ret NULL and
+ * reply filled with the error the request would get (400, 404, 429 with
+ * retry_after, 500, 503). Then: srv_runner_wait_for / srv_runner_wait,
+ * srv_runner_next_output, srv_runner_kill, and srv_api_run_reply for the
+ * answer POST would give once it has ended. */
+int srv_api_submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *path, const char *body,
+                       size_t body_len, struct srv_run **ret, struct srv_reply *reply);
+/* The reply to a `wait: true` POST of r (which has ended): 200 with its
+ * record, or 400 for a request the library refused. */
+void srv_api_run_reply(struct srv_ctx *ctx, struct srv_run *r, struct srv_reply *reply);
+
+/* A random 32-hex-digit id (run, session): false if getrandom failed. */
+bool srv_new_id(char id[33]);
+bool srv_valid_id(const char *id);
+
 /* ---- HTTP ----------------------------------------------------------------------- */
 
 int64_t srv_now_ms(void);
