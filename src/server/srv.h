@@ -38,7 +38,9 @@ struct srv_tenant {
 
     /* Built at load (srv_tenants_build), read-only afterwards. */
     size_t index;                 /* in cfg->tenants */
-    struct aj_policy *pol;        /* its own policy object: its uid range, its timeout */
+    struct aj_policy *pol;        /* its own policy object: its uid range, its timeout. Every run
+                                   * of t starts from it (a session's policy too), never from
+                                   * the server's */
     struct aj_policy *pol_nonet;  /* pol with network.mode none (a request's "network": "none"),
                                    * NULL when pol has no network already */
     char net_mode[16];            /* pol's network.mode */

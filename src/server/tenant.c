@@ -388,7 +388,11 @@ const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, 
         r->pol = t->pol_nonet; /* tighter: the variant, cold */
         return NULL;
     }
-    (void)snprintf(msg, msg_size, "network: \"%s\" is looser than the tenant's policy (\"%s\"); a request may only "
-                   "tighten it", want, t->net_mode);
+    if (strcmp(t->net_mode, "none") == 0)
+        (void)snprintf(msg, msg_size, "network: \"%s\" is looser than the tenant's policy (\"%s\"); a request may "
+                       "only tighten it", want, t->net_mode);
+    else /* a mode of its own (egress): only "none" is made as a variant */
+        (void)snprintf(msg, msg_size, "network: \"%s\" is not offered to a tenant whose policy has \"%s\" (only "
+                       "\"none\" is)", want, t->net_mode);
     return msg;
 }
