@@ -395,6 +395,17 @@ def test_events_log_has_every_runs_events_with_tenant_and_id_and_reopens_on_sigh
     assert by_run[("b", jb["id"])] == ["start", "exit"]  # positive control: no escape, no such event
     esc = next(e for e in lines if e["type"] == "escape_attempt")
     assert esc["syscall"] == "unshare" and esc["sandbox_id"] == ja["result"]["sandbox_id"]
+    # Appended as the runner processes them: the escape attempt is there
+    # while its run is still going.
+    status, _, jl = s.run({"language": "python", "code": escape + "\nimport time; time.sleep(1000)", "wait": False})
+    assert status == 202, jl
+    assert wait_for(lambda: any(e["run_id"] == jl["id"] and e["type"] == "escape_attempt" for e in read_lines(log)),
+                    20), read_lines(log)
+    status, _, j = s.request("GET", "/v1/runs/" + jl["id"])
+    assert j["status"] == "running", j
+    assert s.request("DELETE", "/v1/runs/" + jl["id"])[0] == 200
+    assert [e["type"] for e in read_lines(log) if e["run_id"] == jl["id"]][-1] == "exit"
+    lines = read_lines(log)
     # logrotate: the file is moved away, SIGHUP, new lines go to a new file.
     os.rename(log, log + ".1")
     s.proc.send_signal(signal.SIGHUP)
