@@ -480,3 +480,34 @@ def test_slow_clients_do_not_starve_others(server):
         data += k
     c.close()
     assert data.startswith(b"HTTP/1.1 200"), data
+
+
+# ---- the uid leases tenants rely on ------------------------------------------------------------
+
+def test_overlapping_uid_ranges_never_lease_the_same_uid(tmp):
+    """Tenants' ranges are disjoint, but a host also has `agentjail run`s
+    with other ranges: a uid's lease is the uid's, whatever range it came
+    from. A run holds uid X from range X:1; a run of range X-1:2 then gets
+    X-1 (X is taken), never X."""
+    if not IS_ROOT:
+        pytest.skip("host uids per run are root mode's")
+    from conftest import run_aj
+    x = 3900000001
+    tag = new_tag()
+    first = subprocess.Popen([AJ_BIN, "run", "--uid-range", "%d:1" % x, "--", "sleep", tag],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: pids_with(tag), 20)
+        with open("/proc/%d/status" % pids_with(tag)[0]) as f:
+            assert int(re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1)) == x
+        for _ in range(3):  # the start slot is random: each try must avoid X
+            r = run_aj(["--uid-range", "%d:2" % (x - 1)], ["true"])
+            assert r.returncode == 0, r.stderr
+            assert r.result["host_uid"] == x - 1, r.result
+    finally:
+        first.kill()
+        first.wait()
+    assert wait_for(lambda: not pids_with(tag), 20)
+    # Positive control: with X free again, it is handed out.
+    r = run_aj(["--uid-range", "%d:1" % x], ["true"])
+    assert r.returncode == 0 and r.result["host_uid"] == x, (r.stderr, r.result)
