@@ -280,6 +280,11 @@ def test_tenants_get_disjoint_host_uid_ranges(server):
         got[t] = j["result"]["host_uid"]
     assert got["a"] in a_uids and got["b"] in b_uids, (got, uids)
     assert not pids_with(tag)
+    # Both came from their tenant's warm pool: a parked sandbox has its
+    # tenant's uid already.
+    m = s.metrics()
+    assert m['agentjail_tenant_pool_runs_total{tenant="a",kind="warm"}'] == 1, m
+    assert m['agentjail_tenant_pool_runs_total{tenant="b",kind="warm"}'] == 1, m
 
 
 # ---- per-request limits --------------------------------------------------------------------------
