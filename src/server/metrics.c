@@ -79,6 +79,9 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
     header(f, "agentjail_tenant_runs_running", "gauge", "Runs queued or running, by tenant.");
     for (size_t i = 0; i < cfg->n_tenants; i++)
         (void)fprintf(f, "agentjail_tenant_runs_running{tenant=\"%s\"} %u\n", snap[i].name, snap[i].running);
+    header(f, "agentjail_tenant_runs_queued", "gauge", "Runs accepted and not started yet, by tenant.");
+    for (size_t i = 0; i < cfg->n_tenants; i++)
+        (void)fprintf(f, "agentjail_tenant_runs_queued{tenant=\"%s\"} %u\n", snap[i].name, snap[i].queued);
     header(f, "agentjail_tenant_runs_finished_total", "counter", "Runs ended, by tenant.");
     for (size_t i = 0; i < cfg->n_tenants; i++)
         (void)fprintf(f, "agentjail_tenant_runs_finished_total{tenant=\"%s\"} %llu\n", snap[i].name,

@@ -604,6 +604,7 @@ static void on_wake(struct srv_runner *rn)
         (void)pthread_mutex_lock(&rn->lock);
         cancel = q->kill_requested || rn->stopping;
         rn->m.queued--;
+        q->tenant->queued--;
         (void)pthread_mutex_unlock(&rn->lock);
         if (cancel) {
             (void)snprintf(q->status, sizeof(q->status), "cancelled");
@@ -783,6 +784,7 @@ int srv_runner_submit(struct srv_runner *rn, struct srv_run *r)
     }
     rn->active++;
     rn->m.queued++;
+    r->tenant->queued++;
     r->tenant->running++;
     r->state = SRV_QUEUED;
     r->fd_in = r->fd_out = r->fd_err = r->ev_fd = -1;

@@ -49,6 +49,7 @@ struct srv_tenant {
 
     /* Under the runner's lock. */
     unsigned running;    /* queued or running now */
+    unsigned queued;     /* accepted, not started yet */
     uint64_t finished;   /* runs ended */
     uint64_t finished_by_status[16];
     uint64_t escapes;    /* escape_attempt events of its runs */

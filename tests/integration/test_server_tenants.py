@@ -179,6 +179,7 @@ def test_a_tenant_cannot_pass_its_caps_and_the_other_is_unaffected(server):
     assert m['agentjail_runs_finished_total{status="ok"}'] == 7  # the first slice's name, all tenants
     assert m["agentjail_http_429_total"] == 2
     assert m["agentjail_runs_queued"] == 0 and m["agentjail_runs_running"] == 0
+    assert m['agentjail_tenant_runs_queued{tenant="a"}'] == 0
     assert m["agentjail_sessions_live"] == 0 and m["agentjail_net_denials_total"] == 0
     # a has no pool (pool_size 0), b has its own.
     assert 'agentjail_tenant_pool_ready{tenant="a"}' not in m
