@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "aj_server.h"
+#include "mcp.h"
 #include "srv.h"
 
 struct srv_conn {
@@ -704,6 +705,14 @@ static char *make_events_dir(const char *store, char *msg, size_t msg_size)
 
 int aj_server_main(const char *config_path)
 {
+    const struct aj_server_opts o = {.config_path = config_path, .mcp_in_fd = -1, .mcp_out_fd = -1};
+
+    return aj_server_run(&o);
+}
+
+int aj_server_run(const struct aj_server_opts *o)
+{
+    const char *config_path = o->config_path;
     struct srv_ctx ctx = {0};
     struct MHD_Daemon *d = NULL;
     char msg[1024];
@@ -711,8 +720,10 @@ int aj_server_main(const char *config_path)
     int lfd = -1, status = 1, sig;
     sigset_t stop;
 
-    if (srv_config_load(config_path, &ctx.cfg, msg, sizeof(msg)) < 0) {
+    if (srv_config_load(config_path, &ctx.cfg, msg, sizeof(msg)) < 0 ||
+        srv_mcp_apply_opts(&ctx.cfg, o, msg, sizeof(msg)) < 0) {
         (void)fprintf(stderr, "agentjail serve: %s\n", msg);
+        srv_config_clear(&ctx.cfg);
         return 2;
     }
     if (make_policy(&ctx.cfg, &ctx.pol, msg, sizeof(msg)) < 0) {
@@ -738,6 +749,11 @@ int aj_server_main(const char *config_path)
     if (!events_dir ||
         srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0)
         goto fail_msg;
+    if (o->mcp_in_fd >= 0) { /* `agentjail mcp`: MCP on stdio, no HTTP (mcp_stdio.c) */
+        status = srv_mcp_stdio_main(&ctx, o);
+        srv_runner_stop(ctx.rn);
+        goto out;
+    }
     lfd = listen_on(ctx.cfg.listen, &unix_path, msg, sizeof(msg));
     if (lfd < 0)
         goto fail_msg;
