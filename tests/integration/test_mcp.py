@@ -1,0 +1,289 @@
+"""`agentjail mcp` (stdio) and /mcp on `agentjail serve` (Streamable HTTP),
+driven by the official MCP TypeScript SDK client (tests/mcp/drive.mjs,
+@modelcontextprotocol/sdk from tests/mcp/package-lock.json, installed by
+scripts/deps.sh test). Each refusal has its positive control next to it."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import AJ_BIN, IS_ROOT, ROOT, new_tag, pids_with
+
+MCP_DIR = os.path.join(ROOT, "tests", "mcp")
+DRIVE = os.path.join(MCP_DIR, "drive.mjs")
+NODE = shutil.which("node")
+VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+
+pytestmark = pytest.mark.skipif(
+    not NODE or not os.path.isdir(os.path.join(MCP_DIR, "node_modules", "@modelcontextprotocol", "sdk")),
+    reason="node or tests/mcp/node_modules missing (scripts/deps.sh test runs npm ci there)")
+
+
+def drive(spec, timeout=120):
+    p = subprocess.run([NODE, DRIVE, json.dumps(spec)], cwd=MCP_DIR, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0 and p.stdout.strip(), "drive.mjs failed: %s %s" % (p.stdout[-2000:], p.stderr[-3000:])
+    out = json.loads(p.stdout)
+    assert "fatal" not in out, out["fatal"] + "\nserver stderr:\n" + out.get("stderr", "")
+    return out
+
+
+def stdio(steps, args=(), timeout=120):
+    return drive({"transport": "stdio", "command": [AJ_BIN, "mcp"] + list(args), "steps": steps}, timeout)
+
+
+def init_msg(version, id=1):
+    return {"jsonrpc": "2.0", "id": id, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}}
+
+
+def call_msg(id, name, args, token=None):
+    params = {"name": name, "arguments": args}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}
+
+
+def by_id(messages, id):
+    found = [m for m in messages if m.get("id") == id]
+    assert len(found) == 1, messages
+    return found[0]
+
+
+def structured(result):
+    """structuredContent, checked to be the same JSON as the text block."""
+    sc = result["structuredContent"]
+    texts = [c["text"] for c in result["content"] if c["type"] == "text"]
+    assert texts and json.loads(texts[0]) == sc, result
+    return sc
+
+
+# ---- lifecycle ---------------------------------------------------------------------------------
+
+def test_handshake_for_each_protocol_version_and_discover():
+    raws = [{"op": "raw", "messages": [init_msg(v)]} for v in VERSIONS]
+    raws.append({"op": "raw", "messages": [init_msg("1999-01-01")]})
+    raws.append({"op": "raw", "messages": [
+        {"jsonrpc": "2.0", "id": "d", "method": "server/discover",
+         "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                              "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"},
+                              "io.modelcontextprotocol/clientCapabilities": {}}}},
+        {"jsonrpc": "2.0", "id": "p", "method": "ping"},
+        {"jsonrpc": "2.0", "id": "l", "method": "tools/list"},
+        init_msg("2025-11-25", id="i"),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "l2", "method": "tools/list"},
+        init_msg("2025-11-25", id="i2")]})
+    out = stdio([{"op": "connect"}] + raws)
+    conn = out["steps"][0]
+    assert conn["server"]["name"] == "agentjail" and "tools" in conn["capabilities"], conn
+    assert "sandbox" in conn["instructions"]
+    for v, step in zip(VERSIONS, out["steps"][1:5]):
+        r = by_id(step["messages"], 1)["result"]
+        assert r["protocolVersion"] == v, (v, r)
+        assert r["serverInfo"]["name"] == "agentjail" and r["capabilities"]["tools"] == {"listChanged": False}
+    # A revision the server does not speak: it answers with its newest.
+    assert by_id(out["steps"][5]["messages"], 1)["result"]["protocolVersion"] == VERSIONS[0]
+    msgs = out["steps"][6]["messages"]
+    d = by_id(msgs, "d")["result"]
+    assert d["supportedVersions"] == VERSIONS and d["resultType"] == "complete", d
+    assert d["serverInfo"]["name"] == "agentjail" and "tools" in d["capabilities"]
+    assert by_id(msgs, "p")["result"] == {}
+    # Before initialize only ping and discover are served; after it, the same request is.
+    assert by_id(msgs, "l")["error"]["code"] == -32600
+    assert {t["name"] for t in by_id(msgs, "l2")["result"]["tools"]} >= {"run_code", "run_command"}
+    assert by_id(msgs, "i2")["error"]["code"] == -32600  # initialized once only
+
+
+def test_tools_declare_input_and_output_schemas():
+    out = stdio([{"op": "connect"}, {"op": "list"}])
+    tools = {t["name"]: t for t in out["steps"][1]["tools"]}
+    assert {"run_code", "run_command"} <= set(tools), tools.keys()
+    for name, t in tools.items():
+        assert t["inputSchema"]["type"] == "object" and t["inputSchema"]["properties"], name
+        assert t["outputSchema"]["type"] == "object" and "status" in t["outputSchema"]["properties"] or \
+            t["outputSchema"]["properties"], name
+        assert t["description"], name
+    assert tools["run_code"]["inputSchema"]["required"] == ["language", "code"]
+    assert tools["run_code"]["inputSchema"]["properties"]["language"]["enum"] == ["python", "bash", "sh", "node"]
+
+
+# ---- runs --------------------------------------------------------------------------------------
+
+def test_run_code_ok_and_failed_runs_are_is_error():
+    out = stdio([{"op": "connect"},
+                 {"op": "call", "name": "run_code", "args": {"language": "python", "code": "print(6*7)"}},
+                 {"op": "call", "name": "run_code", "args": {"language": "bash", "code": "echo no >&2; exit 3"}},
+                 {"op": "call", "name": "run_code",
+                  "args": {"language": "python", "code": "import time; time.sleep(30)", "timeout": 0.5}},
+                 {"op": "call", "name": "run_command", "args": {"argv": ["sh", "-c", "echo $0 $1", "a", "b"]}},
+                 {"op": "call", "name": "run_command", "args": {"command": "echo one; echo two"}},
+                 {"op": "call", "name": "run_code",
+                  "args": {"language": "sh", "code": "cat", "stdin": "from stdin\n"}}])
+    ok, bad, slow, argv, line, stdin = [s["result"] for s in out["steps"][1:]]
+    sc = structured(ok)
+    assert ok["isError"] is False and sc["status"] == "ok" and sc["stdout"] == "42\n" and sc["exit_code"] == 0, ok
+    sc = structured(bad)
+    assert bad["isError"] is True and sc["status"] == "nonzero_exit" and sc["exit_code"] == 3, bad
+    assert sc["stderr"] == "no\n"
+    sc = structured(slow)
+    assert slow["isError"] is True and sc["status"] == "timeout", slow
+    assert structured(argv)["stdout"] == "a b\n" and argv["isError"] is False
+    assert structured(line)["stdout"] == "one\ntwo\n" and structured(line)["argv"][:2] == ["sh", "-c"]
+    assert structured(stdin)["stdout"] == "from stdin\n"
+
+
+ESCAPE = ("import ctypes, os\n"
+          "libc = ctypes.CDLL(None, use_errno=True)\n"
+          "r = libc.unshare(0x10000000)\n"  # CLONE_NEWUSER: regain capabilities
+          "print(r, os.strerror(ctypes.get_errno()))\n")
+
+
+def test_escape_attempt_is_is_error_with_its_event():
+    out = stdio([{"op": "connect"},
+                 {"op": "call", "name": "run_code", "args": {"language": "python", "code": ESCAPE}},
+                 {"op": "call", "name": "run_code",
+                  "args": {"language": "python", "code": "import ctypes, os\nprint(0)\n"}}])
+    esc, control = out["steps"][1]["result"], out["steps"][2]["result"]
+    sc = structured(esc)
+    assert sc["stdout"].startswith("-1 "), sc  # refused
+    assert esc["isError"] is True, sc
+    events = [e for e in sc["events"] if e["type"] == "escape_attempt"]
+    assert events and events[0]["syscall"] == "unshare", sc["events"]
+    # Positive control: the same interpreter without the call is no error.
+    sc = structured(control)
+    assert control["isError"] is False and sc["events"] == [] and sc["status"] == "ok", sc
+
+
+def test_bad_arguments_are_32602_and_bad_messages_their_codes():
+    out = stdio([{"op": "connect"},
+                 {"op": "call", "name": "run_code", "args": {"language": "cobol", "code": "x"}},
+                 {"op": "call", "name": "run_code", "args": {"language": "python", "code": "1", "shell": True}},
+                 {"op": "call", "name": "run_code", "args": {"language": "python"}},
+                 {"op": "call", "name": "run_command", "args": {"argv": ["true"], "command": "true"}},
+                 {"op": "call", "name": "run_command", "args": {"argv": "true"}},
+                 {"op": "call", "name": "run_code", "args": {"language": "python", "code": "1", "timeout": 1e9}},
+                 {"op": "call", "name": "no_such_tool", "args": {}},
+                 {"op": "call", "name": "run_command", "args": {"argv": ["true"]}}])
+    for step in out["steps"][1:-1]:
+        assert step.get("error", {}).get("code") == -32602, step
+    assert "language" in out["steps"][1]["error"]["message"]
+    assert "shell" in out["steps"][2]["error"]["message"]
+    assert out["steps"][-1]["result"]["isError"] is False  # positive control
+    raw = stdio([{"op": "raw", "messages": [
+        init_msg("2025-11-25"),
+        {"jsonrpc": "2.0", "id": 2, "method": "no/such/method"},
+        {"id": 3, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"arguments": {}}},
+        {"jsonrpc": "2.0", "id": 5, "method": "ping"}]}])
+    msgs = raw["steps"][0]["messages"]
+    assert by_id(msgs, 2)["error"]["code"] == -32601
+    assert by_id(msgs, 3)["error"]["code"] == -32600
+    assert by_id(msgs, 4)["error"]["code"] == -32602
+    assert by_id(msgs, 5)["result"] == {}
+
+
+def test_parse_error_is_32700_and_the_session_goes_on():
+    # A line that is not JSON: -32700 with a null id; the next line is served.
+    script = ("import json, subprocess, sys\n"
+              "p = subprocess.Popen([sys.argv[1], 'mcp'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,"
+              " stderr=subprocess.DEVNULL)\n"
+              "p.stdin.write(b'{not json\\n' + json.dumps({'jsonrpc': '2.0', 'id': 7, 'method': 'ping'}).encode()"
+              " + b'\\n')\n"
+              "p.stdin.close()\n"
+              "print(p.stdout.read().decode(), end='')\n"
+              "sys.exit(p.wait())\n")
+    p = subprocess.run(["/usr/bin/python3", "-c", script, AJ_BIN], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert lines[0]["error"]["code"] == -32700 and lines[0]["id"] is None, lines
+    assert lines[1] == {"jsonrpc": "2.0", "id": 7, "result": {}}, lines
+
+
+def test_progress_notifications_on_a_long_run():
+    code = "for i in 1 2 3; do echo line$i; sleep 0.2; done"
+    out = stdio([{"op": "connect"},
+                 {"op": "call", "name": "run_code", "args": {"language": "bash", "code": code}, "progress": True},
+                 {"op": "call", "name": "run_code", "args": {"language": "bash", "code": code}}])
+    step = out["steps"][1]
+    assert step["result"]["isError"] is False, step
+    prog = step["progress"]
+    values = [p["progress"] for p in prog]
+    assert values == sorted(values) and len(set(values)) == len(values), prog  # increasing
+    text = "".join(p.get("message", "") for p in prog)
+    for i in (1, 2, 3):
+        assert "line%d" % i in text, prog
+    # Positive control of the trigger: without a progressToken, none.
+    assert out["steps"][2]["progress"] == [] and out["steps"][2]["result"]["isError"] is False
+
+
+def test_cancel_kills_the_run_and_leaves_no_process():
+    tag = new_tag()
+    code = ("import subprocess, sys\n"
+            "p = subprocess.Popen(['sleep', '%s'])\n"  # returns once sleep is exec'd
+            "print('started', flush=True)\n"
+            "p.wait()\n" % tag)
+    out = stdio([{"op": "connect"},
+                 {"op": "call", "name": "run_code", "args": {"language": "python", "code": code}, "progress": True,
+                  "cancel_on": "^stdout: started", "pids_tag": tag},
+                 {"op": "stderr", "pattern": "tools/call run_code cancelled: its run was killed"},
+                 {"op": "call", "name": "run_command", "args": {"argv": ["true"]}}])
+    step = out["steps"][1]
+    assert step["pids_at_cancel"], step  # positive control: the payload was running when cancelled
+    assert "error" in step and "result" not in step, step  # the SDK gives up on the request
+    assert out["steps"][2]["matched"], out["stderr"]
+    # The run ended (the log line is written after it did): nothing of it is left.
+    assert pids_with(tag) == []
+    assert out["steps"][3]["result"]["isError"] is False  # the session goes on
+
+
+def test_stdio_channel_is_not_reachable_from_the_payload():
+    """The payload writes JSON-RPC to its stdout, to every fd of every
+    process it can see (/proc/*/fd/*) and reads its stdin: nothing reaches
+    the client but the tool result, and a ping sent while it runs is
+    answered (nobody else read it)."""
+    inject = json.dumps({"jsonrpc": "2.0", "id": "injected", "result": {"pwned": True}})
+    code = ("import os, sys, select\n"
+            "msg = (%r + '\\n').encode()\n"
+            "os.write(1, msg)\n"
+            "opened = []\n"
+            "for pid in os.listdir('/proc'):\n"
+            "    if not pid.isdigit(): continue\n"
+            "    try: fds = os.listdir('/proc/%%s/fd' %% pid)\n"
+            "    except OSError: continue\n"
+            "    for fd in fds:\n"
+            "        p = '/proc/%%s/fd/%%s' %% (pid, fd)\n"
+            "        try:\n"
+            "            f = os.open(p, os.O_WRONLY | os.O_NONBLOCK)\n"
+            "        except OSError: continue\n"
+            "        try: os.write(f, msg); opened.append(p + '->' + os.readlink(p))\n"
+            "        except OSError: pass\n"
+            "        os.close(f)\n"
+            "r, _, _ = select.select([0], [], [], 1.0)\n"
+            "data = os.read(0, 65536) if r else b'(nothing)'\n"
+            "print('stdin:', data)\n"
+            "print('wrote:', opened)\n"
+            "print('fds:', {fd: os.readlink('/proc/self/fd/' + fd) for fd in ('0', '1', '2')})\n" % inject)
+    out = stdio([{"op": "raw", "messages": [
+        init_msg("2025-11-25"),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        call_msg(2, "run_code", {"language": "python", "code": code}),
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"}]}])
+    msgs = out["steps"][0]["messages"]
+    assert not [m for m in msgs if m.get("id") == "injected" or "pwned" in json.dumps(m.get("result", {}))
+                and m.get("id") != 2], msgs
+    assert {m.get("id") for m in msgs} == {1, 2, 3}, msgs
+    assert by_id(msgs, 3)["result"] == {}
+    sc = by_id(msgs, 2)["result"]["structuredContent"]
+    # Positive control: what it wrote to its own stdout is in its result.
+    assert sc["stdout"].startswith(inject + "\n"), sc
+    assert "stdin: b''" in sc["stdout"] or "stdin: b'(nothing)'" in sc["stdout"], sc["stdout"]
+    assert "fds: {'0': '/dev/null', '1': 'pipe:" in sc["stdout"], sc["stdout"]
+
+
+def test_sessions_the_client_forgets_are_closed_at_disconnect():
+    pytest.skip("session tools: after the session endpoints land")
