@@ -12,7 +12,7 @@ pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev n
 compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
         python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
-        git make sqlite3 jq curl tar bsdutils openssl strace nodejs npm)
+        git make sqlite3 jq curl tar bsdutils openssl strace nodejs)
 case "$what" in
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
                "${compat[@]}") ;;
@@ -37,6 +37,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The MCP tests' client: the official MCP TypeScript SDK, at the versions
 # tests/mcp/package-lock.json pins (npm registry).
-if [ "$what" = test ] && [ ! -d "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
+if [ "$what" = test ] && command -v npm >/dev/null && [ ! -d "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
   (cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
