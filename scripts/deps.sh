@@ -21,6 +21,8 @@ case "$what" in
   build) ;;
   *) echo "usage: $0 [build|test|bench|compat]" >&2; exit 2 ;;
 esac
+# npm for the MCP tests' client (below): Debian's when the machine's nodejs has none.
+if [ "$what" = test ] && ! command -v npm >/dev/null; then pkgs+=(npm); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
