@@ -431,6 +431,8 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the run store is not writable");
         return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ready\"}"));
     }
+    if (strcmp(url, "/mcp") == 0) /* MCP over Streamable HTTP (mcp_http.c) */
+        return srv_mcp_http(ctx, c, authenticate(ctx, c), method, cc->body, cc->len);
     if (strncmp(url, "/v1/", 4) != 0)
         return send_error(c, MHD_HTTP_NOT_FOUND, "no endpoint %s", url);
     t = authenticate(ctx, c);
@@ -795,6 +797,7 @@ fail_msg:
 out:
     if (d)
         MHD_stop_daemon(d);
+    srv_mcp_http_stop();
     if (lfd >= 0)
         (void)close(lfd);
     srv_runner_free(ctx.rn);

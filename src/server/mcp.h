@@ -6,6 +6,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
 
@@ -97,3 +98,8 @@ struct aj_server_opts;
 int srv_mcp_apply_opts(struct srv_config *cfg, const struct aj_server_opts *o, char *msg, size_t msg_size);
 /* Serve MCP on the options' fds until EOF or SIGTERM/SIGINT: the exit status. */
 int srv_mcp_stdio_main(struct srv_ctx *ctx, const struct aj_server_opts *o);
+/* /mcp (http.c's route): t is the bearer token's tenant, or NULL. */
+enum MHD_Result srv_mcp_http(struct srv_ctx *ctx, struct MHD_Connection *c, struct srv_tenant *t,
+                             const char *method, const char *body, size_t len);
+/* End every HTTP MCP session (at shutdown, after the runner stopped). */
+void srv_mcp_http_stop(void);

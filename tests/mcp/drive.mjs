@@ -15,6 +15,7 @@
 //                                             notification whose message matches (pids_at_cancel: the
 //                                             host pids of `sleep T` then)
 //     {"op": "stderr", "pattern": "regex"}    wait until the server's stderr matches (stdio)
+//     {"op": "terminate"}                     HTTP: DELETE the MCP session
 //     {"op": "close"}                         close the client (stdio: ends the server's stdin)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -154,6 +155,14 @@ try {
       }
       case "stderr":
         r = { matched: await waitStderr(step.pattern, step.timeout_ms ?? 30000) };
+        break;
+      case "terminate":
+        try {
+          await transport.terminateSession();
+          r = {};
+        } catch (e) {
+          r = errorOf(e);
+        }
         break;
       case "close":
         if (client) await client.close();
