@@ -54,6 +54,19 @@ def by_id(messages, id):
     return found[0]
 
 
+def debug_tag(tag):
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cl = f.read()
+        except OSError:
+            continue
+        if tag.encode() in cl:
+            out.append((pid, cl))
+    return out
+
+
 def structured(result):
     """structuredContent, checked to be the same JSON as the text block."""
     sc = result["structuredContent"]
@@ -429,7 +442,9 @@ def test_http_closing_the_stream_kills_the_run(http_server):
         line = resp.fp.readline()
         assert line, seen
         seen += line
-    assert pids_with(tag), "the payload runs (positive control)"
+    # Positive control: the payload runs (its `sleep` is exec'd before it
+    # prints; found within a few seconds whatever /proc's timing).
+    assert wait_for(lambda: pids_with(tag), 5), ("the payload runs", seen, debug_tag(tag))
     c.sock.shutdown(2)
     c.close()
     assert wait_for(lambda: "tools/call run_code cancelled: its run was killed" in s.err(), 30), s.err()

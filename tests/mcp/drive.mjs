@@ -133,14 +133,23 @@ try {
       case "call": {
         const progress = [];
         let pidsAtCancel = null;
+        let cancelling = false;
         const ac = new AbortController();
         const opts = { signal: ac.signal, timeout: step.timeout_ms ?? 120000 };
         if (step.progress) {
           opts.onprogress = (p) => {
             progress.push(p);
-            if (step.cancel_on && !ac.signal.aborted && new RegExp(step.cancel_on).test(p.message ?? "")) {
-              if (step.pids_tag) pidsAtCancel = pidsWith(step.pids_tag);
-              ac.abort("the test cancels it");
+            if (step.cancel_on && !cancelling && new RegExp(step.cancel_on).test(p.message ?? "")) {
+              cancelling = true;
+              (async () => {
+                // The payload's process, seen before the cancel (a few tries: /proc's timing).
+                for (let i = 0; step.pids_tag && i < 50; i++) {
+                  pidsAtCancel = pidsWith(step.pids_tag);
+                  if (pidsAtCancel.length) break;
+                  await new Promise((res) => setTimeout(res, 100));
+                }
+                ac.abort("the test cancels it");
+              })();
             }
           };
         }
