@@ -540,13 +540,12 @@ enum MHD_Result srv_mcp_http(struct srv_ctx *ctx, struct MHD_Connection *c, stru
         if (!e)
             return rpc_error(c, MHD_HTTP_NOT_FOUND, MCP_INVALID_REQUEST, "no such MCP session");
         (void)pthread_mutex_lock(&reg_lock);
-        bool was_listed = e->listed;
-        if (was_listed)
+        if (e->listed) {
             unlist_locked(e);
+            e->refs--; /* the registry's: ours keeps it above 0 */
+        }
         (void)pthread_mutex_unlock(&reg_lock);
-        if (was_listed)
-            entry_unref(e); /* the registry's */
-        entry_unref(e);     /* ours: the last one frees it, closing its sandbox sessions */
+        entry_unref(e); /* ours: the last one frees it, closing its sandbox sessions */
         return respond(c, MHD_HTTP_OK, NULL, NULL, NULL, false);
     }
     return rpc_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, MCP_INVALID_REQUEST,
