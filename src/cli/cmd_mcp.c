@@ -2,6 +2,7 @@
 /* `agentjail mcp [--config FILE] [--policy FILE] [--profile NAME] [--tenant NAME]`:
  * the server's tools as an MCP server on stdio (src/server/mcp*.c,
  * docs/mcp.md). Part of agentjail-serve, which `agentjail mcp` execs. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -80,17 +81,28 @@ static char *make_local_config(char *dir, size_t dir_size)
     return path;
 }
 
+/* The private directory and what the server left in it: files (the
+ * store, its journal, the config) and directories it emptied (events/,
+ * workspaces/). Nothing is followed: a directory that is not empty (or a
+ * mount) stays, and is named. */
 static void remove_local(const char *dir)
 {
-    static const char *const names[] = {"config.json", "runs.db", "runs.db-wal", "runs.db-shm", "runs.db-journal"};
-    char p[4200];
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        (void)snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
-        (void)unlink(p); /* ENOENT for those never made */
+    if (!d) {
+        if (fd >= 0)
+            (void)close(fd);
+    } else {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            if (unlinkat(dirfd(d), e->d_name, e->d_type == DT_DIR ? AT_REMOVEDIR : 0) < 0)
+                (void)fprintf(stderr, "agentjail mcp: could not remove %s/%s: %s\n", dir, e->d_name,
+                              strerror(errno));
+        }
+        (void)closedir(d);
     }
-    (void)snprintf(p, sizeof(p), "%s/events", dir);
-    (void)rmdir(p);
     if (rmdir(dir) < 0)
         (void)fprintf(stderr, "agentjail mcp: could not remove %s: %s\n", dir, strerror(errno));
 }

@@ -14,6 +14,7 @@
 //      "cancel_on": "regex", "pids_tag": T}   tools/call; with cancel_on, abort it at the first progress
 //                                             notification whose message matches (pids_at_cancel: the
 //                                             host pids of `sleep T` then)
+//                                             an argument "$sid:N" is the session_id of step N's result
 //     {"op": "stderr", "pattern": "regex"}    wait until the server's stderr matches (stdio)
 //     {"op": "terminate"}                     HTTP: DELETE the MCP session
 //     {"op": "close"}                         close the client (stdio: ends the server's stdin)
@@ -153,8 +154,13 @@ try {
             }
           };
         }
+        const args = {};
+        for (const [k, v] of Object.entries(step.args ?? {})) {
+          const m = typeof v === "string" && /^\$sid:([0-9]+)$/.exec(v);
+          args[k] = m ? out.steps[Number(m[1])].result.structuredContent.session_id : v;
+        }
         try {
-          r = { result: await client.callTool({ name: step.name, arguments: step.args }, undefined, opts) };
+          r = { result: await client.callTool({ name: step.name, arguments: args }, undefined, opts) };
         } catch (e) {
           r = errorOf(e);
         }
