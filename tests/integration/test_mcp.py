@@ -254,6 +254,32 @@ def test_cancel_kills_the_run_and_leaves_no_process():
     assert out["steps"][3]["result"]["isError"] is False  # the session goes on
 
 
+def test_client_gone_mid_run_kills_it_and_the_server_leaves_nothing():
+    """stdin reaches EOF while a run goes on (the agent exited): the run is
+    killed, the server exits 0 and its private directory is gone (the
+    no_leaks fixture checks /tmp and processes too)."""
+    import glob
+    from conftest import wait_for
+    tag = new_tag()
+    before = set(glob.glob("/tmp/agentjail-mcp-*"))
+    p = subprocess.Popen([AJ_BIN, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for m in (init_msg("2025-11-25"), {"jsonrpc": "2.0", "method": "notifications/initialized"},
+              call_msg(2, "run_command", {"argv": ["sleep", tag]})):
+        p.stdin.write(json.dumps(m).encode() + b"\n")
+    p.stdin.flush()
+    assert json.loads(p.stdout.readline())["id"] == 1
+    assert wait_for(lambda: pids_with(tag), 30), "the run is going (positive control)"
+    mine = set(glob.glob("/tmp/agentjail-mcp-*")) - before
+    assert len(mine) == 1 and os.stat(list(mine)[0]).st_mode & 0o777 == 0o700, mine
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+    err = p.stderr.read().decode()
+    assert "tools/call run_command cancelled" in err, err
+    assert pids_with(tag) == []
+    assert not os.path.exists(list(mine)[0])
+    assert p.stdout.read() == b""  # no answer for the cancelled call
+
+
 def test_stdio_channel_is_not_reachable_from_the_payload():
     """The payload writes JSON-RPC to its stdout, to every fd of every
     process it can see (/proc/*/fd/*) and reads its stdin: nothing reaches
