@@ -345,6 +345,16 @@ void mcp_cancel(struct mcp_conn *c, const json_t *id, const char *reason)
     (void)pthread_mutex_unlock(&c->lock);
 }
 
+static bool initialized(struct mcp_conn *c)
+{
+    bool v;
+
+    (void)pthread_mutex_lock(&c->lock);
+    v = c->version[0] != '\0';
+    (void)pthread_mutex_unlock(&c->lock);
+    return v;
+}
+
 static bool valid_id(const json_t *id)
 {
     /* MCP: a string or an integer, never null. */
@@ -389,7 +399,9 @@ void mcp_handle(struct mcp_conn *c, json_t *msg, mcp_send_fn send, void *sink)
     if (!id) {
         /* Notifications: never answered. */
         if (strcmp(m, "notifications/initialized") == 0) {
+            (void)pthread_mutex_lock(&c->lock);
             c->initialized = true;
+            (void)pthread_mutex_unlock(&c->lock);
         } else if (strcmp(m, "notifications/cancelled") == 0) {
             json_t *rid = json_object_get(params, "requestId");
             json_t *reason = json_object_get(params, "reason");
@@ -408,7 +420,7 @@ void mcp_handle(struct mcp_conn *c, json_t *msg, mcp_send_fn send, void *sink)
         result = json_object();
     } else if (strcmp(m, "server/discover") == 0) {
         result = discover();
-    } else if (!c->version[0]) {
+    } else if (!initialized(c)) {
         code = MCP_INVALID_REQUEST;
         emsg = "not initialized: send initialize first";
     } else if (strcmp(m, "tools/list") == 0) {
