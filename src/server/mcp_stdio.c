@@ -165,7 +165,8 @@ int mcp_stdio_serve(struct srv_ctx *ctx, struct srv_tenant *t, int in_fd, int ou
     (void)sigaddset(&stop, SIGINT);
     /* Blocked in every thread by the server's setup: read here. */
     sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
-    (void)fprintf(stderr, "agentjail mcp: stdio: ready (tenant %s)\n", t->name);
+    (void)fprintf(stderr, "agentjail mcp: stdio: ready (tenant %s; the channel is fds %d and %d)\n", t->name, in_fd,
+                  out_fd);
     for (;;) {
         struct pollfd p[2] = {{.fd = in_fd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
         if (poll(p, sfd >= 0 ? 2 : 1, -1) < 0) {

@@ -2,6 +2,7 @@
 driven by the official MCP TypeScript SDK client (tests/mcp/drive.mjs,
 @modelcontextprotocol/sdk from tests/mcp/package-lock.json, installed by
 scripts/deps.sh test). Each refusal has its positive control next to it."""
+import ast
 import json
 import os
 import re
@@ -290,12 +291,15 @@ def test_stdio_channel_is_not_reachable_from_the_payload():
             "msg = (%r + '\\n').encode()\n"
             "os.write(1, msg)\n"
             "opened = []\n"
+            "seen = []\n"
             "for pid in os.listdir('/proc'):\n"
             "    if not pid.isdigit(): continue\n"
             "    try: fds = os.listdir('/proc/%%s/fd' %% pid)\n"
             "    except OSError: continue\n"
             "    for fd in fds:\n"
             "        p = '/proc/%%s/fd/%%s' %% (pid, fd)\n"
+            "        try: seen.append(os.readlink(p))\n"
+            "        except OSError: pass\n"
             "        try:\n"
             "            f = os.open(p, os.O_WRONLY | os.O_NONBLOCK)\n"
             "        except OSError: continue\n"
@@ -306,7 +310,8 @@ def test_stdio_channel_is_not_reachable_from_the_payload():
             "data = os.read(0, 65536) if r else b'(nothing)'\n"
             "print('stdin:', data)\n"
             "print('wrote:', opened)\n"
-            "print('fds:', {fd: os.readlink('/proc/self/fd/' + fd) for fd in ('0', '1', '2')})\n" % inject)
+            "print('fds:', {fd: os.readlink('/proc/self/fd/' + fd) for fd in ('0', '1', '2')})\n"
+            "print('seen:', sorted(set(seen)))\n" % inject)
     out = stdio([{"op": "raw", "messages": [
         init_msg("2025-11-25"),
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -322,6 +327,16 @@ def test_stdio_channel_is_not_reachable_from_the_payload():
     assert sc["stdout"].startswith(inject + "\n"), sc
     assert "stdin: b''" in sc["stdout"] or "stdin: b'(nothing)'" in sc["stdout"], sc["stdout"]
     assert "fds: {'0': '/dev/null', '1': 'pipe:" in sc["stdout"], sc["stdout"]
+    # The library's own guarantee, beside the CLI's: no process in the
+    # sandbox (the payload, its init) holds an fd of the server's JSON-RPC
+    # channel, whatever fds it sits on.
+    m = re.search(r"the channel is fds (\d+) and (\d+)", out["stderr"])
+    fds = out["steps"][0]["serverFds"]
+    channel = {fds[m.group(1)], fds[m.group(2)]}
+    assert all(c.startswith(("pipe:", "socket:")) for c in channel), (channel, fds)
+    seen = ast.literal_eval(re.search(r"^seen: (.*)$", sc["stdout"], re.M).group(1))
+    assert any(x.startswith("pipe:") for x in seen), seen  # positive control: it sees its own pipes
+    assert not channel & set(seen), (channel, seen)
 
 
 def test_session_tools_keep_a_workspace_between_runs_and_close_at_disconnect():

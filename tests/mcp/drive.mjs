@@ -21,7 +21,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 
 const spec = JSON.parse(process.argv[2]);
 let stderrText = "";
@@ -96,8 +96,17 @@ async function raw(messages) {
   }
   if (want.size) await Promise.race([finished, new Promise((r) => setTimeout(r, 30000))]);
   const sessionId = t.sessionId ?? null;
+  // stdio: the server's fds now (what its channel is), while it is alive.
+  const serverFds = {};
+  if (t.pid) {
+    for (const fd of readdirSync(`/proc/${t.pid}/fd`)) {
+      try {
+        serverFds[fd] = readlinkSync(`/proc/${t.pid}/fd/${fd}`);
+      } catch {}
+    }
+  }
   await t.close();
-  return { messages: got, sessionId };
+  return { messages: got, sessionId, serverFds };
 }
 
 const out = { steps: [] };
