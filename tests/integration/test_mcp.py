@@ -281,6 +281,41 @@ def test_client_gone_mid_run_kills_it_and_the_server_leaves_nothing():
     assert p.stdout.read() == b""  # no answer for the cancelled call
 
 
+def test_cli_config_tenant_and_policy_flags(tmp_path):
+    """--config: the config's store keeps the records, --tenant picks the
+    tenant (required when there are several), --policy bounds the runs."""
+    import hashlib
+    d = tmp_path / "srv"
+    d.mkdir(mode=0o700)
+    cfg = d / "server.json"
+    tenants = {n: {"token_sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("a", "b")}
+    cfg.write_text(json.dumps({"store": str(d / "runs.db"), "tenants": tenants, "pool_size": 0}))
+    pol = d / "policy.json"
+    pol.write_text(json.dumps({"version": 1, "limits": {"timeout": "3s"}}))
+    p = subprocess.run([AJ_BIN, "mcp", "--config", str(cfg)], input="", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--tenant" in p.stderr and p.stdout == "", p.stderr
+    p = subprocess.run([AJ_BIN, "mcp", "--config", str(cfg), "--tenant", "c"], input="", capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "no such tenant" in p.stderr, p.stderr
+    p = subprocess.run([AJ_BIN, "mcp", "--tenant", "a"], input="", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--tenant needs --config" in p.stderr, p.stderr
+    p = subprocess.run([AJ_BIN, "mcp", "extra"], input="", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "usage" in p.stderr
+    out = stdio([{"op": "connect"},
+                 {"op": "call", "name": "run_code", "args": {"language": "sh", "code": "echo hi", "timeout": 5}},
+                 {"op": "call", "name": "run_code", "args": {"language": "sh", "code": "echo hi", "timeout": 2}}],
+                args=["--config", str(cfg), "--tenant", "b", "--policy", str(pol)])
+    assert out["steps"][1]["error"]["code"] == -32602 and "may only tighten" in out["steps"][1]["error"]["message"]
+    sc = structured(out["steps"][2]["result"])
+    assert sc["stdout"] == "hi\n", sc  # positive control: within the policy's bound
+    # The record is in the config's store, as tenant b's.
+    import sqlite3
+    db = sqlite3.connect(str(d / "runs.db"))
+    rows = db.execute("select tenant, status from runs where id = ?", (sc["id"],)).fetchall()
+    db.close()
+    assert rows == [("b", "ok")], rows
+
+
 def test_stdio_channel_is_not_reachable_from_the_payload():
     """The payload writes JSON-RPC to its stdout, to every fd of every
     process it can see (/proc/*/fd/*) and reads its stdin: nothing reaches
