@@ -354,11 +354,11 @@ static void stream_free(void *cls)
 
     (void)pthread_mutex_lock(&s->lock);
     s->closed = true;
-    bool running = !s->done;
-    (void)pthread_mutex_unlock(&s->lock);
-    /* While the worker runs it holds its entry reference: conn is alive. */
-    if (running)
+    /* Under the stream's lock: the worker cannot mark itself done, and so
+     * cannot drop its entry reference (which keeps conn alive), meanwhile. */
+    if (!s->done)
         mcp_cancel(s->e->conn, s->id, "the HTTP stream was closed");
+    (void)pthread_mutex_unlock(&s->lock);
     stream_unref(s);
 }
 
