@@ -301,6 +301,9 @@ def test_cli_config_tenant_and_policy_flags(tmp_path):
     assert p.returncode == 2 and "--tenant needs --config" in p.stderr, p.stderr
     p = subprocess.run([AJ_BIN, "mcp", "extra"], input="", capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "usage" in p.stderr
+    # A bad profile stops it before anything runs (and its temp directory goes: no_leaks).
+    p = subprocess.run([AJ_BIN, "mcp", "--profile", "nope"], input="", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "unknown profile 'nope'" in p.stderr and p.stdout == "", p.stderr
     out = stdio([{"op": "connect"},
                  {"op": "call", "name": "run_code", "args": {"language": "sh", "code": "echo hi", "timeout": 5}},
                  {"op": "call", "name": "run_code", "args": {"language": "sh", "code": "echo hi", "timeout": 2}}],
