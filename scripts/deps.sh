@@ -21,6 +21,8 @@ case "$what" in
   build) ;;
   *) echo "usage: $0 [build|test|bench|compat]" >&2; exit 2 ;;
 esac
+# npm for the MCP tests' client (below): Debian's when the machine's nodejs has none.
+if [ "$what" = test ] && ! command -v npm >/dev/null; then pkgs+=(npm); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,4 +36,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# The MCP tests' client: the official MCP TypeScript SDK, at the versions
+# tests/mcp/package-lock.json pins (npm registry).
+if [ "$what" = test ] && command -v npm >/dev/null && [ ! -d "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
+  (cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
