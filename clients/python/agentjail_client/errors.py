@@ -1,0 +1,86 @@
+"""Typed errors: one class per HTTP status the server answers with, each
+carrying the server's own message (its `{"error": "..."}`)."""
+
+
+class AgentjailError(Exception):
+    """Base of every error this client raises."""
+
+
+class APIError(AgentjailError):
+    """The server answered with an error status.
+
+    `status` is the HTTP status, `message` the server's `error` text (or
+    the body as text when it was not JSON), `body` the decoded JSON body
+    (or None)."""
+
+    def __init__(self, status, message, body=None, headers=None):
+        super().__init__("%d: %s" % (status, message))
+        self.status = status
+        self.message = message
+        self.body = body
+        self.headers = dict(headers or {})
+
+
+class BadRequest(APIError):
+    """400: the request was refused; the message names the field at fault
+    (`body:LINE:COL: ...` for malformed JSON)."""
+
+
+class Unauthorized(APIError):
+    """401: no token, or one no tenant has."""
+
+
+class NotFound(APIError):
+    """404: no such run, session or file (another tenant's answers the same)."""
+
+
+class Conflict(APIError):
+    """409: the request does not fit the object's state."""
+
+
+class TooLarge(APIError):
+    """413: the body (or a file) is over the server's size limit."""
+
+
+class RateLimited(APIError):
+    """429: over the tenant's concurrency or rate limit.
+
+    `retry_after` is the server's Retry-After in seconds (None when it
+    sent none)."""
+
+    def __init__(self, status, message, body=None, headers=None, retry_after=None):
+        super().__init__(status, message, body, headers)
+        self.retry_after = retry_after
+
+
+class ServerError(APIError):
+    """5xx: the server failed (or is shutting down: 503)."""
+
+
+class TransportError(AgentjailError, OSError):
+    """The connection failed, was cut, or a response could not be read."""
+
+
+class RequestTimeout(TransportError, TimeoutError):
+    """The HTTP request timed out (the client's `timeout`, not the run's)."""
+
+
+class WaitTimeout(AgentjailError, TimeoutError):
+    """`RunHandle.wait(timeout=...)` gave up before the run ended (the run
+    goes on; `kill()` it if it should not)."""
+
+
+class ProtocolError(AgentjailError):
+    """The server answered something this client does not understand."""
+
+
+_BY_STATUS = {400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 413: TooLarge}
+
+
+def error_for(status, message, body=None, headers=None, retry_after=None):
+    """The typed error for an error status."""
+    if status == 429:
+        return RateLimited(status, message, body, headers, retry_after)
+    if status >= 500:
+        return ServerError(status, message, body, headers)
+    return _BY_STATUS.get(status, APIError)(status, message, body, headers)
