@@ -6,10 +6,11 @@
     print(r.status, r.stdout)
 """
 from .client import Client, Run, RunHandle, Session
-from .errors import (AgentjailError, APIError, BadRequest, Conflict, NotFound, ProtocolError, RateLimited,
-                     RequestTimeout, ServerError, TooLarge, TransportError, Unauthorized, WaitTimeout)
+from .errors import (AgentjailError, APIError, BadRequest, Conflict, Forbidden, Gone, NotFound, ProtocolError,
+                     RateLimited, RequestTimeout, ServerError, TooLarge, TransportError, Unauthorized, Unsupported,
+                     WaitTimeout, WorkspaceFull)
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Run", "RunHandle", "Session", "AgentjailError", "APIError", "BadRequest", "Conflict",
-           "NotFound", "ProtocolError", "RateLimited", "RequestTimeout", "ServerError", "TooLarge",
-           "TransportError", "Unauthorized", "WaitTimeout"]
+           "Forbidden", "Gone", "NotFound", "ProtocolError", "RateLimited", "RequestTimeout", "ServerError",
+           "TooLarge", "TransportError", "Unauthorized", "Unsupported", "WaitTimeout", "WorkspaceFull"]

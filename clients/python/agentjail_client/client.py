@@ -7,7 +7,7 @@ import time
 import urllib.parse
 
 from ._transport import Transport, decode_json, error_from
-from .errors import ProtocolError, RateLimited, RequestTimeout, ServerError, TransportError, WaitTimeout
+from .errors import Gone, ProtocolError, RateLimited, RequestTimeout, ServerError, TransportError, WaitTimeout
 
 # How long a streamed read may see nothing: the server sends a keep-alive
 # comment every 15 s on a quiet stream.
@@ -24,9 +24,11 @@ def _b64(data, what):
 
 
 def _quote_path(path):
+    # As given (relative to /workspace, or starting with /workspace/): the
+    # server checks it; only made safe for the URL here.
     if not isinstance(path, str) or not path:
         raise ValueError("path: want a non-empty string")
-    return urllib.parse.quote(path.lstrip("/"), safe="/")
+    return urllib.parse.quote(path, safe="/")
 
 
 class Run:
@@ -39,8 +41,11 @@ class Run:
     `stdout_truncated`, `stderr_truncated`, `events` (the audit events:
     escape attempts with their system call, canaries, limits),
     `events_truncated`, `result` (the library's result JSON, a dict, or
-    None), `files` (output files the request named: {path: bytes}),
-    `raw` (the whole JSON record)."""
+    None), `outputs` (the files the request named in `outputs`, decoded:
+    {path: bytes}), `output_errors` ({path: the server's reason} for those
+    it could not return), `outputs_truncated` (paths cut at the server's
+    size cap), `session` (its session's id, or None), `raw` (the whole
+    JSON record)."""
 
     def __init__(self, record):
         if not isinstance(record, dict):
@@ -58,26 +63,29 @@ class Run:
         self.events = record.get("events") or []
         self.events_truncated = bool(record.get("events_truncated", False))
         self.result = record.get("result")
-        self.files = self._decode_files(record)
+        self.outputs, self.output_errors, self.outputs_truncated = self._decode_outputs(record)
+        self.session = record.get("session")
 
     @staticmethod
-    def _decode_files(record):
-        # Output files: {path: base64} (or {path: {"data"|"content": base64, ...}}).
-        # Anything else in that place is left in `raw` only.
-        out = {}
-        for key in ("files", "outputs"):
-            got = record.get(key)
-            if not isinstance(got, dict):
+    def _decode_outputs(record):
+        # "outputs": {path: {"base64", "bytes", "truncated"} | {"error"}}
+        content, errors, truncated = {}, {}, []
+        got = record.get("outputs")
+        if not isinstance(got, dict):
+            return content, errors, truncated
+        for path, v in got.items():
+            if not isinstance(v, dict):
                 continue
-            for path, v in got.items():
-                if isinstance(v, dict):
-                    v = v.get("data", v.get("content", v.get("base64")))
-                if isinstance(v, str):
-                    try:
-                        out[path] = base64.b64decode(v, validate=True)
-                    except ValueError:
-                        continue
-        return out
+            if isinstance(v.get("error"), str):
+                errors[path] = v["error"]
+            elif isinstance(v.get("base64"), str):
+                try:
+                    content[path] = base64.b64decode(v["base64"], validate=True)
+                except ValueError as e:
+                    raise ProtocolError("outputs[%r]: bad base64: %s" % (path, e)) from e
+                if v.get("truncated"):
+                    truncated.append(path)
+        return content, errors, truncated
 
     @property
     def live(self):
@@ -109,8 +117,9 @@ class Run:
         if self.escape_attempts:
             d["refused"] = [{k: e[k] for k in ("syscall", "args", "action", "technique", "technique_name",
                                                "severity") if k in e} for e in self.escape_attempts]
-        if self.files:
-            d["files"] = {p: b.decode("utf-8", "replace") for p, b in self.files.items()}
+        if self.outputs or self.output_errors:
+            d["outputs"] = {p: b.decode("utf-8", "replace") for p, b in self.outputs.items()}
+            d["outputs"].update({p: {"error": e} for p, e in self.output_errors.items()})
         return d
 
     def __repr__(self):
@@ -246,7 +255,8 @@ class Session:
 
     def write_file(self, path, data):
         """Write `data` (bytes, or str as UTF-8) to `path` in the workspace
-        (relative to /workspace; parent directories are made)."""
+        (relative to /workspace; parent directories are made); returns the
+        server's answer ({"path", "bytes"}). Over the quota: WorkspaceFull."""
         if isinstance(data, str):
             data = data.encode("utf-8")
         _, _, body = self._client._call("PUT", self._path("/files/" + _quote_path(path)), raw=bytes(data),
@@ -259,33 +269,44 @@ class Session:
         return body
 
     def delete_file(self, path):
-        self._client._call("DELETE", self._path("/files/" + _quote_path(path)))
+        """Remove a file, a link or an empty directory."""
+        _, _, body = self._client._call("DELETE", self._path("/files/" + _quote_path(path)))
+        return decode_json(body, "DELETE file") if body else None
 
     def list_files(self, path=""):
-        """The workspace's entries (under `path`): a list of dicts with at
-        least `path` (as the server answers them)."""
-        tail = "/files/" + (_quote_path(path) + "/" if path.strip("/") else "")
-        _, _, body = self._client._call("GET", self._path(tail))
+        """The entries of a workspace directory (its root by default): a
+        list of {"name", "type": "file"|"dir"|"symlink"|"other", "size"}."""
+        return self.listing(path).get("entries", [])
+
+    def listing(self, path=""):
+        """A directory's whole listing as the server answers it:
+        {"path", "type": "dir", "entries": [...], "truncated"}."""
+        _, _, body = self._client._call("GET", self._path("/files/" + (_quote_path(path) if path else "")))
         got = decode_json(body, "list files")
-        if isinstance(got, dict):
-            for key in ("files", "entries"):
-                if isinstance(got.get(key), list):
-                    return got[key]
-        if isinstance(got, list):
-            return got
-        raise ProtocolError("list files: unexpected answer %r" % (got,))
+        if not isinstance(got, dict) or not isinstance(got.get("entries"), list):
+            raise ProtocolError("list files %r: not a directory listing: %r" % (path, got))
+        return got
 
     def info(self):
-        """The session's record as the server answers GET (if it offers one)."""
+        """The session as GET answers it: `status` `live` (with
+        `workspace_used`, `expires_ms`, ...), or once ended `deleted`,
+        `expired` or `lost` with the `reason`."""
         _, _, body = self._client._call("GET", self._path())
         return decode_json(body, "GET session")
 
     def close(self):
-        """Delete the session and its workspace (once; idempotent here)."""
+        """End the session: the server kills a run in flight and removes
+        the workspace. Once; a session that had ended already (410) is
+        closed all the same. Returns the ended record (or None)."""
         if self.closed:
-            return
+            return None
         self.closed = True
-        self._client._call("DELETE", self._path())
+        try:
+            _, _, body = self._client._call("DELETE", self._path())
+        except Gone:
+            return None
+        self.raw = decode_json(body, "DELETE session") if body else self.raw
+        return self.raw
 
     def __enter__(self):
         return self
@@ -428,11 +449,13 @@ class Client:
             limits=None, network=None, outputs=None, wait=True, on_stdout=None, on_stderr=None,
             on_event=None, extra=None):
         """Run code in a fresh sandbox: `language` (python, bash, sh, node)
-        and `code`, or `argv` (a list). `files` {name: bytes|str} are put in
-        the sandbox, `stdin` (str) is its input, `env` adds variables,
-        `timeout` is the run's own limit in seconds (not the HTTP one),
-        `limits` and `network` tighten the policy, `outputs` names files
-        to bring back (Run.files). Returns a Run when it has ended; with
+        and `code`, or `argv` (a list). `files` {path: bytes|str} are
+        written into /workspace before the run (the run then gets a
+        workspace of its own, its working directory), `outputs` names
+        files of /workspace to bring back (Run.outputs), `stdin` (str) is
+        its input, `env` adds variables, `timeout` is the run's own limit
+        in seconds (not the HTTP one), `limits` and `network` tighten the
+        policy (sent as given; a server that does not take them says so). Returns a Run when it has ended; with
         `wait=False` a RunHandle at once. With `on_stdout`, `on_stderr` or
         `on_event` the output is streamed to them as it comes, and the Run
         returned at the end. `extra` adds raw fields to the request."""
@@ -467,6 +490,12 @@ class Client:
         body.update(extra or {})
         _, _, data = self._call("POST", "/v1/sessions", body)
         return Session(self, decode_json(data, "POST /v1/sessions"))
+
+    def list_sessions(self):
+        """The ids of the tenant's live sessions."""
+        _, _, data = self._call("GET", "/v1/sessions")
+        got = decode_json(data, "GET /v1/sessions")
+        return got.get("sessions", []) if isinstance(got, dict) else got
 
     def get_session(self, session_id):
         """A Session object for an existing id (nothing is checked until used)."""

@@ -34,8 +34,17 @@ class NotFound(APIError):
     """404: no such run, session or file (another tenant's answers the same)."""
 
 
+class Forbidden(APIError):
+    """403: refused on principle (a workspace path through a symbolic link)."""
+
+
 class Conflict(APIError):
-    """409: the request does not fit the object's state."""
+    """409: the request does not fit the object's state (a session's run
+    while another is in flight, a directory in the way of a file)."""
+
+
+class Gone(APIError):
+    """410: the session has ended (deleted, expired or lost)."""
 
 
 class TooLarge(APIError):
@@ -57,6 +66,14 @@ class ServerError(APIError):
     """5xx: the server failed (or is shutting down: 503)."""
 
 
+class Unsupported(ServerError):
+    """501: this server does not offer it (sessions on a server that is not root)."""
+
+
+class WorkspaceFull(ServerError):
+    """507: the workspace's quota is reached; nothing was written."""
+
+
 class TransportError(AgentjailError, OSError):
     """The connection failed, was cut, or a response could not be read."""
 
@@ -74,13 +91,12 @@ class ProtocolError(AgentjailError):
     """The server answered something this client does not understand."""
 
 
-_BY_STATUS = {400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 413: TooLarge}
+_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone,
+              413: TooLarge, 501: Unsupported, 507: WorkspaceFull}
 
 
 def error_for(status, message, body=None, headers=None, retry_after=None):
     """The typed error for an error status."""
     if status == 429:
         return RateLimited(status, message, body, headers, retry_after)
-    if status >= 500:
-        return ServerError(status, message, body, headers)
-    return _BY_STATUS.get(status, APIError)(status, message, body, headers)
+    return _BY_STATUS.get(status, ServerError if status >= 500 else APIError)(status, message, body, headers)

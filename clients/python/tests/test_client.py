@@ -281,45 +281,70 @@ def _sessions_or_skip(c):
         raise
 
 
-def _session_gone(c, sid):
+def _session_gone(s):
+    """The server ended it: its record says so and its files answer 410."""
+    if s.info()["status"] != "deleted":
+        return False
     try:
-        c.get_session(sid).list_files()
-    except aj.NotFound:
+        s.read_file("x.txt")
+    except aj.Gone:
         return True
     return False
 
 
 def test_session_files_round_trip(srv):
+    import hashlib
     c = aj.Client(srv.url, TOKEN_A)
     _sessions_or_skip(c)
     blob = bytes(range(256)) * 40
-    with c.session() as s:
-        s.write_file("in/data.bin", blob)
-        s.write_file("note.txt", "héllo\n")
+    with c.session(ttl=120, workspace_quota="4M") as s:
+        assert s.id in c.list_sessions() and s.info()["status"] == "live"
+        assert s.write_file("in/data.bin", blob) == {"path": "in/data.bin", "bytes": len(blob)}
+        s.write_file("x.txt", "héllo\n")
         assert s.read_file("in/data.bin") == blob
-        assert s.read_file("note.txt") == "héllo\n".encode()
-        # A run sees the workspace at /workspace and what it writes stays for the next one.
+        assert s.read_file("/workspace/x.txt") == "héllo\n".encode()
+        # A run sees the workspace at /workspace (its working directory), and
+        # what it writes stays for the next run, a fresh sandbox.
         r = s.run(language="python", code="import hashlib\n"
-                  "d = open('/workspace/in/data.bin', 'rb').read()\n"
+                  "d = open('in/data.bin', 'rb').read()\n"
                   "open('/workspace/out.txt', 'w').write(hashlib.sha256(d).hexdigest())\n"
                   "print(len(d))\n")
-        assert r.ok and r.stdout == "%d\n" % len(blob), r
-        import hashlib
-        assert s.read_file("out.txt").decode() == hashlib.sha256(blob).hexdigest()
-        r = s.run(language="sh", code="cat /workspace/out.txt")
-        assert r.ok and r.stdout == hashlib.sha256(blob).hexdigest()
-        names = {e["path"] if isinstance(e, dict) else e for e in s.list_files()}
-        assert {"note.txt", "out.txt"} <= names, names
-        s.delete_file("note.txt")
+        assert r.ok and r.stdout == "%d\n" % len(blob) and r.session == s.id, r
+        digest = hashlib.sha256(blob).hexdigest()
+        assert s.read_file("out.txt").decode() == digest
+        r = s.run(language="sh", code="cat out.txt; ln -s /etc/passwd /workspace/link")
+        assert r.ok and r.stdout == digest, r
+        entries = {e["name"]: e for e in s.list_files()}
+        assert {"in", "x.txt", "out.txt", "link"} <= set(entries), entries
+        assert entries["in"]["type"] == "dir" and entries["out.txt"]["size"] == len(digest)
+        assert [e["name"] for e in s.list_files("in")] == ["data.bin"]
+        # A link a run planted is never followed; the same read of a file is fine.
+        with pytest.raises(aj.Forbidden) as e:
+            s.read_file("link")
+        assert "link" in e.value.message
+        with pytest.raises(aj.BadRequest):
+            s.read_file("../../etc/passwd")
+        assert s.delete_file("x.txt")["deleted"] is True
         with pytest.raises(aj.NotFound):
-            s.read_file("note.txt")
-        # Paths stay in the workspace.
-        with pytest.raises((aj.BadRequest, aj.NotFound)):
-            s.read_file("../../../etc/passwd")
+            s.read_file("x.txt")
+        # One run at a time per session: 409 with the server's reason.
+        h = s.start(argv=["sleep", "30"])
+        with pytest.raises(aj.Conflict) as e:
+            s.run(argv=["true"])
+        assert "in flight" in e.value.message
+        assert h.kill().status == "signaled"
+        # Over the quota: 507 for a file, workspace_full for a run.
+        with pytest.raises(aj.WorkspaceFull):
+            s.write_file("big.bin", b"\0" * (5 << 20))
+        r = s.run(language="sh", code="head -c 6000000 /dev/zero > big.bin")
+        assert r.status == "workspace_full", r
         # Another tenant sees none of it.
+        other = aj.Client(srv.url, TOKEN_B)
         with pytest.raises(aj.NotFound):
-            aj.Client(srv.url, TOKEN_B).get_session(s.id).read_file("out.txt")
-    assert s.closed and _session_gone(c, s.id)
+            other.get_session(s.id).read_file("out.txt")
+        assert s.id not in other.list_sessions()
+    assert s.closed and s.raw["status"] == "deleted"
+    assert _session_gone(s) and s.id not in c.list_sessions()
 
 
 def test_session_is_closed_when_the_block_raises(srv):
@@ -331,7 +356,25 @@ def test_session_is_closed_when_the_block_raises(srv):
             assert s.read_file("x.txt") == b"x"  # positive control: it is live here
             1 / 0
     assert s.closed
-    assert _session_gone(c, s.id), "the session outlived the block that raised"
+    assert _session_gone(s), "the session outlived the block that raised"
+
+
+def test_one_shot_files_and_outputs(srv):
+    c = aj.Client(srv.url, TOKEN_A)
+    _sessions_or_skip(c)
+    r = c.run(language="python", code="import json\n"
+              "d = json.load(open('in/args.json'))\n"
+              "open('out.txt', 'w').write(str(sum(d)))\n"
+              "open('raw.bin', 'wb').write(bytes(range(256)))\n",
+              files={"in/args.json": "[1, 2, 3]"}, outputs=["out.txt", "raw.bin", "missing.txt"])
+    assert r.ok, r
+    assert r.outputs == {"out.txt": b"6", "raw.bin": bytes(range(256))}, r.outputs
+    assert "missing.txt" in r.output_errors and not r.outputs_truncated
+    assert r.summary()["outputs"]["out.txt"] == "6"
+    # Bad input named by the server: base64 the client did not make.
+    with pytest.raises(aj.BadRequest) as e:
+        c.run(argv=["true"], extra={"files": {"a.txt": "***"}})
+    assert "a.txt" in e.value.message
 
 
 # ---- the example ----------------------------------------------------------------------------------
