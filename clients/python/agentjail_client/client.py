@@ -2,6 +2,7 @@
 sessions with a workspace and files."""
 import base64
 import json
+import os
 import socket
 import time
 import urllib.parse
@@ -254,19 +255,47 @@ class Session:
         return self._client._run(self._path("/runs"), wait=False, **kw)
 
     def write_file(self, path, data):
-        """Write `data` (bytes, or str as UTF-8) to `path` in the workspace
-        (relative to /workspace; parent directories are made); returns the
-        server's answer ({"path", "bytes"}). Over the quota: WorkspaceFull."""
+        """Write `data` to `path` in the workspace (relative to /workspace;
+        parent directories are made): bytes, str (as UTF-8), or a binary
+        file object, streamed from where it stands (a regular file with its
+        length, anything else chunked). Returns the server's answer
+        ({"path", "bytes"}). Over the quota: WorkspaceFull; over the
+        server's file size cap: TooLarge."""
         if isinstance(data, str):
             data = data.encode("utf-8")
-        _, _, body = self._client._call("PUT", self._path("/files/" + _quote_path(path)), raw=bytes(data),
-                                        content_type="application/octet-stream")
+        headers = {}
+        if hasattr(data, "read"):
+            try:
+                headers["Content-Length"] = str(os.fstat(data.fileno()).st_size - data.tell())
+            except (AttributeError, OSError, ValueError):
+                pass  # not a regular file: http.client sends it chunked
+        else:
+            data = bytes(data)
+        _, _, body = self._client._call("PUT", self._path("/files/" + _quote_path(path)), raw=data,
+                                        content_type="application/octet-stream", extra_headers=headers)
         return decode_json(body, "PUT file") if body else None
 
-    def read_file(self, path):
-        """The bytes of `path` in the workspace (NotFound if it is not there)."""
-        _, _, body = self._client._call("GET", self._path("/files/" + _quote_path(path)))
-        return body
+    def read_file(self, path, out=None):
+        """The bytes of `path` in the workspace (NotFound if it is not
+        there). With `out` (a binary file object) the content is streamed
+        into it instead and its length returned."""
+        if out is None:
+            _, _, body = self._client._call("GET", self._path("/files/" + _quote_path(path)))
+            return body
+        conn, resp = self._client._open("GET", self._path("/files/" + _quote_path(path)))
+        n = 0
+        try:
+            while True:
+                chunk = resp.read(1 << 16)
+                if not chunk:
+                    break
+                out.write(chunk)
+                n += len(chunk)
+        except OSError as e:
+            raise TransportError("read_file %r: %s" % (path, e)) from e
+        finally:
+            conn.close()
+        return n
 
     def delete_file(self, path):
         """Remove a file, a link or an empty directory."""
@@ -369,12 +398,27 @@ class Client:
                 attempt += 1
                 time.sleep(wait)
 
-    def _call(self, method, path, body=None, raw=None, content_type=None, read_timeout=None):
+    def _call(self, method, path, body=None, raw=None, content_type=None, read_timeout=None, extra_headers=None):
         if body is not None:
             raw = json.dumps(body).encode("utf-8")
             content_type = "application/json"
         headers = self._headers(content_type)
-        return self._retrying(lambda: self._t.call(method, path, headers, raw, read_timeout))
+        headers.update(extra_headers or {})
+        if not hasattr(raw, "read"):
+            return self._retrying(lambda: self._t.call(method, path, headers, raw, read_timeout))
+        # A streamed body is sent again on a 429 only if it can be rewound.
+        try:
+            start = raw.tell() if raw.seekable() else None
+        except (AttributeError, OSError):
+            start = None
+
+        def attempt():
+            if start is not None:
+                raw.seek(start)
+            return self._t.call(method, path, headers, raw, read_timeout)
+        if start is None:
+            return attempt()
+        return self._retrying(attempt)
 
     def _open(self, method, path, read_timeout=None):
         def go():

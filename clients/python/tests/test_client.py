@@ -303,6 +303,17 @@ def test_session_files_round_trip(srv):
         s.write_file("x.txt", "héllo\n")
         assert s.read_file("in/data.bin") == blob
         assert s.read_file("/workspace/x.txt") == "héllo\n".encode()
+        # Streamed both ways: from a file object (a regular file: its length;
+        # a BytesIO: chunked) and into one.
+        import io
+        with tempfile.TemporaryFile() as f:
+            f.write(b"head" + blob)
+            f.seek(4)
+            assert s.write_file("streamed.bin", f)["bytes"] == len(blob)
+        assert s.write_file("chunked.bin", io.BytesIO(blob))["bytes"] == len(blob)
+        sink = io.BytesIO()
+        assert s.read_file("chunked.bin", out=sink) == len(blob) and sink.getvalue() == blob
+        assert s.read_file("streamed.bin") == blob
         # A run sees the workspace at /workspace (its working directory), and
         # what it writes stays for the next run, a fresh sandbox.
         r = s.run(language="python", code="import hashlib\n"
