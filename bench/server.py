@@ -20,7 +20,7 @@ ratios against the goals: p50 within 1.3x of bare python spawning, python
 runs/s at least 0.7x of bare spawning on the same cores.
 
 USAGE
-  bench/server.py [-d SECONDS] [-r ROUNDS] [-w WARM] [-c 1,2,8] [--pool N] [--agentjail PATH] [--json]
+  bench/server.py [-d SECONDS] [-r ROUNDS] [-w WARM] [-c 1,2,8] [--gap MS] [--pool N] [--agentjail PATH] [--json]
 Needs root (the server runs each run as its own host uid).
 """
 import argparse
@@ -128,7 +128,7 @@ def http_op(port, body):
     return op
 
 
-def load(make_op, clients, secs, warm):
+def load(make_op, clients, secs, warm, gap=0.0):
     """clients processes, each running its op back to back: warm seconds
     not counted, then secs measured. Returns (latencies ns, fails)."""
     tmp = tempfile.mkdtemp(prefix="ajbench-load-")
@@ -152,6 +152,8 @@ def load(make_op, clients, secs, warm):
                     if now >= t_measure and time.monotonic() <= t_end:
                         lat.append(ns)
                         fails += not ok
+                    if gap:
+                        time.sleep(gap)
                 with open(os.path.join(tmp, str(i)), "w") as f:
                     json.dump({"lat": lat, "fails": fails}, f)
                 code = 0
@@ -180,6 +182,9 @@ def main():
     p.add_argument("-w", type=float, default=0.3, help="warm-up seconds before each measured slice (default 0.3)")
     p.add_argument("-r", dest="rounds", type=int, default=5, help="rounds per cell, candidates interleaved (default 5)")
     p.add_argument("-c", default="1,2,8", help="concurrencies (default 1,2,8)")
+    p.add_argument("--gap", type=float, default=0.0,
+                   help="ms each client idles between its calls (default 0: back to back; runs/s then "
+                        "counts the idle time too)")
     p.add_argument("--pool", type=int, default=None, help="the server's pool_size (default: the largest concurrency)")
     p.add_argument("--agentjail", default=os.path.join(REPO, "build", "agentjail"))
     p.add_argument("--json", action="store_true", help="print the rows as JSON too")
@@ -216,7 +221,7 @@ def main():
                 for _ in range(a.rounds):
                     random.shuffle(cands)
                     for name, make in cands:
-                        lat, fails = load(make, c, a.d / a.rounds, a.w)
+                        lat, fails = load(make, c, a.d / a.rounds, a.w, a.gap / 1000.0)
                         acc[name] = (acc[name][0] + lat, acc[name][1] + fails)
                 for name in ("bare", "cold", "server"):
                     lat, fails = acc[name]
@@ -233,8 +238,9 @@ def main():
         return next(r for r in rows if (r["command"], r["clients"], r["candidate"]) == (cmd, c, cand))
 
     print("agentjail serve under load: %d CPUs, %.1f s per candidate and cell in %d interleaved rounds "
-          "(+%.1f s warm-up each), pool_size %d, kernel %s"
-          % (os.cpu_count() or 0, a.d, a.rounds, a.w, pool, os.uname().release))
+          "(+%.1f s warm-up each), %s, pool_size %d, kernel %s"
+          % (os.cpu_count() or 0, a.d, a.rounds, a.w,
+             "%.0f ms between calls" % a.gap if a.gap else "calls back to back", pool, os.uname().release))
     print("load average before %.2f, after %.2f (1 min): other work on the machine shares its CPUs"
           % (load_before[0], os.getloadavg()[0]))
     print("%-7s %3s %-7s %7s %9s %9s %9s %8s %8s %6s" % ("command", "c", "cand", "n", "p50 ms", "p99 ms",
