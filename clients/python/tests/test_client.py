@@ -123,21 +123,33 @@ def test_escape_attempt_in_the_result(srv):
 
 def test_start_stream_callbacks_then_wait_and_kill(srv):
     c = aj.Client(srv.url, TOKEN_A)
-    h = c.start(language="python", code="import sys, time\n"
-                "for i in range(3):\n    print(i, flush=True); time.sleep(0.3)\n"
-                "print('err', file=sys.stderr, flush=True)\n" + ESCAPE)
+    tag = new_tag()
+    # The payload writes, tries an escape, says "ready" and then waits: the
+    # callbacks get its output while it is still running (the test kills it
+    # from the callback), so the output was streamed, not buffered to the end.
+    h = c.start(language="python", code="import os, sys\n"
+                "print(0, flush=True)\nprint('err', file=sys.stderr, flush=True)\n" + ESCAPE +
+                "print('ready', flush=True)\nos.execvp('sleep', ['sleep', '%s'])\n" % tag)
     assert isinstance(h, aj.RunHandle) and len(h.id) == 32
-    got = []
-    r = h.stream(on_stdout=lambda t: got.append(("out", t)), on_stderr=lambda t: got.append(("err", t)),
+    got, live_at_ready = [], []
+
+    def on_stdout(t):
+        got.append(("out", t))
+        if "ready" in "".join(x for k, x in got if k == "out") and not live_at_ready:
+            live_at_ready.append(h.get().status)
+            assert wait_for(lambda: pids_with(tag), 10), "the payload never got to sleep"
+            h.kill()
+    r = h.stream(on_stdout=on_stdout, on_stderr=lambda t: got.append(("err", t)),
                  on_event=lambda e: got.append(("event", e["syscall"])),
                  on_start=lambda s: got.append(("start", s["id"])))
+    assert live_at_ready == ["running"], live_at_ready
     assert got[0] == ("start", h.id)
-    assert "".join(t for k, t in got if k == "out").startswith("0\n1\n2\n")
+    out = "".join(t for k, t in got if k == "out")
+    assert out.startswith("0\n-1 ") and out.endswith("ready\n"), got
     assert [t for k, t in got if k == "err"] == ["err\n"]
     assert ("event", "unshare") in got
-    # Chunks came as they were written: more than one stdout callback.
-    assert sum(k == "out" for k, _ in got) >= 3, got
-    assert r.id == h.id and r.status == "ok" and r.stdout.startswith("0\n1\n2\n") and r.escape_attempted
+    assert r.id == h.id and r.status == "signaled" and r.signal == signal.SIGKILL, r
+    assert r.stdout == out and r.escape_attempted and not pids_with(tag)
     # wait() on an ended run replays its record; the stream of another tenant's run is 404.
     assert h.wait().raw == r.raw
     with pytest.raises(aj.NotFound) as e:
@@ -207,18 +219,24 @@ def test_errors_are_typed_with_the_servers_message(srv, tight):
 def test_retry_on_429_honours_retry_after(tight):
     s = tight(max_runs_per_tenant=1)
     c = aj.Client(s.url, TOKEN_A)
-    # One run holds the tenant's only slot for a while.
-    hold = c.start(argv=["sleep", "1.5"])
-    assert wait_for(lambda: hold.get().status == "running", 10)
+    # One run holds the tenant's only slot.
+    tag = new_tag()
+    hold = c.start(argv=["sleep", tag])
+    assert wait_for(lambda: pids_with(tag), 10), "the payload never started"
     # Without retries: 429, Retry-After 1.
     with pytest.raises(aj.RateLimited) as e:
         c.run(argv=["true"])
     assert e.value.retry_after == 1 and "too many runs" in e.value.message
-    # With retries: it waits as told and gets through once the slot is free.
-    r = aj.Client(s.url, TOKEN_A, retries=10).run(argv=["true"])
-    assert r.ok, r
-    assert hold.wait().ok
-    assert s.metrics()["agentjail_http_429_total"] >= 2
+    # With retries: it waits as told and gets through once the slot is free
+    # (freed here once the server has refused it at least once).
+    got = {}
+    t = threading.Thread(target=lambda: got.update(r=aj.Client(s.url, TOKEN_A, retries=30).run(argv=["true"])))
+    t.start()
+    assert wait_for(lambda: s.metrics()["agentjail_http_429_total"] >= 2, 20)
+    assert t.is_alive()
+    assert hold.kill().status == "signaled"
+    t.join(60)
+    assert not t.is_alive() and got["r"].ok, got
 
 
 class _Stub(http.server.BaseHTTPRequestHandler):
