@@ -329,11 +329,12 @@ class Session:
         closed all the same. Returns the ended record (or None)."""
         if self.closed:
             return None
-        self.closed = True
         try:
             _, _, body = self._client._call("DELETE", self._path())
         except Gone:
+            self.closed = True
             return None
+        self.closed = True  # not before: a close that failed may be tried again
         self.raw = decode_json(body, "DELETE session") if body else self.raw
         return self.raw
 
