@@ -11,14 +11,18 @@
 #      environment with it), the working directory, sys.argv, sys.orig_argv and sys.path[0] as
 #      `python3 -c` / `python3 SCRIPT` would have them; drop from sys.modules what this bootstrap
 #      imported for itself after the preload; compile the code;
-#   4. run it as __main__ (the module-level try below), so that an uncaught exception, SystemExit,
-#      KeyboardInterrupt, atexit, threads and the flushing of output end the process exactly as
-#      they end `python3 -c`: the interpreter's own shutdown does it.
+#   4. run it as __main__ in _aj's frame and end as `python3 -c` ends: an uncaught exception's
+#      traceback (without this file's frame) through sys.excepthook and status 1, SystemExit's
+#      code, KeyboardInterrupt's SIGINT; then the interpreter's shutdown as far as a program can
+#      see it: non-daemon threads joined (threading._shutdown), atexit handlers, the modules the
+#      run imported and __main__ torn down (their objects' __del__, files left open closed),
+#      stdout and stderr flushed; then _exit. What it skips is tearing down the preloaded modules
+#      (their objects predate the run): a few hundred milliseconds for pandas.
 #
 # Everything is inside _aj (a function): __main__'s namespace holds nothing of this file when
-# the code starts; _aj itself is popped from it in the statement that runs the code. The only
-# trace left is one frame: the code's module frame has this file's module frame as its f_back.
-def _aj():
+# the code starts; _aj itself is popped from it in the statement that calls it. What is left:
+# two frames under the code's module frame (this file's module frame and _aj's).
+def _aj(report, exit_status, finish):
     import os
     import sys
 
@@ -35,6 +39,13 @@ def _aj():
             fail("%s: %s: %s" % (name, type(e).__name__, e))
     preloaded = set(sys.modules)
     import _socket
+    import gc
+
+    # What the preload made lives as long as the process: out of the collector's way. Its
+    # passes at exit (over every object of pandas, say) cost a few hundred milliseconds of
+    # `python3 -c`'s shutdown; frozen objects are not scanned (the run's own objects are).
+    gc.collect()
+    gc.freeze()
 
     for f in (sys.stdout, sys.stderr):
         try:
@@ -102,7 +113,107 @@ def _aj():
     for finder in list(sys.path_importer_cache.values()) + list(sys.meta_path):
         if hasattr(finder, "invalidate_caches"):
             finder.invalidate_caches()
-    # A SyntaxError leaves here: the handler below drops this frame, as `python3 -c` shows none.
-    return compile(source, filename, "exec"), g
-try:exec(*globals().pop('_aj')())
-except BaseException as _agentjail_e:_agentjail_e.__traceback__=(lambda t:None if t is None or t.tb_frame.f_code.co_name=='_aj' else t)(_agentjail_e.__traceback__.tb_next);raise
+    status, sigint = 1, False
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as e:
+        report(e, None)
+    else:
+        try:
+            exec(code, g)
+            status = 0
+        except SystemExit as e:
+            status = exit_status(e)
+        except BaseException as e:  # noqa: B036 (as the interpreter does)
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code is not code:
+                tb = tb.tb_next
+            report(e, tb)
+            sigint = isinstance(e, KeyboardInterrupt)
+        del code
+    finish(status, sigint, preloaded)
+
+
+def _aj_report(e, tb):
+    import sys
+
+    e.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    try:
+        sys.excepthook(type(e), e, tb)
+    except BaseException as hook_e:  # noqa: B036
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(hook_e), hook_e, hook_e.__traceback__)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(type(e), e, tb)
+
+
+def _aj_exit_status(e):
+    import sys
+
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if -(1 << 63) <= code < (1 << 63) else 255
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except Exception:
+        pass
+    return 1
+
+
+def _aj_finish(status, sigint, preloaded):
+    import gc
+    import os
+    import sys
+
+    if "threading" in sys.modules:
+        try:
+            sys.modules["threading"]._shutdown()
+        except BaseException:  # noqa: B036
+            pass
+    import atexit
+
+    atexit._run_exitfuncs()
+    # The run's own modules (imported after the preload from outside the installed library,
+    # such as the workspace's) in reverse order, then __main__: their globals go as the
+    # interpreter's teardown lets them go (their objects' __del__ run). The library's modules
+    # stay: a daemon thread may still be using them.
+    lib = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, "/usr/lib/python3"})
+    main = sys.modules.get("__main__")
+    mods = [m for n, m in list(sys.modules.items())
+            if n not in preloaded and n != "__main__" and isinstance(getattr(m, "__file__", None), str)
+            and not m.__file__.startswith(lib)]
+    gc.collect()
+    for m in reversed(mods + [main]):
+        d = getattr(m, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for first in (True, False):
+            for k in list(d):
+                if k != "__builtins__" and k.startswith("_") == first:
+                    d[k] = None
+    gc.collect()
+    std = {id(f) for f in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)}
+    iobase = sys.modules["io"].IOBase
+    for o in gc.get_objects():  # what the run made (the preload's objects are frozen)
+        try:
+            if isinstance(o, iobase) and id(o) not in std and not o.closed:
+                o.close()
+        except BaseException:  # noqa: B036 (as at teardown: ignored)
+            pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            if f is not None:
+                f.flush()
+        except BaseException:  # noqa: B036
+            if status == 0:
+                status = 120  # as the interpreter: output that could not be flushed
+    if sigint:
+        import _signal
+
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGINT)
+    os._exit(status)
+globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'))
