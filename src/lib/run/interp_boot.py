@@ -78,10 +78,16 @@ def _aj(report, exit_status, finish):
     cwd = next(it)
     argv = [os.fsdecode(next(it)) for _ in range(int(next(it)))]
     env = [next(it) for _ in range(int(next(it)))]
+    # The interpreter started with the same PATH, HOME, LANG, LC_* and PYTHON* as the request's
+    # (interp.c runs the request cold otherwise), so what its start added (PEP 538's LC_CTYPE
+    # for a C locale) is what a cold start would have added.
+    coerced = os.environb.get(b"LC_CTYPE")
     os.environ.clear()
     for kv in env:
         k, _, v = kv.partition(b"=")
         os.environb[k] = v
+    if coerced is not None:
+        os.environb[b"LC_CTYPE"] = coerced
     if "time" in sys.modules and "TZ" in os.environ:
         sys.modules["time"].tzset()
     os.chdir(cwd)
