@@ -309,7 +309,7 @@ def test_preload_errors(tmp_path, outdir):
     assert r.returncode == 2 and "p.json:3:" in r.stderr and "interpreter.preload[1]" in r.stderr, r.stderr
 
 
-def test_cli_code_file_like_python_c(tmp_path):
+def test_cli_code_file_like_python_c(tmp_path, hostdir):
     code = "import sys\nprint('ran', sys.argv)\nraise SystemExit(4)\n"
     f = tmp_path / "code.py"
     f.write_text(code)
@@ -321,13 +321,17 @@ def test_cli_code_file_like_python_c(tmp_path):
     r = run_aj(["--interpreter", "python"], ["python3", "-c", "print(2)"])
     assert r.returncode == 0 and r.stdout == "2\n"
     # A file the code leaves open is closed (flushed) at its end, as python3 -c's teardown does.
-    os.chmod(tmp_path, 0o777)
+    import pathlib
+    ws = pathlib.Path(hostdir)
+    if IS_ROOT:
+        os.chown(hostdir, 1000, 1000)  # a workspace of a normal user (root's is refused)
+    rw = ["--bind-rw", hostdir + ":/out"]
     leave = "f = open('/out/left.txt', 'w'); f.write('flushed at exit')"
-    r = run_aj(["--interpreter", "python", "--preload", "json", "--bind-rw", str(tmp_path) + ":/out"], ["-c", leave])
-    assert r.returncode == 0 and (tmp_path / "left.txt").read_text() == "flushed at exit", r
-    (tmp_path / "left.txt").unlink()
-    r = run_aj(["--bind-rw", str(tmp_path) + ":/out"], ["python3", "-c", leave])  # the control: bare
-    assert r.returncode == 0 and (tmp_path / "left.txt").read_text() == "flushed at exit", r
+    r = run_aj(["--interpreter", "python", "--preload", "json"] + rw, ["-c", leave])
+    assert r.returncode == 0 and (ws / "left.txt").read_text() == "flushed at exit", r
+    (ws / "left.txt").unlink()
+    r = run_aj(rw, ["python3", "-c", leave])  # the control: bare
+    assert r.returncode == 0 and (ws / "left.txt").read_text() == "flushed at exit", r
     r = run_aj(["--interpreter", "python"], [str(tmp_path / "missing.py")])
     assert r.returncode == 2 and "missing.py" in r.stderr
 
