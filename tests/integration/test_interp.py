@@ -352,3 +352,24 @@ def test_pandas_warm_run(outdir):
     assert runs[0]["warm"] and runs[0]["result"]["status"] == "ok", out(outdir, 0, "err")
     assert out(outdir, 0).splitlines()[0] == "True" and cold.stdout.splitlines()[0] == "False"
     assert out(outdir, 0).splitlines()[1:] == cold.stdout.splitlines()[1:]
+
+
+def test_preload_is_under_the_monitor(hostdir):
+    # A preload that makes an escape-indicative call while it imports: refused
+    # (the monitor answers EPERM), and no interpreter is parked with it.
+    with open(os.path.join(hostdir, "aj_t_escape.py"), "w") as f:
+        f.write("import ctypes\nctypes.CDLL(None).unshare(0x10000000)\n")
+    with open(os.path.join(hostdir, "aj_t_fine.py"), "w") as f:
+        f.write("import ctypes\nctypes.CDLL(None).getpid()\n")
+    base = [AJ_POOL, "--size", "1", "--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
+            "--set", "interpreter.language=python"]
+    p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_escape", "--", "python3", "-c", "pass"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "monitored system call (unshare)" in p.stderr, p
+    # Positive control: the same path, a module that stays inside.
+    p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_fine", "--", "python3", "-c",
+                               "import sys; print('aj_t_fine' in sys.modules)"],
+                       capture_output=True, text=True, timeout=60)
+    runs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    assert p.returncode == 0 and runs[0]["warm"] and runs[0]["result"]["status"] == "ok", p
+    assert "True\n" in p.stdout, p.stdout  # the run's stdout is the helper's here
