@@ -212,7 +212,7 @@ static int read_park_status(int fd, struct aj_error *err)
     return aj_err(err, EPIPE, "the interpreter exited before it was ready");
 }
 
-int aj_interp_wait_parked(struct aj_sandbox *sb, struct aj_error *err)
+int aj_interp_wait_parked(struct aj_sandbox *sb, const bool *cancel, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     uint64_t bound = INTERP_PARK_MAX_MS, deadline;
@@ -235,7 +235,10 @@ int aj_interp_wait_parked(struct aj_sandbox *sb, struct aj_error *err)
         if (now >= deadline)
             return aj_err(err, ETIMEDOUT, "the interpreter did not import its preload within %llu ms",
                           (unsigned long long)bound);
-        r = poll(p, 4, (int)(deadline - now));
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+            return aj_err(err, ECANCELED, "the pool is being freed");
+        /* A look at *cancel every 50 ms: aj_pool_free does not wait for a whole import. */
+        r = poll(p, 4, (int)(deadline - now < 50 || !cancel ? deadline - now : 50));
         if (r < 0 && errno != EINTR)
             return aj_err(err, errno, "poll a parked interpreter");
         if (r <= 0)
@@ -379,7 +382,7 @@ int aj_interp_start_cold(const struct aj_policy *pol, const struct aj_request *r
     if (r == 0 && sb->c.decoys.n > 0)
         r = aj_pool_arm_decoys(sb, err);
     if (r == 0)
-        r = aj_interp_wait_parked(sb, err);
+        r = aj_interp_wait_parked(sb, NULL, err);
     if (r == 0)
         r = interp_launch(sb, err);
     if (r < 0) {

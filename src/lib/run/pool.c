@@ -37,6 +37,7 @@ struct aj_pool {
     struct aj_pool_stats stats;
     pthread_t filler;
     bool filler_started, stopping;
+    bool cancel;                            /* __atomic: aj_pool_free is under way (an interpreter's import stops) */
     unsigned running;                       /* warm runs in flight */
     unsigned refs;                          /* the pool's own (until aj_pool_free), one per live warm run */
 };
@@ -110,7 +111,7 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
             ;
         sb->netns_helper = 0;
     }
-    if (sb->c.interp && aj_interp_wait_parked(sb, err) < 0) {
+    if (sb->c.interp && aj_interp_wait_parked(sb, &pool->cancel, err) < 0) {
         pool_discard(sb);
         return NULL;
     }
@@ -233,6 +234,7 @@ void aj_pool_free(struct aj_pool *pool)
 {
     if (!pool)
         return;
+    __atomic_store_n(&pool->cancel, true, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pool->mu);
     pool->stopping = true;
     pthread_cond_signal(&pool->wake);

@@ -117,8 +117,9 @@ bool aj_interp_wants(const struct aj_policy *pol, const struct aj_request *req);
  * bootstrap as its command, the policy's environment without env_pass. */
 int aj_interp_setup_parked(struct aj_sandbox *sb, struct aj_error *err);
 /* After sb_prepare (and the decoys armed): handle the sandbox until the
- * bootstrap has imported the preload and waits (bounded). */
-int aj_interp_wait_parked(struct aj_sandbox *sb, struct aj_error *err);
+ * bootstrap has imported the preload and waits (bounded; ECANCELED as
+ * soon as *cancel, read atomically, is true: the pool is being freed). */
+int aj_interp_wait_parked(struct aj_sandbox *sb, const bool *cancel, struct aj_error *err);
 /* sb_launch's end for an interpreter: the request and fds down its channel. */
 int aj_interp_send(struct aj_sandbox *sb, const int fds[3], struct aj_error *err);
 /* A cold interpreter run (sb_start_cold's): as sb_start_cold; 1: not one
