@@ -16,7 +16,7 @@ compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 py
 case "$what" in
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
                "${compat[@]}") ;;
-  bench) pkgs+=(bubblewrap firejail) ;;
+  bench) pkgs+=(bubblewrap firejail python3-pandas) ;;  # python3-pandas: bench/interp.py
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;
   *) echo "usage: $0 [build|test|bench|compat]" >&2; exit 2 ;;
