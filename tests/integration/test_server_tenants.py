@@ -517,3 +517,34 @@ def test_overlapping_uid_ranges_never_lease_the_same_uid(tmp):
     # Positive control: with X free again, it is handed out.
     r = run_aj(["--uid-range", "%d:1" % x], ["true"])
     assert r.returncode == 0 and r.result["host_uid"] == x, (r.stderr, r.result)
+
+
+# ---- sessions are the tenant's too ------------------------------------------------------------------
+
+def test_session_runs_have_the_tenants_policy_and_uids_and_are_counted(server, tmp):
+    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 3):
+        pytest.skip("sessions need id-mapped tmpfs mounts (Linux 6.3)")
+    none = policy_file(tmp, "none.json", {"network": {"mode": "none"}})
+    s = server(tenants={"a": {"policy": none, "uid_base": 3000000000, "uid_count": 100}})
+    sids = {}
+    for t in ("a", "b"):
+        status, _, j = s.request("POST", "/v1/sessions", {}, tenant=t)
+        assert status == 201, j
+        sids[t] = j["id"]
+    m = s.metrics()
+    assert m["agentjail_sessions_live"] == 2 and m['agentjail_tenant_sessions_live{tenant="a"}'] == 1, m
+    recs = {}
+    for t in ("a", "b"):
+        status, _, recs[t] = s.request("POST", "/v1/sessions/%s/runs" % sids[t],
+                                       {"language": "python", "code": LOOPBACK_TCP}, tenant=t)
+        assert status == 200, recs[t]
+    # a's session run: a's uids and a's network (none, the kernel says so) ...
+    assert 3000000000 <= recs["a"]["result"]["host_uid"] < 3000000100, recs["a"]["result"]
+    assert recs["a"]["stdout"].startswith("refused"), recs["a"]
+    # ... b's (positive control): neither.
+    assert not 3000000000 <= recs["b"]["result"]["host_uid"] < 3000000100
+    assert recs["b"]["stdout"] == "ping\n", recs["b"]
+    for t in ("a", "b"):
+        assert s.request("DELETE", "/v1/sessions/" + sids[t], tenant=t)[0] == 200
+    m = s.metrics()
+    assert m["agentjail_sessions_live"] == 0 and m['agentjail_tenant_sessions_live{tenant="a"}'] == 0, m
