@@ -245,6 +245,8 @@ def test_a_looser_tenant_policy_or_overlapping_uids_stop_the_server(tmp):
     assert "tenants.a.uid_count: uid_base and uid_count go together" in line, line
     line = bad_config(tmp, dict(base, max_timeout=60, tenants={"a": {"token_sha256": sha("x"), "max_timeout": 61}}))
     assert "tenants.a.max_timeout: is more than the server's max_timeout" in line, line
+    line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x")}, "b": {"token_sha256": sha("x")}}))
+    assert "tenants.b.token_sha256: the same token as tenant a's" in line, line
     line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x"), "max_runs": 17}}))
     assert "tenants.a.max_runs: is more than the server's max_runs (16)" in line, line
     line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x"), "policy": "/nonexistent.json"}}))
