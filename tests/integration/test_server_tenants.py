@@ -237,10 +237,11 @@ def test_a_looser_tenant_policy_or_overlapping_uids_stop_the_server(tmp):
         "b": {"token_sha256": sha("y"), "uid_base": 3000000500, "uid_count": 1000}}))
     assert re.search(r":\d+:\d+: tenants\.a\.uid_base: its host uid range 3000000000\.\.3000000999 overlaps tenant b's",
                      line), line
+    # Given ranges that leave the automatic ones nothing of the server policy's.
     line = bad_config(tmp, dict(base, tenants={
         "a": {"token_sha256": sha("x")},
-        "b": {"token_sha256": sha("y"), "uid_base": 1610612736 + 10, "uid_count": 100}}))
-    assert "tenants.b.uid_base: " in line and "automatic" in line, line
+        "b": {"token_sha256": sha("y"), "uid_base": 1610612736, "uid_count": 65536}}))
+    assert re.search(r":\d+:\d+: tenants\.a: no host uids are left for its automatic range", line), line
     line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x"), "uid_base": 3000000000}}))
     assert "tenants.a.uid_count: uid_base and uid_count go together" in line, line
     line = bad_config(tmp, dict(base, max_timeout=60, tenants={"a": {"token_sha256": sha("x"), "max_timeout": 61}}))
@@ -259,7 +260,12 @@ def test_a_looser_tenant_policy_or_overlapping_uids_stop_the_server(tmp):
 
 
 def test_tenants_get_disjoint_host_uid_ranges(server):
-    s = server(tenants={"a": {"uid_base": 3000000000, "uid_count": 100}})
+    # a's range lies inside the server policy's (1610612736 + 65536), and
+    # so do the workspace owners' uids: b's automatic range is made around
+    # both.
+    lo = 1610612736 + 1000
+    s = server(tenants={"a": {"uid_base": lo, "uid_count": 100}},
+               extra={"sessions": {"workspace_uids": "1610612736:1000"}})
     tag = new_tag()
     ids = {}
     for t in ("a", "b"):
@@ -272,9 +278,9 @@ def test_tenants_get_disjoint_host_uid_ranges(server):
     for pid in pids_with(tag):
         with open("/proc/%d/status" % pid) as f:
             uids.add(int(re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1)))
-    a_uids = {u for u in uids if 3000000000 <= u < 3000000100}
-    # b's: an automatic share of the server policy's range (1610612736 + 65536).
-    b_uids = {u for u in uids if 1610612736 <= u < 1610612736 + 65536}
+    a_uids = {u for u in uids if lo <= u < lo + 100}
+    # b's: the rest of the server policy's range (1610612736 + 65536).
+    b_uids = {u for u in uids if lo + 100 <= u < 1610612736 + 65536}
     assert len(a_uids) == 1 and len(b_uids) == 1, uids
     got = {}
     for t in ("a", "b"):
