@@ -161,6 +161,13 @@ class Served:
         r = c.getresponse()
         return r.status, json.loads(r.read())
 
+    def verify(self):
+        """agentjail verify in the server's container: agentjail-probe run
+        inside the default policy's sandbox, under the container's profile."""
+        p = self.docker.docker("exec", self.id, "agentjail", "verify", "--json", check=False)
+        assert p.stdout.strip(), p.stderr
+        return p.returncode, json.loads(p.stdout)
+
     def check(self):
         p = self.docker.docker("exec", self.id, "agentjail", "check", "--json", check=False)
         return json.loads(p.stdout)
@@ -233,6 +240,19 @@ def test_rootless_way_check_names_the_way_and_what_every_layer_needs(rootless):
     assert dep["summary"].startswith("rootless (in a docker container); missing for every layer:"), dep
 
 
+def test_rootless_way_probe_finds_what_the_policy_declares(rootless):
+    rc, v = rootless.verify()
+    bad = {c["protection"] for c in v["checks"] if not c["ok"]}
+    # Everything the default policy declares is found in place, but what
+    # the rootless way gives up by design: the cgroup limits (verify says
+    # so, exit 1). The sandbox layers all match.
+    assert rc == 1 and v["matches"] is False, v
+    assert bad and bad <= {"layer.cgroup", "layer.memory_limit", "layer.pids_limit"}, bad
+    ok = {c["protection"] for c in v["checks"] if c["ok"]}
+    assert {"layer.user_namespace", "layer.seccomp", "layer.landlock_fs", "layer.nested_namespaces_refused"} <= ok, ok
+    assert v["result"]["mode"] == "rootless", v["result"]
+
+
 def test_without_the_unmasked_proc_check_names_it(docker):
     assert ROOTLESS[-2:] == ["--security-opt", "systempaths=unconfined"]
     flags = ROOTLESS[:-2]
@@ -274,6 +294,13 @@ def test_every_layer_way_check_names_it(every):
         return
     assert dep["way"] == "every-layer" and dep["missing_for_every_layer"] == [], dep
     assert dep["summary"] == "every-layer (in a docker container)", dep
+
+
+def test_every_layer_way_probe_finds_what_the_policy_declares(every):
+    rc, v = every.verify()
+    bad = [c for c in v["checks"] if not c["ok"]]
+    assert rc == 0 and v["matches"] is True and not bad, bad
+    assert v["result"]["mode"] == "root", v["result"]
 
 
 def test_root_without_lease_check_names_cap_lease(docker):
