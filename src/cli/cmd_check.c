@@ -180,7 +180,7 @@ static int add_deployment(json_t *rep)
     limits = !has_str(missing, "memory_limit") && !has_str(missing, "pids_limit");
 
     /* Every layer: uid 0 with the capabilities above and a cgroup. */
-    if (!root && json_array_append_new(for_every, json_string("uid 0 in the container")) < 0)
+    if (!root && json_array_append_new(for_every, json_string("uid 0")) < 0)
         goto nomem;
     for (i = 0; i < sizeof(every_layer_caps) / sizeof(every_layer_caps[0]); i++) {
         uint64_t bit = 1ull << every_layer_caps[i].cap;

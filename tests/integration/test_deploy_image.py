@@ -235,7 +235,7 @@ def test_rootless_way_refuses_and_reports_an_escape(rootless):
 def test_rootless_way_check_names_the_way_and_what_every_layer_needs(rootless):
     dep = rootless.check()["deployment"]
     assert dep["way"] == "rootless" and dep["missing_for_rootless"] == [], dep
-    assert set(dep["missing_for_every_layer"]) == {"uid 0 in the container", "CAP_SETUID", "CAP_SETGID",
+    assert set(dep["missing_for_every_layer"]) == {"uid 0", "CAP_SETUID", "CAP_SETGID",
                                                    "CAP_LEASE", "a delegated cgroup (memory, pids)"}, dep
     assert dep["summary"].startswith("rootless (in a docker container); missing for every layer:"), dep
 
