@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <linux/capability.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -138,7 +139,10 @@ static bool has_str(const json_t *arr, const char *s)
     const json_t *v;
     size_t i;
 
-    json_array_foreach(arr, i, v) if (json_is_string(v) && strcmp(json_string_value(v), s) == 0) return true;
+    json_array_foreach(arr, i, v) {
+        if (json_is_string(v) && strcmp(json_string_value(v), s) == 0)
+            return true;
+    }
     return false;
 }
 
@@ -147,8 +151,39 @@ static const json_t *finding(const json_t *rep, const char *id)
     const json_t *f;
     size_t i;
 
-    json_array_foreach(json_object_get(rep, "findings"), i, f) if (strcmp(str(f, "id"), id) == 0) return f;
+    json_array_foreach(json_object_get(rep, "findings"), i, f) {
+        if (strcmp(str(f, "id"), id) == 0)
+            return f;
+    }
     return NULL;
+}
+
+/* Append to buf (size bytes, *n used): cut at the end, never past it. */
+static void __attribute__((format(printf, 4, 5))) append(char *buf, size_t size, size_t *n, const char *fmt, ...)
+{
+    va_list ap;
+    int w;
+
+    if (*n + 1 >= size)
+        return;
+    va_start(ap, fmt);
+    w = vsnprintf(buf + *n, size - *n, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        *n += (size_t)w < size - *n ? (size_t)w : size - *n - 1;
+}
+
+static void append_list(char *buf, size_t size, size_t *n, const char *title, const json_t *list)
+{
+    const json_t *v;
+    size_t i;
+
+    if (!json_array_size(list))
+        return;
+    append(buf, size, n, "%s", title);
+    json_array_foreach(list, i, v) {
+        append(buf, size, n, "%s %s", i ? "," : "", json_string_value(v));
+    }
 }
 
 /* Adds rep["deployment"]: {"way", "container", "euid", "missing_for_every_layer": [...],
@@ -226,21 +261,12 @@ static int add_deployment(json_t *rep)
     else
         way = sandbox_ok && limits && json_array_size(for_every) == 0 ? "every-layer" : "partial";
 
-    n = (size_t)snprintf(summary, sizeof(summary), "%s", way);
+    n = 0;
+    append(summary, sizeof(summary), &n, "%s", way);
     if (strcmp(container_kind(), "none") != 0)
-        n += (size_t)snprintf(summary + n, sizeof(summary) - n, " (in a %s container)", container_kind());
-    if (json_array_size(for_rootless)) {
-        const json_t *v;
-        n += (size_t)snprintf(summary + n, sizeof(summary) - n, "; missing for rootless:");
-        json_array_foreach(for_rootless, i, v) if (n < sizeof(summary)) n += (size_t)snprintf(
-            summary + n, sizeof(summary) - n, "%s %s", i ? "," : "", json_string_value(v));
-    }
-    if (json_array_size(for_every) && n < sizeof(summary)) {
-        const json_t *v;
-        n += (size_t)snprintf(summary + n, sizeof(summary) - n, "; missing for every layer:");
-        json_array_foreach(for_every, i, v) if (n < sizeof(summary)) n += (size_t)snprintf(
-            summary + n, sizeof(summary) - n, "%s %s", i ? "," : "", json_string_value(v));
-    }
+        append(summary, sizeof(summary), &n, " (in a %s container)", container_kind());
+    append_list(summary, sizeof(summary), &n, "; missing for rootless:", for_rootless);
+    append_list(summary, sizeof(summary), &n, "; missing for every layer:", for_every);
     dep = json_pack("{s:s, s:s, s:i, s:o, s:o, s:s}", "way", way, "container", container_kind(), "euid",
                     (json_int_t)geteuid(), "missing_for_every_layer", for_every, "missing_for_rootless",
                     for_rootless, "summary", summary);
