@@ -14,12 +14,30 @@ import socket
 import pytest
 
 from conftest import IS_ROOT, new_tag, pids_with, wait_for
-from test_server import TOKEN_A, TOKEN_B, server, tmp  # noqa: F401 (fixtures)
+from test_server import TOKEN_A, TOKEN_B, Server, tmp  # noqa: F401 (a fixture)
 
 KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
 pytestmark = [pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a tmpfs per workspace, "
                                                      "id-mapped binds); the server tests run as root"),
               pytest.mark.skipif(KERNEL < (6, 3), reason="id-mapped tmpfs mounts need Linux 6.3")]
+
+
+@pytest.fixture
+def server(tmp):
+    """test_server.py's, and the server's stderr has no sanitizer report
+    (the ASan pass: UBSan reports do not change the exit status)."""
+    servers = []
+
+    def start(**kw):
+        srv = Server(tmp, **kw)
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        if srv.proc.poll() is None:
+            assert srv.stop() == 0, srv.err()
+        assert "runtime error:" not in srv.err() and "Sanitizer" not in srv.err(), srv.err()
 
 
 def b64(data):
