@@ -259,6 +259,10 @@ def test_quota_is_kernel_enforced_workspace_full(server):
     status, _, j = s.request("PUT", files_url(sid, "more.bin"), raw=b"x" * 100000)
     assert status == 507 and j["error"].startswith("workspace_full"), j
     assert s.request("GET", files_url(sid, "more.bin"))[0] == 404, "a failed PUT leaves nothing"
+    tag = new_tag()
+    status, _, j = srun(s, sid, {"argv": ["sleep", tag], "files": {"more.bin": b64(b"x" * 100000)}})
+    assert status == 507 and j["error"].startswith("files.workspace_full"), j
+    assert not pids_with(tag) and s.request("GET", "/v1/sessions/" + sid)[2]["run"] is None, "nothing ran"
     # Control: room again, the same PUT goes through, and a run is ok.
     assert s.request("DELETE", files_url(sid, "big"))[0] == 200
     assert s.request("PUT", files_url(sid, "more.bin"), raw=b"x" * 100000)[0] == 201
