@@ -14,11 +14,11 @@ compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 py
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
         git make sqlite3 jq curl tar bsdutils openssl strace nodejs)
 case "$what" in
-  # debootstrap, binutils, systemd, node + npm: tests/integration/test_deploy_*.py (the
+  # debootstrap, binutils, systemd, podman, node + npm: tests/integration/test_deploy_*.py (the
   # container image's base roots, the seccomp enumeration, the unit check, the
   # Kubernetes schemas: tests/deploy/package.json, installed below with npm ci).
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
-               debootstrap binutils systemd "${compat[@]}") ;;
+               debootstrap binutils systemd podman "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail) ;;
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;
