@@ -192,14 +192,22 @@ static size_t embedded_v4(const uint8_t a[16], uint8_t out[2][4], const char **f
         /* RFC 6052 puts the IPv4 address after a /48 prefix at bits
          * 48..63 and 72..87 (bits 64..71 are zero); operators also carve
          * /96 prefixes out of it, with the address in the last 32 bits.
-         * Both readings are checked. */
+         * Both readings are checked, except one that is all zero: that is
+         * the other layout's filler (64:ff9b:1::a00:1 reads 0.0.0.0 the
+         * /48 way). Both zero: 0.0.0.0, refused. */
+        static const uint8_t z4[4];
+        size_t n = 0;
         *form = "nat64_local";
-        out[0][0] = a[6];
-        out[0][1] = a[7];
-        out[0][2] = a[9];
-        out[0][3] = a[10];
-        memcpy(out[1], a + 12, 4);
-        return 2;
+        out[n][0] = a[6];
+        out[n][1] = a[7];
+        out[n][2] = a[9];
+        out[n][3] = a[10];
+        if (memcmp(out[n], z4, 4) != 0)
+            n++;
+        memcpy(out[n], a + 12, 4);
+        if (memcmp(out[n], z4, 4) != 0 || n == 0)
+            n++;
+        return n;
     }
     if (a[0] == 0x20 && a[1] == 0x02) {                /* 2002::/16 6to4 */
         *form = "6to4";
