@@ -627,6 +627,10 @@ static void dial(struct conn *c)
             close(fd);
             break;
         }
+        if (c->inspected)
+            /* Many servers close without close_notify; the client still
+             * sees the end (and HTTP framing tells it of truncation). */
+            bufferevent_openssl_set_allow_dirty_shutdown(b, 1);
         c->up = b;
         c->up_fd = fd;
         bufferevent_setcb(b, up_read, up_write, up_event, c);
@@ -847,6 +851,10 @@ static void process_head(struct conn *c, size_t head_len)
     }
     if (e == HPE_PAUSED)
         http_parser_pause(&c->parser, 0);
+    if (c->parser.http_major != 1) {
+        deny(c, 505, "HTTP Version Not Supported", "only HTTP/1.x requests are forwarded");
+        return;
+    }
     for (size_t i = 0; i < c->n_hdrs; i++)
         if (memchr(c->head + c->hdrs[i].val_off, '\r', c->hdrs[i].val_len) ||
             memchr(c->head + c->hdrs[i].val_off, '\n', c->hdrs[i].val_len)) {
@@ -1075,7 +1083,11 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     else if (what & BEV_EVENT_ERROR)
         snprintf(c->note, sizeof(c->note), "upstream connection error: %s",
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    conn_close(c);
+    /* What the upstream sent before failing still reaches the client. */
+    bufferevent_free(c->up);
+    c->up = NULL;
+    c->up_eof = true;
+    conn_finish(c);
 }
 
 static void cli_event(struct bufferevent *bev, short what, void *arg)
@@ -1084,6 +1096,8 @@ static void cli_event(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     if (c->dead)
         return;
+    if (what & BEV_EVENT_CONNECTED)
+        return; /* the TLS handshake with the client is done */
     if (what & BEV_EVENT_TIMEOUT) {
         if (c->state == ST_HEAD && (what & BEV_EVENT_READING)) {
             if (evbuffer_get_length(bufferevent_get_input(c->cli)) > 0)
@@ -1109,8 +1123,14 @@ static void cli_event(struct bufferevent *bev, short what, void *arg)
         conn_close(c);
         return;
     }
-    if (c->note[0] == '\0')
-        snprintf(c->note, sizeof(c->note), "client connection error");
+    if (c->note[0] == '\0') {
+        unsigned long e = c->inspected ? bufferevent_get_openssl_error(c->cli) : 0;
+        char es[160] = "";
+        if (e)
+            ERR_error_string_n(e, es, sizeof(es));
+        snprintf(c->note, sizeof(c->note), "client connection error (0x%x%s%s)", (unsigned)what,
+                 e ? ": " : "", es);
+    }
     conn_close(c);
 }
 

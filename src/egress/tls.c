@@ -126,7 +126,7 @@ static int make_ca(struct eg_tls *t, char *err, size_t errlen)
             off += (size_t)snprintf(nc + off, cap - off, ",permitted;DNS:%s%s", wild ? "." : "",
                                     wild ? h + 2 : h);
         }
-    snprintf(nc + off, cap - off, ",excluded;IP:0.0.0.0/0.0.0.0,excluded;IP:::/0");
+    snprintf(nc + off, cap - off, ",excluded;IP:0.0.0.0/0.0.0.0,excluded;IP:::/::");
     int r = add_ext(cert, cert, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") |
             add_ext(cert, cert, NID_key_usage, "critical,keyCertSign,cRLSign") |
             add_ext(cert, cert, NID_subject_key_identifier, "hash") |
@@ -152,6 +152,10 @@ static int make_client_ctx(struct eg_tls *t, char *err, size_t errlen)
     t->client_ctx = ctx;
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    /* OpenSSL 3 reports a close without close_notify as an error, which
+     * libevent 2.1 (older than OpenSSL 3) cannot tell from a real one:
+     * read it as the end of the stream, as HTTP clients do. */
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
     /* The system trust store, loaded now as one file (the hashed
      * directory would be read lazily, after the seccomp filter). */
     const char *file = getenv(X509_get_default_cert_file_env());
@@ -262,6 +266,7 @@ static SSL_CTX *mint_leaf(struct eg_tls *t, const char *host)
     if (!ctx)
         goto out;
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
     if (SSL_CTX_use_certificate(ctx, cert) != 1 || SSL_CTX_use_PrivateKey(ctx, t->leaf_key) != 1 ||
         SSL_CTX_add1_chain_cert(ctx, t->ca_cert) != 1) {
         SSL_CTX_free(ctx);
