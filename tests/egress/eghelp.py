@@ -191,7 +191,17 @@ def _pipe_thread(a, b):
 class Proxy:
     """One agentjail-egress, started with the contract's fds."""
 
-    def __init__(self, env, config, relay=True):
+    # Used when tcp_port is given: the listening socket is made inside the
+    # proxy's namespace (127.0.0.1:PORT there), then the proxy is exec'd
+    # with it, so that clients in that namespace (bench/egress.py) reach the
+    # proxy with no relay in between.
+    TCP_WRAP = ("import os, socket, sys\n"
+                "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(512); os.set_inheritable(s.fileno(), True)\n"
+                "a = [str(s.fileno()) if x == 'LISTEN' else x for x in sys.argv[2:]]\n"
+                "os.execv(a[0], a)\n")
+
+    def __init__(self, env, config, relay=True, tcp_port=None):
         self.env = env
         self.dir = tempfile.mkdtemp(prefix="ajeg-px-")
         self.sock_path = self.dir + "/egress.sock"
@@ -211,9 +221,13 @@ class Proxy:
         os.write(cfg_w, json.dumps(cfg).encode())
         os.close(cfg_w)
         child = [cfg_r, lsock.fileno(), ev_w, ctl_r, ca_w]
-        cmd = ["ip", "netns", "exec", env.ns_p, egress_bin(),
-               "--config-fd", str(cfg_r), "--listen-fd", str(lsock.fileno()), "--events-fd", str(ev_w),
-               "--control-fd", str(ctl_r), "--ca-out-fd", str(ca_w)]
+        args = [egress_bin(), "--config-fd", str(cfg_r), "--listen-fd", str(lsock.fileno()),
+                "--events-fd", str(ev_w), "--control-fd", str(ctl_r), "--ca-out-fd", str(ca_w)]
+        if tcp_port:
+            args[4] = "LISTEN"
+            args = [sys.executable, "-c", self.TCP_WRAP, str(tcp_port)] + args
+            relay = False
+        cmd = ["ip", "netns", "exec", env.ns_p] + args
         self.stderr_path = self.dir + "/stderr"
         with open(self.stderr_path, "w") as errf:
             self.proc = subprocess.Popen(cmd, pass_fds=child, stderr=errf, stdin=subprocess.DEVNULL)
