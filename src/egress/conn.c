@@ -1229,8 +1229,9 @@ void eg_conn_accept(struct eg *eg, int fd)
 
 void eg_conn_free_all(struct eg *eg)
 {
-    while (eg->conns) {
-        struct conn *c = eg->conns;
+    struct conn *next;
+    for (struct conn *c = eg->conns; c; c = next) {
+        next = c->next; /* free_cb unlinks c */
         if (!c->dead) {
             c->dead = true;
             if (c->dialled)
