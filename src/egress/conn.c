@@ -314,13 +314,77 @@ static bool move_bytes(struct conn *c, struct evbuffer *in, size_t n, struct buf
     return true;
 }
 
+/* The fast path of a plain (not TLS-terminated) relay. libevent 2.1 reads
+ * at most 4096 bytes per readiness (EVBUFFER_MAX_READ) and defers every
+ * write to the next loop turn (an EPOLLOUT add and remove per chunk), so
+ * a bulk transfer costs a loop turn per 4 KiB. Here, inside the same read
+ * callback, what libevent read is written to dst's socket at once when
+ * nothing is queued before it, and then up to RELAY_BURST more chunks are
+ * read from src's socket and written the same way. Whatever dst does not
+ * take goes to its output buffer (order kept: nothing is written directly
+ * while that buffer holds data). EOF and errors on src are left for
+ * libevent to see on its next read. */
+#define RELAY_BURST 16
+static unsigned char relay_buf[IO_CHUNK];
+
+static bool push_direct(struct conn *c, struct bufferevent *dst, const unsigned char *p, size_t n,
+                        bool outbound)
+{
+    struct eg *eg = c->eg;
+    uint64_t *total = outbound ? &eg->total_out : &eg->total_in;
+    uint64_t cap = outbound ? eg->cfg.caps.max_bytes_out : eg->cfg.caps.max_bytes_in;
+    bool over = false;
+    struct evbuffer *out = bufferevent_get_output(dst);
+
+    if (cap && *total + n > cap) {
+        n = (size_t)(cap - *total);
+        over = true;
+    }
+    size_t done = 0;
+    if (evbuffer_get_length(out) == 0) {
+        ssize_t w = send(bufferevent_getfd(dst), p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0)
+            done = (size_t)w;
+        /* EAGAIN or an error: the rest is queued; libevent reports errors. */
+    }
+    if (done < n)
+        evbuffer_add(out, p + done, n - done);
+    *total += n;
+    if (outbound)
+        c->bytes_out += n;
+    else
+        c->bytes_in += n;
+    if (over) {
+        cap_hit(c, outbound ? "max_bytes_out" : "max_bytes_in");
+        conn_finish(c);
+        return false;
+    }
+    return true;
+}
+
 /* Move what src has read to dst; pause src while dst holds HIGH_WATER
  * unsent (dst's write callback resumes it). */
 static void relay(struct conn *c, struct bufferevent *src, struct bufferevent *dst, bool outbound)
 {
     struct evbuffer *in = bufferevent_get_input(src);
-    if (!move_bytes(c, in, evbuffer_get_length(in), dst, outbound))
-        return;
+    if (c->inspected) {
+        if (!move_bytes(c, in, evbuffer_get_length(in), dst, outbound))
+            return;
+    } else {
+        while (evbuffer_get_length(in) > 0) {
+            int k = evbuffer_remove(in, relay_buf, sizeof(relay_buf));
+            if (k <= 0 || !push_direct(c, dst, relay_buf, (size_t)k, outbound))
+                return;
+        }
+        int sfd = bufferevent_getfd(src);
+        for (int i = 0; i < RELAY_BURST && evbuffer_get_length(bufferevent_get_output(dst)) == 0; i++) {
+            ssize_t r = recv(sfd, relay_buf, sizeof(relay_buf), MSG_DONTWAIT);
+            if (r <= 0)
+                break; /* EAGAIN, EOF or an error: libevent's next read sees it */
+            if (!push_direct(c, dst, relay_buf, (size_t)r, outbound))
+                return;
+        }
+    }
     if (evbuffer_get_length(bufferevent_get_output(dst)) >= HIGH_WATER)
         bufferevent_disable(src, EV_READ);
 }
