@@ -35,6 +35,8 @@ import socket, sys, time, json
 mode, n = sys.argv[1], int(sys.argv[2])
 if mode == "direct":
     addr, req = ("11.1.1.2", 80), b"GET /lat HTTP/1.1\r\nHost: public.test\r\nConnection: close\r\n\r\n"
+elif mode == "proxy_ip":
+    addr, req = ("127.0.0.1", 3128), b"GET http://11.1.1.2/lat HTTP/1.1\r\nHost: public.test\r\n\r\n"
 else:
     addr, req = ("127.0.0.1", 3128), b"GET http://public.test/lat HTTP/1.1\r\nHost: public.test\r\n\r\n"
 times = []
@@ -65,6 +67,11 @@ def latency(env, mode, n):
             "req_per_s": n / d["total"]}
 
 
+def cpu_s(pid):
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def download(env, url, proxy, extra=()):
     cmd = ["ip", "netns", "exec", env.ns_p, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{speed_download}",
            "--noproxy", "" if proxy else "*", "--resolve", "public.test:80:11.1.1.2",
@@ -89,7 +96,7 @@ def main():
     env = eghelp.Env()
     p = None
     try:
-        cfg = {"allow": ["public.test", "*.brokered.test"],
+        cfg = {"allow": ["public.test", "*.brokered.test", "11.1.1.2"],
                "secrets": [{"id": "bench", "hosts": ["api.brokered.test"], "header": "Authorization",
                             "value": "bench-real-value", "placeholder": "bench-placeholder"}],
                "upstream_ca_pem": env.ca_pem}
@@ -98,21 +105,29 @@ def main():
         with open(run_ca, "w") as f:
             f.write(p.ca_pem)
         size = a.mb * 1024 * 1024
-        res = {"direct": [], "proxy": [], "http_direct": [], "http_proxy": [], "tls_direct": [],
+        res = {"direct": [], "proxy": [], "proxy_ip": [], "http_direct": [], "http_proxy": [], "tls_direct": [],
                "tls_tunnel": [], "tls_terminated": []}
+        cpu = {"http_proxy": [], "tls_tunnel": [], "tls_terminated": []}
         latency(env, "direct", 100)  # warm both paths
         latency(env, "proxy", 100)
         for _ in range(a.rounds):
             res["direct"].append(latency(env, "direct", a.requests))
             res["proxy"].append(latency(env, "proxy", a.requests))
+            res["proxy_ip"].append(latency(env, "proxy_ip", a.requests))
             u = "http://public.test/bytes/%d" % size
             res["http_direct"].append(download(env, u, False))
+            c0 = cpu_s(p.pid())
             res["http_proxy"].append(download(env, u, True))
+            cpu["http_proxy"].append(cpu_s(p.pid()) - c0)
             u = "https://public.test/bytes/%d" % size
             res["tls_direct"].append(download(env, u, False, ["--cacert", env.ca_pem_path]))
+            c0 = cpu_s(p.pid())
             res["tls_tunnel"].append(download(env, u, True, ["--cacert", env.ca_pem_path]))
+            cpu["tls_tunnel"].append(cpu_s(p.pid()) - c0)
+            c0 = cpu_s(p.pid())
             res["tls_terminated"].append(download(env, "https://api.brokered.test/bytes/%d" % size, True,
                                                   ["--cacert", run_ca]))
+            cpu["tls_terminated"].append(cpu_s(p.pid()) - c0)
         med = lambda xs: statistics.median(xs)
         out = {
             "requests": a.requests, "mb": a.mb, "rounds": a.rounds,
@@ -122,9 +137,14 @@ def main():
             "p90_proxy_ms": med([r["p90_ms"] for r in res["proxy"]]),
             "rps_direct": med([r["req_per_s"] for r in res["direct"]]),
             "rps_proxy": med([r["req_per_s"] for r in res["proxy"]]),
+            "p50_proxy_ip_ms": med([r["p50_ms"] for r in res["proxy_ip"]]),
+            "rps_proxy_ip": med([r["req_per_s"] for r in res["proxy_ip"]]),
         }
         for k in ("http_direct", "http_proxy", "tls_direct", "tls_tunnel", "tls_terminated"):
             out[k + "_MBps"] = med(res[k])
+        for k in cpu:
+            out[k + "_proxy_cpu_ms_per_100MB"] = 1000 * med(cpu[k]) * 100 / a.mb
+        out["load_average"] = os.getloadavg()[0]
         out["added_p50_ms"] = out["p50_proxy_ms"] - out["p50_direct_ms"]
         out["rps_ratio"] = out["rps_proxy"] / out["rps_direct"]
         out["http_ratio"] = out["http_proxy_MBps"] / out["http_direct_MBps"]
@@ -135,6 +155,8 @@ def main():
                                                                   out["rps_direct"]))
         print("  proxied  p50 %.3f ms  p90 %.3f ms  %.0f req/s" % (out["p50_proxy_ms"], out["p90_proxy_ms"],
                                                                   out["rps_proxy"]))
+        print("  proxied, literal address (no DNS): p50 %.3f ms  %.0f req/s" % (out["p50_proxy_ip_ms"],
+                                                                           out["rps_proxy_ip"]))
         print("  added p50 %.3f ms (goal < 1 ms); req/s ratio %.2f" % (out["added_p50_ms"], out["rps_ratio"]))
         print("throughput, %d MB download (MB/s, median of rounds):" % a.mb)
         print("  http   direct %.0f  proxied %.0f  ratio %.2f" % (out["http_direct_MBps"], out["http_proxy_MBps"],
@@ -142,6 +164,11 @@ def main():
         print("  https  direct %.0f  tunnel %.0f (ratio %.2f, goal >= 0.8)  TLS-terminating %.0f (ratio %.2f)" % (
             out["tls_direct_MBps"], out["tls_tunnel_MBps"], out["tunnel_ratio"], out["tls_terminated_MBps"],
             out["terminated_ratio"]))
+        print("proxy CPU per 100 MB (independent of other load): http %.0f ms, tunnel %.0f ms, "
+              "TLS-terminating %.0f ms" % (out["http_proxy_proxy_cpu_ms_per_100MB"],
+                                           out["tls_tunnel_proxy_cpu_ms_per_100MB"],
+                                           out["tls_terminated_proxy_cpu_ms_per_100MB"]))
+        print("load average during the run: %.1f on %d CPUs" % (out["load_average"], os.cpu_count()))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=1)
