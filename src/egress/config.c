@@ -125,8 +125,11 @@ static int parse_secret(json_t *o, size_t idx, struct eg_secret *s, char *err, s
                 const char *hs = json_is_string(h) ? json_string_value(h) : NULL;
                 bool wild = hs && strncmp(hs, "*.", 2) == 0;
                 if (!hs || !eg_host_normalise(wild ? hs + 2 : hs, strlen(wild ? hs + 2 : hs), norm,
-                                              sizeof(norm)))
-                    return ERR("%s[%zu] must be a host name or *.domain", what, i);
+                                              sizeof(norm)) ||
+                    strchr(norm, ':') || strspn(norm, "0123456789.") == strlen(norm))
+                    /* Names only: the run CA's name constraints permit DNS
+                     * names and exclude every IP address. */
+                    return ERR("%s[%zu] must be a host name or *.domain (not an IP address)", what, i);
                 size_t l = strlen(norm) + 3;
                 s->hosts[i] = malloc(l);
                 if (!s->hosts[i])

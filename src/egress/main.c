@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -258,13 +260,13 @@ static int apply_seccomp(void)
     static const char *const allowed[] = {
         "read", "write", "readv", "writev", "close", "shutdown",
         "epoll_wait", "epoll_pwait", "epoll_ctl", "poll", "ppoll", "select", "pselect6",
-        "accept", "accept4", "connect", "bind", "sendto", "recvfrom", "sendmsg", "recvmsg",
-        "getsockopt", "setsockopt", "getsockname", "getpeername", "ioctl", "fcntl",
+        "accept", "accept4", "connect", "sendto", "recvfrom", "sendmsg", "recvmsg",
+        "getsockopt", "setsockopt", "getsockname", "getpeername", "fcntl",
         "clock_gettime", "clock_nanosleep", "gettimeofday", "nanosleep", "time",
-        "brk", "mmap", "munmap", "mremap", "madvise", "mprotect",
+        "brk", "munmap", "mremap", "madvise",
         "getrandom", "futex", "rt_sigreturn", "rt_sigprocmask", "rt_sigaction", "sigaltstack",
-        "exit", "exit_group", "getpid", "gettid", "tgkill", "sched_yield", "restart_syscall",
-        "fstat", "newfstatat", "lseek", "eventfd2", "pipe2", "prlimit64", "getrlimit",
+        "exit", "exit_group", "getpid", "gettid", "sched_yield", "restart_syscall",
+        "fstat", "newfstatat", "lseek", "eventfd2", "pipe2", "getrlimit",
         "sched_getaffinity", "uname",
 #ifdef __SANITIZE_ADDRESS__
         /* Test builds only: LeakSanitizer stops the world at exit with a
@@ -272,6 +274,7 @@ static int apply_seccomp(void)
         "clone", "clone3", "ptrace", "wait4", "waitid", "prctl", "openat", "open", "getdents64", "getdents",
         "readlink", "readlinkat", "kill", "sched_getparam", "getppid", "dup", "dup2", "dup3",
         "pipe", "munlock", "mlock", "msync", "statx", "stat", "lstat",
+        "mmap", "mprotect", "ioctl", "tgkill", "prlimit64",
 #endif
     };
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
@@ -290,6 +293,20 @@ static int apply_seccomp(void)
         r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_INET));
     if (r == 0)
         r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+#ifndef __SANITIZE_ADDRESS__
+    /* No executable memory (an exploit's shellcode stays data); ioctl
+     * only for FIONREAD (libevent sizes its reads with it); signals only
+     * to itself (abort). */
+    if (r == 0)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+    if (r == 0)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mprotect), 1,
+                             SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+    if (r == 0)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_EQ, FIONREAD));
+    if (r == 0)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid()));
+#endif
     if (r == 0)
         r = seccomp_load(ctx);
     seccomp_release(ctx);

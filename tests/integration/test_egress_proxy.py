@@ -302,6 +302,7 @@ def test_brokering(env, proxy, tmp_path):
     text = subprocess.run(["openssl", "x509", "-noout", "-text", "-in", str(ca)], capture_output=True,
                           text=True, check=True).stdout
     assert "Permitted:" in text and "DNS:api.brokered.test" in text and "CA:TRUE" in text
+    assert "Excluded:" in text and "IP:0.0.0.0/0.0.0.0" in text
     # HTTPS to the brokered host: terminated with the run CA, re-originated
     # to the real upstream (verified against upstream_ca_pem); the header
     # gets the real value there and only there.
@@ -451,6 +452,8 @@ def test_least_privilege_and_exit(env, proxy):
     ({"allow": [], "caps": {"max_connections": -1}}, "caps.max_connections"),
     ({"allow": [], "secrets": [{"id": "x", "hosts": ["h.test"], "header": "Authorization",
                                 "value": "SECRET-VALUE-9", "placeholder": "short"}]}, "placeholder"),
+    ({"allow": [], "secrets": [{"id": "x", "hosts": ["10.1.2.3"], "header": "Authorization",
+                                "value": "SECRET-VALUE-9", "placeholder": "placeholder-1"}]}, "not an IP address"),
 ])
 def test_bad_config_exits_2(env, cfg, msg):
     r_, w_ = os.pipe()
