@@ -73,6 +73,7 @@ struct conn {
     struct hdr hdrs[MAX_HEADERS];
     size_t n_hdrs;
     bool too_many_headers;
+    size_t scanned;          /* bytes of the head already searched for its end */
 
     char method[24];
     char host[256];
@@ -819,17 +820,20 @@ static void handle_http(struct conn *c)
         deny(c, 400, "Bad Request", "user information in the URL is not forwarded");
         return;
     }
-    size_t po = u.field_set & (1 << UF_PATH) ? u.field_data[UF_PATH].off : c->url_len;
+    /* The origin-form target: path and query, never the fragment;
+     * "http://h" is "/", "http://h?q" is "/?q". */
     size_t end = c->url_len;
     if (u.field_set & (1 << UF_FRAGMENT))
         end = u.field_data[UF_FRAGMENT].off - 1;
-    c->path = (u.field_set & (1 << UF_PATH)) ? strndup(c->url + po, end - po) : strdup("/");
-    if (c->path && c->path[0] == '?') { /* "http://h?q": the path is "/" */
-        char *p = malloc(strlen(c->path) + 2);
-        if (p)
-            snprintf(p, strlen(c->path) + 2, "/%s", c->path);
-        free(c->path);
-        c->path = p;
+    if (u.field_set & (1 << UF_PATH)) {
+        c->path = strndup(c->url + u.field_data[UF_PATH].off, end - u.field_data[UF_PATH].off);
+    } else if (u.field_set & (1 << UF_QUERY)) {
+        size_t qo = u.field_data[UF_QUERY].off - 1; /* the '?' */
+        c->path = malloc(end - qo + 2);
+        if (c->path)
+            snprintf(c->path, end - qo + 2, "/%.*s", (int)(end - qo), c->url + qo);
+    } else {
+        c->path = strdup("/");
     }
     if (!c->path) {
         conn_close(c);
@@ -972,12 +976,22 @@ static void cli_read(struct bufferevent *bev, void *arg)
         return;
     switch (c->state) {
     case ST_HEAD: {
-        struct evbuffer_ptr p = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+        /* Search only what is new (and the 3 bytes before it): a client
+         * trickling a 64 KiB head byte by byte must not cost a rescan
+         * per byte. */
+        struct evbuffer_ptr start, p;
+        size_t len = evbuffer_get_length(in);
+        size_t from = c->scanned > 3 ? c->scanned - 3 : 0;
+        if (evbuffer_ptr_set(in, &start, from, EVBUFFER_PTR_SET) < 0)
+            from = 0;
+        p = evbuffer_search(in, "\r\n\r\n", 4, from ? &start : NULL);
         if (p.pos < 0) {
-            if (evbuffer_get_length(in) > MAX_HEAD)
+            c->scanned = len;
+            if (len > MAX_HEAD)
                 deny(c, 431, "Request Header Fields Too Large", "the request head exceeds 64 KiB");
             return;
         }
+        c->scanned = 0;
         if ((size_t)p.pos + 4 > MAX_HEAD) {
             deny(c, 431, "Request Header Fields Too Large", "the request head exceeds 64 KiB");
             return;

@@ -397,6 +397,20 @@ def test_malformed_huge_slow_abrupt(env, proxy):
             out = b"(reset)"
         s.close()
         assert out.startswith(want), (req[:60], out[:200])
+    # Targets: no path, a query without a path, a fragment (never sent).
+    for req, path in [(b"GET http://public.test HTTP/1.1\r\n\r\n", "/"),
+                      (b"GET http://public.test?q=target-1 HTTP/1.1\r\n\r\n", "/?q=target-1"),
+                      (b"GET http://public.test/t2?x=1#frag HTTP/1.1\r\n\r\n", "/t2?x=1")]:
+        s = p.connect()
+        assert eghelp.raw_request(s, req).startswith(b"HTTP/1.1 200")
+        s.close()
+        assert ups(env, path), path
+    # A head trickled in small pieces still parses.
+    s = p.connect()
+    for piece in [b"GET http://pub", b"lic.test/trick", b"le HTTP/1.1\r", b"\nHost: public.test\r\n", b"\r", b"\n"]:
+        s.sendall(piece)
+    assert eghelp.raw_request(s, b"").startswith(b"HTTP/1.1 200")
+    s.close()
     # A request pipelined behind an allowed one is not carried to that upstream.
     s = p.connect()
     out = eghelp.raw_request(s, b"GET http://public.test/first HTTP/1.1\r\nHost: public.test\r\n\r\n"
