@@ -14,7 +14,7 @@ compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 py
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
         git make sqlite3 jq curl tar bsdutils openssl strace nodejs)
 case "$what" in
-  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
+  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest python3-requests iproute2 util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
                "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail) ;;
   compat) pkgs+=("${compat[@]}") ;;

@@ -140,7 +140,9 @@ class Env:
         open(self.up_log, "w").close()
         self._spawn_ready(self.ns_p, [sys.executable, os.path.join(HERE, "dnsserver.py"), "127.0.0.1", "5353",
                                       self.dir + "/zone.json", self.dns_log])
-        cfg = {"log": self.up_log, "http": UP_HTTP, "https": UP_HTTPS,
+        self.www = self.dir + "/www"
+        os.makedirs(self.www + "/git")
+        cfg = {"log": self.up_log, "http": UP_HTTP, "https": UP_HTTPS, "www": self.www,
                "cert": self.dir + "/srv.pem", "key": self.dir + "/srv.key"}
         self._spawn_ready(self.ns_u, [sys.executable, os.path.join(HERE, "upstream.py"), json.dumps(cfg)])
 

@@ -10,16 +10,21 @@ Every request (and every bare connection) is logged as one JSON line:
 {"local": "IP:PORT", "tls": bool, "method", "path", "headers": [[k, v]...],
  "body_len"}. Responses never echo headers (a credential echoed back would
 reach the sandbox: the test reads the log instead).
-Paths: /bytes/N streams N bytes; anything else answers "ok PATH".
+Paths: /bytes/N streams N bytes; /simple/... and /files/... are files under
+"www" (a pip simple index); /git/... is git smart HTTP (git http-backend)
+over the bare repositories in www/git; anything else answers "ok PATH".
 """
 import json
+import os
 import socket
+import subprocess
 import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOG = None
+CFG = {}
 LOCK = threading.Lock()
 
 
@@ -45,6 +50,11 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         self._rec(len(body))
+        www = CFG.get("www")
+        if www and self.path.startswith("/git/"):
+            return self._git(body)
+        if www and (self.path.startswith("/simple/") or self.path.startswith("/files/")):
+            return self._static(www)
         if self.path.startswith("/bytes/"):
             size = int(self.path.split("/")[2])
             self.send_response(200)
@@ -70,6 +80,47 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(out)
+
+    def _static(self, www):
+        rel = self.path.split("?", 1)[0].lstrip("/")
+        full = os.path.realpath(os.path.join(www, rel))
+        if full.endswith("/") or os.path.isdir(full):
+            full = os.path.join(full, "index.html")
+        if not full.startswith(os.path.realpath(www) + "/") or not os.path.isfile(full):
+            self.send_error(404)
+            return
+        data = open(full, "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html" if full.endswith(".html") else "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _git(self, body):
+        """Smart HTTP through git http-backend (CGI)."""
+        path, _, query = self.path.partition("?")
+        env = {"GIT_PROJECT_ROOT": os.path.join(CFG["www"], "git"), "GIT_HTTP_EXPORT_ALL": "1",
+               "PATH_INFO": path[len("/git"):], "QUERY_STRING": query, "REQUEST_METHOD": self.command,
+               "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
+               "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "REMOTE_ADDR": "11.1.1.1"}
+        if self.headers.get("Git-Protocol"):
+            env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+        r = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True)
+        head, _, data = r.stdout.partition(b"\r\n\r\n")
+        status = 200
+        hdrs = []
+        for line in head.split(b"\r\n"):
+            k, _, v = line.decode().partition(":")
+            if k.lower() == "status":
+                status = int(v.split()[0])
+            elif k:
+                hdrs.append((k, v.strip()))
+        self.send_response(status)
+        for k, v in hdrs:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _handle
 
@@ -102,6 +153,7 @@ def split(hp):
 def main():
     global LOG
     cfg = json.loads(sys.argv[1])
+    CFG.update(cfg)
     LOG = open(cfg["log"], "a")
     servers = []
     for hp in cfg.get("http", []):
