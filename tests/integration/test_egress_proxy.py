@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import IS_ROOT, heavy_only
+from conftest import IS_ROOT, heavy_only, must_skip
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "egress"))
 import eghelp  # noqa: E402
@@ -38,7 +38,11 @@ def env():
     if not IS_ROOT:
         pytest.skip("needs root: creates network namespaces (ip netns)")
     if not os.path.exists(eghelp.egress_bin()):
-        pytest.skip("agentjail-egress not built at %s" % eghelp.egress_bin())
+        must_skip("agentjail-egress not built at %s" % eghelp.egress_bin())
+    import shutil
+    for tool in ("ip", "curl", "openssl", "git"):
+        if not shutil.which(tool):
+            must_skip("%s is not installed (scripts/deps.sh test)" % tool)
     e = eghelp.Env()
     yield e
     e.close()
@@ -417,7 +421,7 @@ def test_real_clients_requests_pip_git(env, proxy, tmp_path):
     r = subprocess.run(["/usr/bin/python3", "-c", code, env.ca_pem_path], capture_output=True, text=True,
                        env=proxied, timeout=60)
     if "No module named 'requests'" in r.stderr:
-        pytest.skip("python3-requests is not installed (scripts/deps.sh test)")
+        must_skip("python3-requests is not installed (scripts/deps.sh test)")
     assert r.stdout.strip() == "200", r.stderr
     assert ups(env, "/requests-ok")[0]["tls"]
     # pip download from the simple index, over the tunnel
@@ -553,7 +557,7 @@ def test_least_privilege_and_exit(env, proxy):
 def test_bad_config_exits_2(cfg, msg):
     """No namespaces needed: runs as any user."""
     if not os.path.exists(eghelp.egress_bin()):
-        pytest.skip("agentjail-egress not built at %s" % eghelp.egress_bin())
+        must_skip("agentjail-egress not built at %s" % eghelp.egress_bin())
     r_, w_ = os.pipe()
     os.write(w_, json.dumps(cfg).encode())
     os.close(w_)
@@ -595,3 +599,44 @@ def test_many_requests_no_growth(env, proxy):
         time.sleep(0.05)
     assert fd_count(p.pid()) <= fds0
     assert rss() < rss0 + 8192, (rss0, rss())
+
+
+def test_setup_failure_exits_1():
+    """A listen fd that is not listening (a setup failure, not a bad config): exit 1, one line."""
+    if not os.path.exists(eghelp.egress_bin()):
+        must_skip("agentjail-egress not built at %s" % eghelp.egress_bin())
+    r_, w_ = os.pipe()
+    os.write(w_, json.dumps({"allow": ["public.test"], "resolver": "127.0.0.1:53"}).encode())
+    os.close(w_)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # bound nowhere, not listening
+    fds = [r_, sock.fileno()] + [os.open("/dev/null", os.O_RDWR) for _ in range(3)]
+    r = subprocess.run([eghelp.egress_bin(), "--config-fd", str(fds[0]), "--listen-fd", str(fds[1]),
+                        "--events-fd", str(fds[2]), "--control-fd", str(fds[3]), "--ca-out-fd", str(fds[4])],
+                       pass_fds=fds, capture_output=True, text=True, timeout=30)
+    for fd in fds:
+        if fd != sock.fileno():
+            os.close(fd)
+    sock.close()
+    assert r.returncode == 1 and "not a listening socket" in r.stderr, (r.returncode, r.stderr)
+    # Positive control: the same config with a listening socket starts, and exits 0 on control EOF.
+    r_, w_ = os.pipe()
+    os.write(w_, json.dumps({"allow": ["public.test"], "resolver": "127.0.0.1:53"}).encode())
+    os.close(w_)
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsock.bind("\0ajeg-%d" % os.getpid())
+    lsock.listen(1)
+    ctl_r, ctl_w = os.pipe()
+    ca_r, ca_w = os.pipe()
+    ev = os.open("/dev/null", os.O_RDWR)
+    fds = [r_, lsock.fileno(), ev, ctl_r, ca_w]
+    proc = subprocess.Popen([eghelp.egress_bin(), "--config-fd", str(r_), "--listen-fd", str(lsock.fileno()),
+                             "--events-fd", str(ev), "--control-fd", str(ctl_r), "--ca-out-fd", str(ca_w)],
+                            pass_fds=fds, stderr=subprocess.PIPE, text=True)
+    for fd in (r_, ev, ctl_r, ca_w):
+        os.close(fd)
+    assert os.read(ca_r, 100) == b""  # no secrets: the CA fd closes empty, once confined
+    os.close(ca_r)
+    os.close(ctl_w)
+    assert proc.wait(30) == 0, proc.stderr.read()
+    proc.stderr.close()
+    lsock.close()
