@@ -156,11 +156,27 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     eg_conn_accept(arg, fd);
 }
 
+static void accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct eg *eg = arg;
+    evconnlistener_enable(eg->listener);
+}
+
 static void accept_error(struct evconnlistener *l, void *arg)
 {
-    (void)l;
-    (void)arg;
-    /* EMFILE and friends: libevent retries on the next readiness. */
+    struct eg *eg = arg;
+    int e = EVUTIL_SOCKET_ERROR();
+    /* Out of fds: the pending connection stays readable, so libevent would
+     * spin on accept. Pause accepting for 100 ms instead; connections that
+     * close meanwhile give fds back. */
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+        static const struct timeval pause = {0, 100 * 1000};
+        evconnlistener_disable(l);
+        if (event_base_once(eg->base, -1, EV_TIMEOUT, accept_resume, eg, &pause) < 0)
+            evconnlistener_enable(l); /* cannot schedule: keep accepting */
+    }
 }
 
 /* ---- setup ------------------------------------------------------------------------ */

@@ -203,7 +203,7 @@ class Proxy:
                 "a = [str(s.fileno()) if x == 'LISTEN' else x for x in sys.argv[2:]]\n"
                 "os.execv(a[0], a)\n")
 
-    def __init__(self, env, config, relay=True, tcp_port=None):
+    def __init__(self, env, config, relay=True, tcp_port=None, nofile=None):
         self.env = env
         self.dir = tempfile.mkdtemp(prefix="ajeg-px-")
         self.sock_path = self.dir + "/egress.sock"
@@ -232,7 +232,12 @@ class Proxy:
         cmd = ["ip", "netns", "exec", env.ns_p] + args
         self.stderr_path = self.dir + "/stderr"
         with open(self.stderr_path, "w") as errf:
-            self.proc = subprocess.Popen(cmd, pass_fds=child, stderr=errf, stdin=subprocess.DEVNULL)
+            def limit():
+                if nofile:
+                    import resource
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            self.proc = subprocess.Popen(cmd, pass_fds=child, stderr=errf, stdin=subprocess.DEVNULL,
+                                         preexec_fn=limit if nofile else None)
         for fd in child:
             os.close(fd)
         lsock.detach()

@@ -533,6 +533,26 @@ def test_malformed_huge_slow_abrupt(env, proxy):
     assert fd_count(p.pid()) <= fds0
 
 
+def test_out_of_fds_recovers(env, proxy):
+    """RLIMIT_NOFILE reached: accepting pauses (no spin, no crash) and
+    resumes once connections close."""
+    p = proxy(nofile=40)
+    held = []
+    for _ in range(40):
+        s = p.connect()
+        s.sendall(b"GET http://public.test/held HTTP/1.1\r\n")
+        held.append(s)
+    # Beyond the limit: the connection waits in the backlog (not answered yet).
+    extra = p.connect()
+    extra.sendall(b"GET http://public.test/after-emfile HTTP/1.1\r\nHost: public.test\r\n\r\n")
+    for s in held:
+        s.close()
+    out = eghelp.raw_request(extra, b"")
+    extra.close()
+    assert out.startswith(b"HTTP/1.1 200"), out[:200]
+    assert p.proc.poll() is None
+
+
 def test_least_privilege_and_exit(env, proxy):
     p = proxy()
     status = open("/proc/%d/status" % p.pid()).read()
