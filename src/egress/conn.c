@@ -42,6 +42,7 @@
 #define HIGH_WATER (256 * 1024) /* per direction buffered before reading pauses */
 #define HEAD_TIMEOUT_S 30       /* slow clients: the head must arrive in this */
 #define WRITE_TIMEOUT_S 60      /* a peer that stops reading */
+#define CONNECT_TIMEOUT_S 10    /* TCP (and for brokered hosts TLS) to the upstream */
 
 enum cstate { ST_HEAD, ST_RESOLVE, ST_DIAL, ST_BODY, ST_TUNNEL, ST_CLOSING };
 
@@ -718,8 +719,10 @@ static void dial(struct conn *c)
         bufferevent_setcb(b, up_read, up_write, up_event, c);
         bufferevent_setwatermark(b, EV_WRITE, HIGH_WATER / 2, 0);
         tune(b);
-        struct timeval wt = {WRITE_TIMEOUT_S, 0};
-        bufferevent_set_timeouts(b, NULL, &wt);
+        /* A silent address (SYN dropped) moves on to the next checked one
+         * after CONNECT_TIMEOUT_S, not the kernel's two minutes. */
+        struct timeval ct = {CONNECT_TIMEOUT_S, 0};
+        bufferevent_set_timeouts(b, &ct, &ct);
         c->state = ST_DIAL;
         c->dialled = true;
         if (bufferevent_socket_connect(b, sa, c->addr_lens[c->cur_addr]) < 0) {
@@ -1123,6 +1126,8 @@ static void up_connected(struct conn *c)
 {
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     struct timeval wt = {WRITE_TIMEOUT_S, 0};
+
+    bufferevent_set_timeouts(c->up, NULL, &wt);
 
     if (c->parser.method == HTTP_CONNECT && !c->inspected) {
         bufferevent_write(c->cli, ok, sizeof(ok) - 1);
