@@ -64,6 +64,8 @@ ZONE = {
     "own.test": {"A": ["11.1.1.1"]},
     "mixed.test": {"A": ["11.1.1.2", "10.0.0.1"]},
     "rebind.test": {"A_sequence": [["11.1.1.2"], ["10.0.0.1"]]},
+    "twoaddr.test": {"A": ["11.1.1.3", "11.1.1.2"]},   # :8080 refused on .3, served on .2
+    "refused.test": {"A": ["11.1.1.3"]},
 }
 
 

@@ -30,7 +30,7 @@ PLACE = "ghp_PLACEHOLDERzzzzzzzzzzzzzzzzzzzzzzzz"
 BASE_ALLOW = ["public.test", "public.test:8080", "*.public.test", "GET,HEAD nonbroker.test",
               "*.brokered.test", "11.1.1.2", "[::ffff:10.0.0.1]", "10.0.0.1", "v6.test",
               "loop.test", "ten.test", "meta.test", "ula.test", "mapped.test", "nat64.test", "own.test",
-              "mixed.test", "rebind.test"]
+              "mixed.test", "rebind.test", "twoaddr.test:8080", "refused.test:8080"]
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +210,24 @@ def test_rebinding_never_dials_private(env, proxy):
     assert [r["local"] for r in seen if r["path"].startswith("/rebind")] == ["11.1.1.2:80"]
     qs = [q for q in env.dns_queries() if q["name"] == "rebind.test" and q["type"] == 1]
     assert len(qs) >= 2  # it did ask twice (once per request), and the second answer was refused
+
+
+def test_dials_checked_addresses_in_order(env, proxy):
+    """A refused first address: the next checked one (no new lookup); none
+    answering: 502 and a net_allowed event saying so."""
+    p = proxy()
+    before = len([q for q in env.dns_queries() if q["name"] == "twoaddr.test"])
+    code, body, _ = curl(p, "http://twoaddr.test:8080/second-address")
+    assert code == 200, body
+    assert ups(env, "/second-address")[0]["local"] == "11.1.1.2:8080"
+    ev = p.wait_event(lambda e: e["type"] == "net_allowed" and e.get("host") == "twoaddr.test")
+    assert ev["address"] == "11.1.1.2"
+    # One lookup (A and AAAA) for the request: the fallback did not resolve again.
+    assert len([q for q in env.dns_queries() if q["name"] == "twoaddr.test"]) - before == 2
+    code, _, hdrs = curl(p, "http://refused.test:8080/nobody-home")
+    assert code == 502 and "could not connect to 11.1.1.3 port 8080" in hdrs
+    p.wait_event(lambda e: e["type"] == "net_allowed" and e.get("host") == "refused.test"
+                 and "could not connect" in e.get("reason", ""))
 
 
 # ---- caps ---------------------------------------------------------------------------------
