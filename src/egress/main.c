@@ -44,12 +44,12 @@ static struct eg g_eg;
 
 __attribute__((format(printf, 2, 3))) static int die(int status, const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "agentjail-egress: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    fprintf(stderr, "agentjail-egress: %s\n", msg);
     return status;
 }
 
