@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "srv.h"
+#include "srv_kernel.h"
 #include "srv_session.h"
 #include "srv_ws.h"
 
@@ -81,6 +82,7 @@ static void session_unref_n(struct srv_sessions *ss, struct srv_session *s, int 
     (void)pthread_mutex_unlock(&ss->lock);
     if (!last)
         return;
+    srv_kernel_free(s->kernel);
     if (s->ws) {
         free_owner(ss, s->ws->owner);
         srv_ws_free(s->ws);
@@ -182,6 +184,7 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
             srv_run_unref(ss->ctx->rn, r);
         }
     }
+    srv_kernel_stop(s->kernel, reason ? reason : status);
     srv_ws_unmount(ss->rootfd, s->ws);
     if (srv_store_session_end(ss->ctx->store, s->id, status, reason, srv_now_ms()) < 0)
         (void)fprintf(stderr, "agentjail serve: store: could not record the end of session %s\n", s->id);
@@ -466,6 +469,8 @@ static char *session_json(struct srv_sessions *ss, struct srv_session *s)
                   (json_int_t)s->expires_ms, "idle_timeout", (json_int_t)(s->idle_ms / 1000), "workspace_quota",
                   (json_int_t)s->quota, "workspace_used", (json_int_t)srv_ws_used(s->ws), "policy_sha256",
                   s->policy_sha256, "run", s->run_id[0] ? json_string(s->run_id) : json_null());
+    if (o && s->kernel)
+        (void)json_object_set_new(o, "kernel", srv_kernel_json(s->kernel));
     if (o && !s->active)
         (void)json_object_set_new(o, "idle_expires_ms", json_integer(s->last_used_ms + (json_int_t)s->idle_ms));
     (void)pthread_mutex_unlock(&ss->lock);
@@ -503,6 +508,7 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
     json_error_t jerr;
     json_t *req = json_loadb(body ? body : "", body ? body_len : 0, JSON_REJECT_DUPLICATES, &jerr), *v;
     json_t *profile = NULL, *policy = NULL;
+    const char *kernel = NULL;
     struct srv_session *s = NULL;
     uint64_t ttl = ctx->cfg.session_ttl_ms, idle = ctx->cfg.session_idle_ms, quota = ctx->cfg.workspace_quota;
     char msg[700], name[40];
@@ -551,9 +557,15 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
                                 "request may only tighten it", (unsigned long long)ctx->cfg.workspace_quota);
                 goto out;
             }
+        } else if (strcmp(key, "kernel") == 0) {
+            if (!json_is_string(v) || strcmp(json_string_value(v), "python") != 0) {
+                srv_reply_error(reply, 400, "kernel: \"python\" (the only language with live kernels)");
+                goto out;
+            }
+            kernel = "python";
         } else {
             srv_reply_error(reply, 400, "unknown field '%s' (known: policy, profile, ttl, idle_timeout, "
-                            "workspace_quota)", key);
+                            "workspace_quota, kernel)", key);
             goto out;
         }
     }
@@ -588,6 +600,10 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
     if (add_workspace_bind(s->pol, s->ws, msg, sizeof(msg)) < 0 ||
         aj_policy_sha256(s->pol, s->policy_sha256, &err) < 0) {
         srv_reply_error(reply, 500, "%s", msg[0] ? msg : err.msg);
+        goto fail_ws;
+    }
+    if (kernel && srv_kernel_new(ctx, s->pol, s->id, &s->kernel, msg, sizeof(msg)) < 0) {
+        srv_reply_error(reply, 500, "%s", msg);
         goto fail_ws;
     }
     s->created_ms = s->last_used_ms = srv_now_ms();
@@ -630,6 +646,7 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
     json_decref(req);
     return;
 fail_ws:
+    srv_kernel_stop(s->kernel, NULL);
     srv_ws_unmount(ss->rootfd, s->ws);
 out:
     if (s) {
@@ -940,6 +957,10 @@ void srv_sessions_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *me
             one_session(ctx, t, id, method[0] == 'D', reply);
         else
             srv_reply_error(reply, 405, "%s /v1/sessions/%s: only GET and DELETE", method, id);
+        return;
+    }
+    if (strcmp(rest + 33, "/cells") == 0 || strncmp(rest + 33, "/kernel", 7) == 0) {
+        srv_kernel_call(ctx, t, method, id, rest + 33, body, body_len, reply);
         return;
     }
     if (strncmp(rest + 33, "/files", 6) == 0 && (rest[39] == '/' || !rest[39])) {

@@ -14,6 +14,7 @@ struct srv_session {
     struct aj_policy *pol; /* the server's, tightened, plus the workspace bind */
     char policy_sha256[65];
     struct srv_ws *ws;
+    struct srv_kernel *kernel; /* kernel.c: a live interpreter, or NULL; set before the session is listed */
     uint64_t quota, idle_ms;
     int64_t created_ms, expires_ms, last_used_ms;
     /* Under the registry's lock. */
