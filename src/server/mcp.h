@@ -68,6 +68,10 @@ struct mcp_call {
     bool cancelled;
 };
 
+/* run_cell (mcp_kernel.c): its description and its call. */
+extern const char mcp_kernel_tool_def[];
+json_t *mcp_kernel_run_cell(struct mcp_call *call, json_t *args, int *code, char *msg, size_t msg_size);
+
 /* The tools' descriptions (tools/list): a new array. */
 json_t *mcp_tools_list(void);
 /* Call tool name with arguments: the tool result (content, structuredContent,

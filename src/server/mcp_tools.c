@@ -81,7 +81,9 @@ static const char *const tool_defs[] = {
     "\"workspace_quota\": {\"type\": [\"integer\", \"string\"], \"description\": \"Bytes, or a size such as "
     "\\\"64M\\\".\"},"
     "\"profile\": {\"type\": \"string\", \"description\": \"A built-in profile for its runs (it may only "
-    "tighten the server's policy).\"}}},"
+    "tighten the server's policy).\"},"
+    "\"kernel\": {\"type\": \"string\", \"enum\": [\"python\"], \"description\": \"A live Python "
+    "interpreter for run_cell, kept between calls.\"}}},"
     "\"outputSchema\": {\"type\": \"object\", \"properties\": {"
     "\"session_id\": {\"type\": \"string\"}, \"status\": {\"type\": \"string\"}, \"expires_ms\": "
     "{\"type\": \"integer\"}, \"workspace_quota\": {\"type\": \"integer\"}, \"workspace_used\": {\"type\": "
@@ -133,9 +135,10 @@ json_t *mcp_tools_list(void)
 {
     json_t *a = json_array();
 
-    for (size_t i = 0; a && i < sizeof(tool_defs) / sizeof(tool_defs[0]); i++) {
+    for (size_t i = 0; a && i <= sizeof(tool_defs) / sizeof(tool_defs[0]); i++) {
         json_error_t e;
-        json_t *t = json_loads(tool_defs[i], 0, &e);
+        json_t *t = json_loads(i < sizeof(tool_defs) / sizeof(tool_defs[0]) ? tool_defs[i] : mcp_kernel_tool_def,
+                               0, &e);
         if (!t) {
             /* A programming error in the tables above: say where. */
             (void)fprintf(stderr, "agentjail mcp: tool %zu: %d:%d: %s\n", i, e.line, e.column, e.text);
@@ -437,7 +440,7 @@ static const char *path_arg(json_t *args, bool required, int *code, char *msg, s
 
 static json_t *create_session(struct mcp_call *call, json_t *args, int *code, char *msg, size_t msg_size)
 {
-    static const char *const known[] = {"ttl", "idle_timeout", "workspace_quota", "profile", NULL};
+    static const char *const known[] = {"ttl", "idle_timeout", "workspace_quota", "profile", "kernel", NULL};
     struct srv_reply rep = {0};
     char *body;
     json_t *o;
@@ -635,6 +638,8 @@ json_t *mcp_tools_call(struct mcp_call *call, const char *name, json_t *args, in
         return read_or_list(call, args, true, code, msg, msg_size);
     if (strcmp(name, "close_session") == 0)
         return close_session(call, args, code, msg, msg_size);
+    if (strcmp(name, "run_cell") == 0)
+        return mcp_kernel_run_cell(call, args, code, msg, msg_size);
     bad(code, msg, msg_size, "unknown tool '%.100s' (tools/list names them)", name);
     return NULL;
 }

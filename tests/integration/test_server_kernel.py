@@ -3,6 +3,7 @@
 real server (test_server.py's Server). The kernel's sandbox is the session's:
 its processes are looked for in /proc by the bootstrap's marker on their
 command line."""
+import base64
 import os
 import signal
 
@@ -172,6 +173,45 @@ def test_rich_results(server):
     assert "a" in j["result"]["text/plain"], j
     j = cell(s, sid, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nNone", timeout=120)
     assert j["status"] == "ok", j
-    import base64
     png = base64.b64decode(j["result"]["image/png"])
     assert png.startswith(b"\x89PNG"), j["result"]
+
+
+def test_mcp_run_cell():
+    """run_cell over `agentjail mcp` (stdio), driven by the MCP SDK client as
+    test_mcp.py does: state kept, text results, errors as isError, figures
+    as image content blocks."""
+    import test_mcp
+    if not test_mcp.NODE or not os.path.isdir(os.path.join(test_mcp.MCP_DIR, "node_modules", "@modelcontextprotocol",
+                                                           "sdk")):
+        pytest.skip("node or tests/mcp/node_modules missing (scripts/deps.sh test runs npm ci there)")
+    plot = has_module("matplotlib")
+    steps = [
+        {"op": "connect"},                                                                           # 0
+        {"op": "call", "name": "create_session", "args": {"kernel": "python"}},                     # 1
+        {"op": "call", "name": "run_cell", "args": {"session_id": "$sid:1", "code": "x = 41"}},     # 2
+        {"op": "call", "name": "run_cell", "args": {"session_id": "$sid:1", "code": "x + 1"}},      # 3
+        {"op": "call", "name": "run_cell", "args": {"session_id": "$sid:1", "code": "1/0"}},        # 4
+        {"op": "call", "name": "run_cell", "args": {"session_id": "0" * 32, "code": "1"}},          # 5
+        {"op": "call", "name": "run_cell", "args": {"session_id": "$sid:1", "code": 1}},            # 6
+    ]
+    if plot:
+        steps.append({"op": "call", "name": "run_cell", "args": {"session_id": "$sid:1", "timeout": 120, "code":
+                      "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nprint('plotted')"}})  # 7
+    out = test_mcp.stdio(steps)
+    st = out["steps"]
+    assert st[1]["result"]["isError"] is False, st[1]
+    assert st[2]["result"]["isError"] is False, st[2]
+    sc = test_mcp.structured(st[3]["result"])
+    assert sc["status"] == "ok" and sc["result"]["text/plain"] == "42", sc
+    sc = test_mcp.structured(st[4]["result"])
+    assert st[4]["result"]["isError"] is True and sc["error"]["ename"] == "ZeroDivisionError", sc
+    assert st[5]["error"]["code"] == -32602 and "no session" in st[5]["error"]["message"], st[5]
+    assert st[6]["error"]["code"] == -32602, st[6]
+    if plot:
+        res = st[7]["result"]
+        imgs = [c for c in res["content"] if c["type"] == "image"]
+        assert len(imgs) == 1 and imgs[0]["mimeType"] == "image/png", res
+        assert base64.b64decode(imgs[0]["data"]).startswith(b"\x89PNG")
+        sc = test_mcp.structured(res)
+        assert sc["stdout"] == "plotted\n" and sc["images"] == 1, sc
