@@ -289,6 +289,7 @@ static void sandbox_ended(struct srv_kernel *k)
         k->for_good = k->tainted = true;
     stop = k->stop || k->for_good;
     (void)pthread_mutex_unlock(&k->mu);
+    set_state(k, K_DEAD, why); /* before the cell's answer: a request that follows it sees it */
     finish_cell(k, dead_reply(why, !stop));
     if (k->fd_out >= 0)
         (void)epoll_ctl(k->epfd, EPOLL_CTL_DEL, k->fd_out, NULL);
@@ -306,7 +307,6 @@ static void sandbox_ended(struct srv_kernel *k)
     if (k->events_path[0])
         (void)unlink(k->events_path);
     k->in_len = k->in_off = 0;
-    set_state(k, K_DEAD, why);
     (void)fprintf(stderr, "agentjail serve: session %s: kernel: %s%s\n", k->session_id, why,
                   stop ? "" : " (restarting)");
 }
@@ -337,8 +337,8 @@ static void send_line(struct srv_kernel *k, json_t *msg)
         return;
     }
     k->inbuf = p;
-    memcpy(p + k->in_len, text, n);
-    p[k->in_len + n] = '\n';
+    memcpy(p + k->in_len, text, n + 1);
+    p[k->in_len + n] = '\n'; /* over the NUL */
     k->in_len += n + 1;
     free(text);
     if (watch(k, k->fd_in, EPOLLOUT) < 0 && errno != EEXIST)
@@ -492,7 +492,6 @@ static void *kernel_main(void *arg)
             (void)pthread_mutex_lock(&k->mu);
             (void)pthread_cond_broadcast(&k->cv);
             (void)pthread_mutex_unlock(&k->mu);
-            for_good = !k->h;
         }
         if (c) {
             k->cur = c;

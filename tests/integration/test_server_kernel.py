@@ -131,6 +131,13 @@ def test_escape_attempt_kills_the_kernel(server):
     assert j["status"] == "dead" and "escape_attempt" in j["error"]["evalue"], j
     status, _, e = s.request("POST", "/v1/sessions/%s/kernel/restart" % sid)
     assert status == 409, e
+    # With on_escape kill the library ends the sandbox itself: the same outcome.
+    sid = new_kernel(s, policy={"detection": {"on_escape": "kill"}})
+    j = cell(s, sid, "import ctypes\nctypes.CDLL(None).unshare(0x10000000)")
+    assert j["status"] == "dead" and any(e["type"] == "escape_attempt" for e in j["events"]), j
+    status, _, sj = s.request("GET", "/v1/sessions/%s" % sid)
+    assert sj["kernel"]["status"] == "dead" and "escape" in sj["kernel"]["reason"], sj
+    assert wait_for(lambda: not kernel_pids(), 10), kernel_pids()
 
 
 def test_kernel_ends_with_its_session_and_tenants_are_apart(server):
