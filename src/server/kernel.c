@@ -54,6 +54,7 @@ struct srv_kernel {
     struct srv_ctx *ctx;
     const struct aj_policy *pol;
     char session_id[33];
+    const char *tenant; /* its name (tenants live as long as the server) */
     char *events_dir;
     pthread_t thread;
     bool thread_started;
@@ -191,6 +192,12 @@ static void read_events(struct srv_kernel *k)
         if (!e)
             continue;
         const char *type = json_string_value(json_object_get(e, "type"));
+        /* Tied to the session and the cell in flight (null between cells),
+         * and into the server's events log as a run's are (run_id: the
+         * kernel sandbox's id). */
+        (void)json_object_set_new(e, "session", json_string(k->session_id));
+        (void)json_object_set_new(e, "cell", k->cur ? json_integer(k->cur_id) : json_null());
+        srv_eventlog_write(k->tenant, k->h ? aj_sandbox_id(k->h) : "", e);
         if (type && (strcmp(type, "escape_attempt") == 0 || strcmp(type, "canary") == 0)) {
             if (!k->escaped && k->h) {
                 const char *sc = json_string_value(json_object_get(e, "syscall"));
@@ -585,7 +592,7 @@ static void poke(struct srv_kernel *k)
 
 /* ---- the interface ---------------------------------------------------------------------------- */
 
-int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char *session_id,
+int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char *session_id, const char *tenant,
                    struct srv_kernel **ret, char *msg, size_t msg_size)
 {
     struct srv_kernel *k = calloc(1, sizeof(*k));
@@ -598,6 +605,7 @@ int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char 
     }
     k->ctx = ctx;
     k->pol = pol;
+    k->tenant = tenant;
     (void)snprintf(k->session_id, sizeof(k->session_id), "%s", session_id);
     k->fd_in = k->fd_out = k->fd_err = k->ev_fd = -1;
     if (slash && asprintf(&k->events_dir, "%.*s/events", (int)(slash - store), store) < 0)

@@ -4,6 +4,7 @@ real server (test_server.py's Server). The kernel's sandbox is the session's:
 its processes are looked for in /proc by the bootstrap's marker on their
 command line."""
 import base64
+import json
 import os
 import signal
 
@@ -113,8 +114,9 @@ def test_timeout_interrupts_and_the_kernel_survives(server):
     assert cell(s, sid, "1+1")["result"]["text/plain"] == "2"
 
 
-def test_escape_attempt_kills_the_kernel(server):
-    s = server()
+def test_escape_attempt_kills_the_kernel(server, tmp):
+    log = os.path.join(tmp, "events.jsonl")
+    s = server(extra={"events_log": log})
     sid = new_kernel(s)
     # Control: an ordinary call from the same code path is no event.
     j = cell(s, sid, "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.getpid() > 0")
@@ -123,6 +125,12 @@ def test_escape_attempt_kills_the_kernel(server):
     esc = [e for e in j["events"] if e["type"] == "escape_attempt"]
     assert esc and esc[0]["syscall"] == "unshare", j
     assert j["status"] == "dead" and j["kernel"]["restarted"] is False, j
+    assert esc[0]["session"] == sid and esc[0]["cell"] == 2, esc
+    # In the server's events log too, tied to the tenant, the session and the cell.
+    with open(log) as f:
+        logged = [json.loads(line) for line in f]
+    assert [e for e in logged if e["type"] == "escape_attempt" and e["tenant"] == "a" and e["session"] == sid and
+            e["cell"] == 2 and e["run_id"] == esc[0]["sandbox_id"]], logged
     status, _, sj = s.request("GET", "/v1/sessions/%s" % sid)
     assert sj["kernel"]["status"] == "dead" and "escape_attempt" in sj["kernel"]["reason"], sj
     assert wait_for(lambda: not kernel_pids(), 10), kernel_pids()
