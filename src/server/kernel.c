@@ -620,7 +620,15 @@ int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char 
         srv_kernel_free(k);
         return -1;
     }
+    /* Every signal blocked in the kernel's thread: a write to a dead
+     * kernel's stdin is EPIPE there, never a SIGPIPE that ends the
+     * process (`agentjail mcp` does not ignore it), and no signal meant
+     * for the server's own handling lands here. */
+    sigset_t all, old;
+    (void)sigfillset(&all);
+    (void)pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&k->thread, NULL, kernel_main, k);
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
         (void)snprintf(msg, msg_size, "kernel: pthread_create: %s", strerror(rc));
         srv_kernel_free(k);
