@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
 import threading
@@ -119,6 +120,41 @@ def test_escape_attempt_in_the_result(srv):
     # Positive control: the same interpreter without the call is clean.
     r = c.run(language="python", code="import ctypes; print(0)")
     assert r.ok and not r.escape_attempted and "refused" not in r.summary()
+
+
+def test_limits_and_network_only_tighten(srv):
+    c = aj.Client(srv.url, TOKEN_A)
+    r = c.run(language="sh", code="head -c 5000 /dev/zero", limits={"output": 1000}, network="none")
+    assert r.status == "output_limit", r
+    # Positive control: under the limit.
+    r = c.run(language="sh", code="head -c 500 /dev/zero", limits={"output": 1000}, network="none")
+    assert r.ok and r.stdout_bytes == 500, r
+    with pytest.raises(aj.BadRequest) as e:
+        c.run(argv=["true"], limits={"memory": "lots"})
+    assert e.value.message.startswith("limits.memory:"), e.value.message
+
+
+def test_https_with_a_ca_file(tight):
+    if not shutil.which("openssl"):
+        pytest.skip("openssl makes the test's certificate")
+    _need_root()
+    from test_server_tenants import make_cert
+    d = tempfile.mkdtemp(prefix="ajtest-pyc-tls-")
+    try:
+        cert, key = make_cert(d)
+        other, _ = make_cert(d, "other")
+        s = tight(tls={"cert": cert, "key": key})
+        url = "https://localhost:%d" % s.port
+        r = aj.Client(url, TOKEN_A, cafile=cert).run(language="sh", code="echo over tls")
+        assert r.ok and r.stdout == "over tls\n", r
+        # A client that trusts another certificate refuses this server.
+        with pytest.raises(aj.TransportError) as e:
+            aj.Client(url, TOKEN_A, cafile=other).run(argv=["true"])
+        assert isinstance(e.value.__cause__, ssl.SSLCertVerificationError), repr(e.value.__cause__)
+        with pytest.raises(ValueError):
+            aj.Client("http://localhost:%d" % s.port, TOKEN_A, cafile=cert)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_start_stream_callbacks_then_wait_and_kill(srv):
@@ -289,16 +325,6 @@ def test_5xx_and_request_timeouts_are_typed():
 
 # ---- sessions and files -------------------------------------------------------------------------
 
-def _sessions_or_skip(c):
-    # TEMPORARY until h-sess lands on main: a server without sessions says so.
-    try:
-        c.session().close()
-    except aj.NotFound as e:
-        if "no endpoint" in e.message:
-            pytest.skip("this server has no sessions yet: " + e.message)
-        raise
-
-
 def _session_gone(s):
     """The server ended it: its record says so and its files answer 410."""
     if s.info()["status"] != "deleted":
@@ -313,7 +339,6 @@ def _session_gone(s):
 def test_session_files_round_trip(srv):
     import hashlib
     c = aj.Client(srv.url, TOKEN_A)
-    _sessions_or_skip(c)
     blob = bytes(range(256)) * 40
     with c.session(ttl=120, workspace_quota="4M") as s:
         assert s.id in c.list_sessions() and s.info()["status"] == "live"
@@ -378,7 +403,6 @@ def test_session_files_round_trip(srv):
 
 def test_session_is_closed_when_the_block_raises(srv):
     c = aj.Client(srv.url, TOKEN_A)
-    _sessions_or_skip(c)
     with pytest.raises(ZeroDivisionError):
         with c.session() as s:
             s.write_file("x.txt", "x")
@@ -390,7 +414,6 @@ def test_session_is_closed_when_the_block_raises(srv):
 
 def test_one_shot_files_and_outputs(srv):
     c = aj.Client(srv.url, TOKEN_A)
-    _sessions_or_skip(c)
     r = c.run(language="python", code="import json\n"
               "d = json.load(open('in/args.json'))\n"
               "open('out.txt', 'w').write(str(sum(d)))\n"
@@ -417,8 +440,7 @@ def test_example_agent_loop(srv):
     c = aj.Client(srv.url, TOKEN_A)
     modes = [False]
     try:
-        _sessions_or_skip(c)
-        modes.append(True)
+            modes.append(True)
     except pytest.skip.Exception:
         pass
     for use_session in modes:
