@@ -96,7 +96,7 @@ class Server:
 def spawn_op(argv):
     def op():
         ns, code = run_once(argv)
-        return ns, code == 0
+        return ns, code == 0, None
     return op
 
 
@@ -121,16 +121,23 @@ def http_op(port, body):
                 conn[0].close()
                 conn[0] = None
                 if attempt:
-                    return time.perf_counter_ns() - t0, False
+                    return time.perf_counter_ns() - t0, False, None
         ns = time.perf_counter_ns() - t0
-        ok = resp.status == 200 and json.loads(out).get("status") == "ok"
-        return ns, ok
+        rec = json.loads(out)
+        ok = resp.status == 200 and rec.get("status") == "ok"
+        # Where the time went: the server's own accepted-to-ended span and
+        # the sandbox's wall time (start to teardown), both in ms.
+        split = None
+        if ok:
+            split = (rec["ended_ms"] - rec["created_ms"], (rec.get("result") or {}).get("wall_ms", 0))
+        return ns, ok, split
     return op
 
 
 def load(make_op, clients, secs, warm, gap=0.0):
     """clients processes, each running its op back to back: warm seconds
-    not counted, then secs measured. Returns (latencies ns, fails)."""
+    not counted, then secs measured. Returns (latencies ns, fails, the
+    server's (accepted-to-ended ms, sandbox wall ms) per run)."""
     tmp = tempfile.mkdtemp(prefix="ajbench-load-")
     start = time.monotonic() + 0.2
     t_measure, t_end = start + warm, start + warm + secs
@@ -143,26 +150,28 @@ def load(make_op, clients, secs, warm, gap=0.0):
                 op = make_op()
                 while time.monotonic() < start:
                     time.sleep(0.001)
-                lat, fails = [], 0
+                lat, fails, splits = [], 0, []
                 while True:
                     now = time.monotonic()
                     if now >= t_end:
                         break
-                    ns, ok = op()
+                    ns, ok, split = op()
                     if now >= t_measure and time.monotonic() <= t_end:
                         lat.append(ns)
                         fails += not ok
+                        if split:
+                            splits.append(split)
                     if gap:
                         time.sleep(gap)
                 with open(os.path.join(tmp, str(i)), "w") as f:
-                    json.dump({"lat": lat, "fails": fails}, f)
+                    json.dump({"lat": lat, "fails": fails, "splits": splits}, f)
                 code = 0
             finally:
                 os._exit(code)
         pids.append(pid)
     for pid in pids:
         os.waitpid(pid, 0)
-    lat, fails = [], 0
+    lat, fails, splits = [], 0, []
     for i in range(clients):
         try:
             with open(os.path.join(tmp, str(i))) as f:
@@ -172,8 +181,9 @@ def load(make_op, clients, secs, warm, gap=0.0):
             continue
         lat += d["lat"]
         fails += d["fails"]
+        splits += d["splits"]
     shutil.rmtree(tmp, ignore_errors=True)
-    return lat, fails
+    return lat, fails, splits
 
 
 def main():
@@ -208,7 +218,7 @@ def main():
             # Sanity: each candidate runs once, successfully.
             for what, op in (("bare", spawn_op(argv)), ("cold", spawn_op([a.agentjail, "run", "--"] + argv)),
                              ("server", http_op(srv.port, body))):
-                ns, ok = op()
+                ns, ok, _ = op()
                 if not ok:
                     raise RuntimeError("%s %s: the trial run failed" % (what, cname))
             for c in conc:
@@ -217,17 +227,20 @@ def main():
                          ("server", lambda body=body: http_op(srv.port, body))]
                 # Rounds, each candidate in a shuffled order per round, so that
                 # the machine's other load falls on all of them alike.
-                acc = {name: ([], 0) for name, _ in cands}
+                acc = {name: ([], 0, []) for name, _ in cands}
                 for _ in range(a.rounds):
                     random.shuffle(cands)
                     for name, make in cands:
-                        lat, fails = load(make, c, a.d / a.rounds, a.w, a.gap / 1000.0)
-                        acc[name] = (acc[name][0] + lat, acc[name][1] + fails)
+                        lat, fails, splits = load(make, c, a.d / a.rounds, a.w, a.gap / 1000.0)
+                        acc[name] = (acc[name][0] + lat, acc[name][1] + fails, acc[name][2] + splits)
                 for name in ("bare", "cold", "server"):
-                    lat, fails = acc[name]
+                    lat, fails, splits = acc[name]
                     rows.append({"command": cname, "clients": c, "candidate": name, "n": len(lat),
                                  "failed": fails, "p50_ms": pct(lat, 50) / 1e6, "p99_ms": pct(lat, 99) / 1e6,
                                  "runs_per_s": len(lat) / a.d})
+                    if splits:
+                        rows[-1]["server_p50_ms"] = pct([x[0] for x in splits], 50)
+                        rows[-1]["sandbox_p50_ms"] = pct([x[1] for x in splits], 50)
                     print("  %-6s c=%d %-6s n=%5d p50 %7.2f ms  p99 %7.2f ms  %7.1f runs/s  failed %d"
                           % (cname, c, name, len(lat), rows[-1]["p50_ms"], rows[-1]["p99_ms"],
                              rows[-1]["runs_per_s"], fails), file=sys.stderr, flush=True)
@@ -250,6 +263,12 @@ def main():
         print("%-7s %3d %-7s %7d %9.2f %9.2f %9.1f %7.2fx %7.2fx %6d" % (
             r["command"], r["clients"], r["candidate"], r["n"], r["p50_ms"], r["p99_ms"], r["runs_per_s"],
             r["p50_ms"] / b["p50_ms"], r["runs_per_s"] / b["runs_per_s"], r["failed"]))
+    print("where the server's time goes (p50, ms): HTTP round trip / accepted-to-ended in the server / "
+          "the sandbox's own wall time (start to teardown)")
+    for r in rows:
+        if "server_p50_ms" in r:
+            print("  %-6s c=%d: %7.2f / %5d / %5d" % (r["command"], r["clients"], r["p50_ms"], r["server_p50_ms"],
+                                                    r["sandbox_p50_ms"]))
     print("goals (python, server against bare spawning at the same concurrency):")
     for c in conc:
         s, b = row("python", c, "server"), row("python", c, "bare")
