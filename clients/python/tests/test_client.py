@@ -452,3 +452,11 @@ def test_example_agent_loop(srv):
         assert final["role"] == "assistant" and "tool_call" not in final
         assert "65796" in final["content"] and "confirmed" in final["content"], final
         assert "refused unshare(CLONE_NEWUSER)" in final["content"], final
+    # As a script: the transcript as JSON lines, exit status 0.
+    import subprocess
+    p = subprocess.run([sys.executable, os.path.join(REPO, "clients", "python", "examples", "agent_loop.py"),
+                        "--session"], env=dict(os.environ, AGENTJAIL_URL=srv.url, AGENTJAIL_TOKEN=TOKEN_A),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert lines[-1]["role"] == "assistant" and "65796" in lines[-1]["content"], lines[-1]
