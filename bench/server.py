@@ -81,6 +81,15 @@ class Server:
         with open(self.errpath) as f:
             return f.read()
 
+    def pool_counts(self):
+        """(warm, cold) runs so far, from /metrics."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        got = dict(re.findall(r'^agentjail_pool_runs_total\{kind="(\w+)"\} (\d+)', text, re.M))
+        return int(got.get("warm", 0)), int(got.get("cold", 0))
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -213,6 +222,7 @@ def main():
     load_before = os.getloadavg()
     srv = Server(a.agentjail, pool, max(16, max(conc)))
     rows = []
+    pool_seen = [0, 0]  # the server's warm/cold run counts at the last cell's end
     try:
         for cname, argv, body in commands:
             # Sanity: each candidate runs once, successfully.
@@ -233,6 +243,7 @@ def main():
                     for name, make in cands:
                         lat, fails, splits = load(make, c, a.d / a.rounds, a.w, a.gap / 1000.0)
                         acc[name] = (acc[name][0] + lat, acc[name][1] + fails, acc[name][2] + splits)
+                warm, cold = srv.pool_counts()
                 for name in ("bare", "cold", "server"):
                     lat, fails, splits = acc[name]
                     rows.append({"command": cname, "clients": c, "candidate": name, "n": len(lat),
@@ -241,9 +252,11 @@ def main():
                     if splits:
                         rows[-1]["server_p50_ms"] = pct([x[0] for x in splits], 50)
                         rows[-1]["sandbox_p50_ms"] = pct([x[1] for x in splits], 50)
+                        rows[-1]["pool_warm"], rows[-1]["pool_cold"] = warm - pool_seen[0], cold - pool_seen[1]
                     print("  %-6s c=%d %-6s n=%5d p50 %7.2f ms  p99 %7.2f ms  %7.1f runs/s  failed %d"
                           % (cname, c, name, len(lat), rows[-1]["p50_ms"], rows[-1]["p99_ms"],
                              rows[-1]["runs_per_s"], fails), file=sys.stderr, flush=True)
+                pool_seen[:] = [warm, cold]
     finally:
         srv.stop()
 
@@ -264,11 +277,12 @@ def main():
             r["command"], r["clients"], r["candidate"], r["n"], r["p50_ms"], r["p99_ms"], r["runs_per_s"],
             r["p50_ms"] / b["p50_ms"], r["runs_per_s"] / b["runs_per_s"], r["failed"]))
     print("where the server's time goes (p50, ms): HTTP round trip / accepted-to-ended in the server / "
-          "the sandbox's own wall time (start to teardown)")
+          "the sandbox's own wall time (start to teardown); runs that found a parked sandbox (warm) or not")
     for r in rows:
         if "server_p50_ms" in r:
-            print("  %-6s c=%d: %7.2f / %5d / %5d" % (r["command"], r["clients"], r["p50_ms"], r["server_p50_ms"],
-                                                    r["sandbox_p50_ms"]))
+            print("  %-6s c=%d: %7.2f / %5d / %5d   warm %d, cold %d" % (
+                r["command"], r["clients"], r["p50_ms"], r["server_p50_ms"], r["sandbox_p50_ms"],
+                r["pool_warm"], r["pool_cold"]))
     print("goals (python, server against bare spawning at the same concurrency):")
     for c in conc:
         s, b = row("python", c, "server"), row("python", c, "bare")
