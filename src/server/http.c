@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "aj_server.h"
+#include "mcp.h"
 #include "srv.h"
 
 struct srv_conn {
@@ -384,6 +385,8 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the run store is not writable");
         return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ready\"}"));
     }
+    if (strcmp(url, "/mcp") == 0) /* MCP over Streamable HTTP (mcp_http.c) */
+        return srv_mcp_http(ctx, c, authenticate(ctx, c), method, cc->body, cc->len);
     if (strncmp(url, "/v1/", 4) != 0)
         return send_error(c, MHD_HTTP_NOT_FOUND, "no endpoint %s", url);
     t = authenticate(ctx, c);
@@ -727,6 +730,14 @@ static struct MHD_Daemon *start_daemon(struct srv_ctx *ctx, int lfd)
 
 int aj_server_main(const char *config_path)
 {
+    const struct aj_server_opts o = {.config_path = config_path, .mcp_in_fd = -1, .mcp_out_fd = -1};
+
+    return aj_server_run(&o);
+}
+
+int aj_server_run(const struct aj_server_opts *o)
+{
+    const char *config_path = o->config_path;
     struct srv_ctx ctx = {0};
     struct MHD_Daemon *d = NULL;
     char msg[1024];
@@ -734,8 +745,10 @@ int aj_server_main(const char *config_path)
     int lfd = -1, status = 1, sig;
     sigset_t stop;
 
-    if (srv_config_load(config_path, &ctx.cfg, msg, sizeof(msg)) < 0) {
+    if (srv_config_load(config_path, &ctx.cfg, msg, sizeof(msg)) < 0 ||
+        srv_mcp_apply_opts(&ctx.cfg, o, msg, sizeof(msg)) < 0) {
         (void)fprintf(stderr, "agentjail serve: %s\n", msg);
+        srv_config_clear(&ctx.cfg);
         return 2;
     }
     if (make_policy(&ctx.cfg, &ctx.pol, msg, sizeof(msg)) < 0) {
@@ -767,6 +780,11 @@ int aj_server_main(const char *config_path)
         srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0 ||
         srv_sessions_start(ctx.sessions, msg, sizeof(msg)) < 0)
         goto fail_msg;
+    if (o->mcp_in_fd >= 0) { /* `agentjail mcp`: MCP on stdio, no HTTP (mcp_stdio.c) */
+        status = srv_mcp_stdio_main(&ctx, o);
+        srv_runner_stop(ctx.rn);
+        goto out;
+    }
     lfd = listen_on(ctx.cfg.listen, &unix_path, msg, sizeof(msg));
     if (lfd < 0)
         goto fail_msg;
@@ -808,6 +826,7 @@ fail_msg:
 out:
     if (d)
         MHD_stop_daemon(d);
+    srv_mcp_http_stop();
     if (lfd >= 0)
         (void)close(lfd);
     srv_sessions_stop(ctx.sessions);
