@@ -25,15 +25,14 @@ for p in (os.path.join(REPO, "clients", "python"), os.path.join(REPO, "tests", "
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from conftest import IS_ROOT, new_tag, pids_with, wait_for  # noqa: E402
+from conftest import must_skip, new_tag, pids_with, root_only, wait_for  # noqa: E402
 from test_server import TOKEN_A, TOKEN_B, Server  # noqa: E402
 
 import agentjail_client as aj  # noqa: E402
 
 
 def _need_root():
-    if not IS_ROOT:
-        pytest.skip("agentjail serve runs (and is tested) as root only")
+    root_only("agentjail serve runs (and is tested) as root only")
 
 ESCAPE = ("import ctypes, os\n"
           "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -135,9 +134,9 @@ def test_limits_and_network_only_tighten(srv):
 
 
 def test_https_with_a_ca_file(tight):
-    if not shutil.which("openssl"):
-        pytest.skip("openssl makes the test's certificate")
     _need_root()
+    if not shutil.which("openssl"):
+        must_skip("openssl makes the test's certificate (scripts/deps.sh test)")
     from test_server_tenants import make_cert
     d = tempfile.mkdtemp(prefix="ajtest-pyc-tls-")
     try:
