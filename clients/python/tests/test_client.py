@@ -15,6 +15,7 @@ import ssl
 import sys
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -281,6 +282,25 @@ class _Stub(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    # What the SSE reader must cope with beyond what agentjail sends today:
+    # comments (keep-alives), CRLF line ends, a data field over two lines,
+    # an event type it does not know, and (under /cut/) a stream that ends
+    # before its exit event.
+    SSE = (b": keep-alive\r\n\r\n"
+           b"event: start\r\ndata: {\"id\": \"r1\"}\r\n\r\n"
+           b"event: stdout\ndata: {\"data\":\ndata:  \"a\\nb\"}\n\n"
+           b"event: future\ndata: {}\n\n"
+           b": keep-alive\n\n")
+    EXIT = b'event: exit\ndata: {"id": "r1", "status": "ok", "stdout": "a\\nb"}\n\n'
+
+    def do_GET(self):
+        body = self.SSE + (b"" if self.path.startswith("/cut/") else self.EXIT)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path.startswith("/hang/"):
@@ -308,6 +328,13 @@ def test_5xx_and_request_timeouts_are_typed():
         with pytest.raises(aj.ServerError) as e:
             aj.Client(url + "/text", "tok").start(argv=["true"])
         assert e.value.status == 502 and e.value.message == "bad gateway"
+        # The SSE reader, on a stream with every field kind.
+        out = []
+        r = aj.RunHandle(aj.Client(url, "tok"), "r1").stream(on_stdout=out.append)
+        assert out == ["a\nb"] and r.status == "ok" and r.stdout == "a\nb"
+        with pytest.raises(aj.TransportError) as e:
+            aj.RunHandle(aj.Client(url + "/cut", "tok"), "r1").wait()
+        assert "before the exit event" in str(e.value)
         # An answer that never comes: the HTTP timeout (0.3 s here) ends the wait.
         with pytest.raises(aj.RequestTimeout):
             aj.Client(url + "/hang", "tok", timeout=0.3).start(argv=["true"])
@@ -320,6 +347,12 @@ def test_5xx_and_request_timeouts_are_typed():
         aj.Client(url, "tok", timeout=2).run(argv=["true"])
     with pytest.raises(ValueError):
         aj.Client("ftp://x", "tok")
+    # Retry-After in both of HTTP's forms.
+    import email.utils
+    from agentjail_client._transport import parse_retry_after
+    assert parse_retry_after("7") == 7 and parse_retry_after(None) is None and parse_retry_after("soon") is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0  # in the past: now
+    assert 50 <= parse_retry_after(email.utils.formatdate(time.time() + 60, usegmt=True)) <= 61
 
 
 # ---- sessions and files -------------------------------------------------------------------------
