@@ -315,7 +315,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def test_5xx_and_request_timeouts_are_typed():
+def test_against_a_stub_5xx_timeouts_sse_and_retry_after():
     stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     t = threading.Thread(target=stub.serve_forever, daemon=True)
     t.start()
