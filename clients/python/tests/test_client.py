@@ -45,7 +45,11 @@ def _start(extra=None, unix=False):
     _need_root()
     tmp = tempfile.mkdtemp(prefix="ajtest-pyc-")
     listen = "unix:" + os.path.join(tmp, "api.sock") if unix else "127.0.0.1:0"
-    s = Server(tmp, extra=extra, listen=listen)
+    try:
+        s = Server(tmp, extra=extra, listen=listen)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     s.url = "unix:" + s.unix if s.unix else "http://127.0.0.1:%d" % s.port
     return s
 
