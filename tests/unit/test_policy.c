@@ -875,6 +875,8 @@ static bool is_scalar(const struct aj_policy_key *k)
     case AJ_KEY_NAME_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
         break;
     }
     return false;
