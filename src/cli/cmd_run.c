@@ -102,6 +102,7 @@ static const struct option run_options[] = {
     {"deny", required_argument, NULL, OPT_NET_KEY},
     {"allow-range", required_argument, NULL, OPT_NET_KEY},
     {"proxy-port", required_argument, NULL, OPT_NET_KEY},
+    {"resolver", required_argument, NULL, OPT_NET_KEY},
     {"net-max-connections", required_argument, NULL, OPT_NET_KEY},
     {"net-max-bytes-out", required_argument, NULL, OPT_NET_KEY},
     {"net-max-bytes-in", required_argument, NULL, OPT_NET_KEY},
@@ -146,6 +147,7 @@ static void run_usage(FILE *f)
           "  --deny HOST[:PORT]        proxy: refuse it even if allowed\n"
           "  --allow-range CIDR        proxy: an address range the deny floor refuses, allowed\n"
           "  --proxy-port N            proxy: the relay's port on 127.0.0.1 (default 3128)\n"
+          "  --resolver IP:PORT        proxy: the DNS server the proxy asks (default: the host's)\n"
           "  --net-max-connections N, --net-max-bytes-out SIZE, --net-max-bytes-in SIZE,\n"
           "  --net-max-connection-time DURATION, --net-max-rps N   proxy: caps per run\n"
           "  --secret ID,hosts=H1|H2,from=env:NAME|file:/PATH,env=VAR[,file=/PATH][,header=H][,format=F]\n"

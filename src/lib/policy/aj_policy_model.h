@@ -114,6 +114,7 @@ struct aj_policy {
     char **net_allow_ranges;
     size_t n_net_allow_ranges;
     uint32_t proxy_port;
+    char *net_resolver;         /* "IP:PORT" the proxy asks; NULL: the host's resolv.conf */
     uint64_t net_max_connections;
     uint64_t net_max_bytes_out;
     uint64_t net_max_bytes_in;

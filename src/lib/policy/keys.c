@@ -270,6 +270,18 @@ const struct aj_policy_key aj_policy_keys[] = {
                "other proxy variables",
     },
     {
+        .key = "network.resolver",
+        .flag = "--resolver",
+        .type = AJ_KEY_STRING,
+        FIELD(net_resolver),
+        .zero = AJ_ZERO_NONE,
+        .weaker = AJ_WEAKER_NEITHER,
+        .doc_type = "`\"IP:PORT\"` or `null`",
+        .doc_default = "`null`: the servers of the host's `/etc/resolv.conf`",
+        .doc = "`proxy` only: the DNS server the proxy asks, outside the sandbox, after the policy check (the "
+               "sandbox has none)",
+    },
+    {
         .key = "network.max_connections",
         .flag = "--net-max-connections",
         .type = AJ_KEY_COUNT,

@@ -5,6 +5,7 @@
  * and pool checks it all once more here. Single-key bounds come from the
  * key table (min, max, the enum's names); what involves two keys or the
  * host's file system is code below. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -225,8 +226,10 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
 static int validate_network(const struct aj_policy *pol, char *ret_key, size_t key_size, struct aj_error *err)
 {
     if (pol->network != AJ_NET_PROXY) {
-        static const char *const only[] = {"network.allow", "network.deny", "network.allow_ranges", "secrets"};
-        size_t n[] = {pol->n_net_allow, pol->n_net_deny, pol->n_net_allow_ranges, pol->n_secrets};
+        static const char *const only[] = {"network.allow", "network.deny", "network.allow_ranges", "secrets",
+                                           "network.resolver"};
+        size_t n[] = {pol->n_net_allow, pol->n_net_deny, pol->n_net_allow_ranges, pol->n_secrets,
+                      pol->net_resolver != NULL};
         for (size_t i = 0; i < AJ_ARRAY_SIZE(only); i++)
             if (n[i]) {
                 BAD_KEY("%s", only[i]);
@@ -234,6 +237,29 @@ static int validate_network(const struct aj_policy *pol, char *ret_key, size_t k
                               "\"%s\"", only[i], pol->network == AJ_NET_NONE ? "none" : "loopback");
             }
         return 0;
+    }
+    if (pol->net_resolver) {
+        const char *colon = strrchr(pol->net_resolver, ':');
+        char host[64];
+        unsigned char a[16];
+        uint64_t port;
+        size_t n = colon ? (size_t)(colon - pol->net_resolver) : 0;
+        bool ok = colon && n > 0 && n < sizeof(host) && aj_parse_u64(colon + 1, 65535, &port) == 0 && port > 0;
+        if (ok) {
+            memcpy(host, pol->net_resolver, n);
+            host[n] = '\0';
+            if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
+                host[n - 1] = '\0';
+                ok = inet_pton(AF_INET6, host + 1, a) == 1;
+            } else {
+                ok = inet_pton(AF_INET, host, a) == 1;
+            }
+        }
+        if (!ok) {
+            BAD_KEY("network.resolver");
+            return aj_err(err, 0, "network.resolver '%s' is not IP:PORT (e.g. 10.0.0.2:53, [fd00::2]:53)",
+                          pol->net_resolver);
+        }
     }
     for (size_t i = 0; i < pol->n_secrets; i++) {
         const struct aj_secret *s = &pol->secrets[i];

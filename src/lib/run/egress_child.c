@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The egress processes' side of their clone (see egress.c): the proxy
+ * between clone and execve, and the relay, which never execs. Both are raw
+ * clones of a supervisor that may have other threads: no malloc, no locks,
+ * no stdio, _exit only (tools/check-child-calls.py checks this object as
+ * it checks child.c). Everything they read was built before the clone. */
+#include "egress_child.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "aj_caps.h"
+#include "aj_missing.h"
+#include "aj_util.h"
+#include "protocol.h"
+
+/* Death with the supervisor, no core, no tracer of the same uid, the
+ * caller's signal mask gone. */
+static int become_helper(void)
+{
+    sigset_t none;
+
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        return -1;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+        return -1;
+    return 0;
+}
+
+/* Root mode: the egress uid (leased from identity.uid_range, never the
+ * sandbox's), no supplementary groups. Then no capability and
+ * no_new_privs, in either mode. */
+static int drop_privileges(const struct aj_egress_child *ec)
+{
+    struct aj_error err;
+
+    if (!ec->rootless) {
+        if (aj_sys_setgroups_none() < 0 || aj_sys_setresgid(ec->gid) < 0 || aj_sys_setresuid(ec->uid) < 0)
+            return -1;
+        /* The euid change cleared the death signal: arm it again. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+            return -1;
+    }
+    if (aj_caps_child_drop_all(&err) < 0 || aj_caps_child_no_new_privs(&err) < 0)
+        return -1;
+    return 0;
+}
+
+void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
+{
+    int high[AJ_EGRESS_NFDS];
+
+    if (become_helper() < 0)
+        _exit(120);
+    if (getppid() != ec->parent)
+        _exit(120); /* the supervisor died before the death signal was armed */
+    /* Onto 3..7 as the contract names them: first above every target, so
+     * that no dup2 overwrites a source still to be placed. */
+    for (int i = 0; i < AJ_EGRESS_NFDS; i++) {
+        high[i] = fcntl(ec->fds[i], F_DUPFD_CLOEXEC, 64);
+        if (high[i] < 0)
+            _exit(120);
+    }
+    if (dup2(ec->null_fd, STDIN_FILENO) < 0 || dup2(ec->null_fd, STDOUT_FILENO) < 0 ||
+        dup2(ec->stderr_fd, STDERR_FILENO) < 0)
+        _exit(120);
+    for (int i = 0; i < AJ_EGRESS_NFDS; i++)
+        if (dup2(high[i], 3 + i) < 0)
+            _exit(120);
+    if (aj_sys_close_range(3 + AJ_EGRESS_NFDS, ~0U, 0) < 0)
+        _exit(120);
+    if (setsid() < 0 || chdir("/") < 0)
+        _exit(120);
+    if (drop_privileges(ec) < 0)
+        _exit(121);
+    execve(ec->path, ec->argv, ec->envp);
+    _exit(127);
+}
+
+/* ---- the relay ------------------------------------------------------------------ */
+
+/* One relayed connection: the program's TCP socket (inside the sandbox's
+ * network namespace) and our unix socket to the proxy, each direction
+ * with a buffer of its own. */
+struct relay_conn {
+    int fd[2];       /* 0: the sandbox's TCP connection, 1: the proxy's unix socket */
+    size_t len[2];   /* bytes read from fd[i], waiting to go to fd[!i] */
+    size_t off[2];
+    bool eof[2];     /* fd[i] said EOF: shut down writing on fd[!i] once drained */
+    bool shut[2];    /* fd[i]'s write side is shut down */
+};
+
+#define RELAY_CONN_BUF (32 * 1024)
+
+static struct relay_conn *conns;
+static char *bufs; /* 2 * RELAY_CONN_BUF per connection */
+static struct pollfd *pfds;
+static size_t n_conns, max_conns;
+
+static void conn_close(size_t i)
+{
+    (void)close(conns[i].fd[0]);
+    (void)close(conns[i].fd[1]);
+    conns[i] = conns[--n_conns];
+    /* Its buffers move with it. */
+    memcpy(bufs + i * 2 * RELAY_CONN_BUF, bufs + n_conns * 2 * RELAY_CONN_BUF, 2 * RELAY_CONN_BUF);
+}
+
+static int to_proxy(const struct aj_egress_child *ec)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+    if (fd < 0)
+        return -1;
+    memcpy(sa.sun_path, ec->sock_path, sizeof(sa.sun_path) - 1);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+        (void)close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void accept_all(const struct aj_egress_child *ec, int lfd)
+{
+    for (;;) {
+        int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), p;
+        if (c < 0)
+            return;
+        /* Past the relay's table the connection is refused at once (the
+         * proxy's own cap, lower, answers with a 503 and an event). */
+        if (n_conns >= max_conns || (p = to_proxy(ec)) < 0) {
+            (void)close(c);
+            continue;
+        }
+        conns[n_conns] = (struct relay_conn){.fd = {c, p}};
+        n_conns++;
+    }
+}
+
+/* Move what can move on connection i; false once it is done. */
+static bool pump(size_t i, const struct pollfd *pf)
+{
+    struct relay_conn *c = &conns[i];
+
+    for (int d = 0; d < 2; d++) {
+        char *buf = bufs + (i * 2 + (size_t)d) * RELAY_CONN_BUF;
+        /* Read from fd[d] when its buffer is empty. */
+        if (!c->eof[d] && c->len[d] == 0 && (pf[d].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t n = read(c->fd[d], buf, RELAY_CONN_BUF);
+            if (n > 0) {
+                c->len[d] = (size_t)n;
+                c->off[d] = 0;
+            } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+                if (n < 0)
+                    return false; /* reset: the other side is told by our close */
+                c->eof[d] = true;
+            }
+        }
+        /* Write it to the other side. */
+        if (c->len[d] > 0) {
+            ssize_t n = write(c->fd[!d], buf + c->off[d], c->len[d]);
+            if (n > 0) {
+                c->off[d] += (size_t)n;
+                c->len[d] -= (size_t)n;
+            } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                return false;
+            }
+        }
+        if (c->eof[d] && c->len[d] == 0 && !c->shut[d]) {
+            (void)shutdown(c->fd[!d], SHUT_WR);
+            c->shut[d] = true;
+        }
+    }
+    return !(c->shut[0] && c->shut[1]);
+}
+
+void aj_egress_child_relay_main(const struct aj_egress_child *ec)
+{
+    const int lfd = 3;
+    struct rlimit rl;
+    size_t bytes;
+
+    if (become_helper() < 0)
+        _exit(120);
+    if (getppid() != ec->parent)
+        _exit(120);
+    (void)prctl(PR_SET_NAME, "agentjail-relay", 0, 0, 0);
+    /* Keep the listening socket alone: nothing else of the supervisor's
+     * (the sandbox's pidfd, a caller's files or terminal). */
+    {
+        /* Above 0-3 first: the supervisor's own 0-2 may have been closed. */
+        int l = fcntl(ec->listen_fd, F_DUPFD_CLOEXEC, 10), nul = fcntl(ec->null_fd, F_DUPFD_CLOEXEC, 10);
+        if (l < 0 || nul < 0 || dup2(nul, STDIN_FILENO) < 0 || dup2(nul, STDOUT_FILENO) < 0 ||
+            dup2(nul, STDERR_FILENO) < 0 || dup2(l, lfd) < 0 || aj_sys_close_range(lfd + 1, ~0U, 0) < 0)
+            _exit(120);
+    }
+    if (drop_privileges(ec) < 0)
+        _exit(121);
+    /* Two fds a connection: within the hard limit, never EMFILE (a
+     * listening socket that stays readable would spin the loop). */
+    max_conns = ec->max_conns;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * max_conns + 16)
+            max_conns = rl.rlim_cur > 48 ? (rl.rlim_cur - 16) / 2 : 16;
+    }
+    bytes = max_conns * (sizeof(struct relay_conn) + sizeof(struct pollfd) * 2 + 2 * RELAY_CONN_BUF) +
+            sizeof(struct pollfd);
+    /* One mapping, touched only as connections come: no malloc here. */
+    {
+        char *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            _exit(122);
+        bufs = m;
+        conns = (struct relay_conn *)(void *)(m + max_conns * 2 * RELAY_CONN_BUF);
+        pfds = (struct pollfd *)(void *)((char *)conns + max_conns * sizeof(struct relay_conn));
+    }
+    {
+        int fl = fcntl(lfd, F_GETFL);
+        if (fl < 0 || fcntl(lfd, F_SETFL, fl | O_NONBLOCK) < 0)
+            _exit(120);
+    }
+    for (;;) {
+        size_t np = 0;
+        pfds[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (size_t i = 0; i < n_conns; i++) {
+            struct relay_conn *c = &conns[i];
+            for (int d = 0; d < 2; d++) {
+                short ev = 0;
+                if (!c->eof[d] && c->len[d] == 0)
+                    ev |= POLLIN;
+                if (c->len[!d] > 0)
+                    ev |= POLLOUT;
+                /* Nothing wanted: not polled (a hung-up peer would wake
+                 * the loop without end while our buffer waits). */
+                pfds[np++] = (struct pollfd){.fd = ev ? c->fd[d] : -1, .events = ev};
+            }
+        }
+        if (poll(pfds, np, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(123);
+        }
+        if (pfds[0].revents & POLLIN)
+            accept_all(ec, lfd);
+        else if (pfds[0].revents & (POLLERR | POLLNVAL))
+            _exit(0);
+        /* Backwards: conn_close moves the last entry into the freed slot. */
+        for (size_t i = np / 2; i-- > 0;) {
+            if (i >= n_conns)
+                continue;
+            if (!pump(i, &pfds[1 + 2 * i]))
+                conn_close(i);
+        }
+    }
+}
+
+/* ---- inside the netns helper ---------------------------------------------------- */
+
+int aj_egress_child_listen(int relay_sock, uint16_t port)
+{
+    struct aj_sync_msg m = {.type = AJ_MSG_NETNS};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct ifreq ifr;
+    int one = 1, s, fd;
+
+    /* lo up first: 127.0.0.1 exists once it is. */
+    s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) {
+        (void)close(s);
+        return -1;
+    }
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) {
+        (void)close(s);
+        return -1;
+    }
+    (void)close(s);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 512) < 0) {
+        m.err.errnum = errno;
+        if (fd >= 0)
+            (void)close(fd);
+        (void)aj_write_all(relay_sock, &m, sizeof(m));
+        return -1;
+    }
+    if (aj_proto_send_fds(relay_sock, &m, &fd, 1) < 0) {
+        (void)close(fd);
+        return -1;
+    }
+    (void)close(fd);
+    return 0;
+}
