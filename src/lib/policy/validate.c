@@ -225,19 +225,6 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
  * sets itself. */
 static int validate_network(const struct aj_policy *pol, char *ret_key, size_t key_size, struct aj_error *err)
 {
-    if (pol->network != AJ_NET_PROXY) {
-        static const char *const only[] = {"network.allow", "network.deny", "network.allow_ranges", "secrets",
-                                           "network.resolver"};
-        size_t n[] = {pol->n_net_allow, pol->n_net_deny, pol->n_net_allow_ranges, pol->n_secrets,
-                      pol->net_resolver != NULL};
-        for (size_t i = 0; i < AJ_ARRAY_SIZE(only); i++)
-            if (n[i]) {
-                BAD_KEY("%s", only[i]);
-                return aj_err(err, 0, "%s needs network.mode \"proxy\" (--network proxy); the mode is "
-                              "\"%s\"", only[i], pol->network == AJ_NET_NONE ? "none" : "loopback");
-            }
-        return 0;
-    }
     if (pol->net_resolver) {
         const char *colon = strrchr(pol->net_resolver, ':');
         char host[64];
@@ -260,6 +247,19 @@ static int validate_network(const struct aj_policy *pol, char *ret_key, size_t k
             return aj_err(err, 0, "network.resolver '%s' is not IP:PORT (e.g. 10.0.0.2:53, [fd00::2]:53)",
                           pol->net_resolver);
         }
+    }
+    if (pol->network != AJ_NET_PROXY) {
+        /* (proxy_port, resolver and the caps have defaults, unused
+         * outside "proxy": a profile may set them for every mode.) */
+        static const char *const only[] = {"network.allow", "network.deny", "network.allow_ranges", "secrets"};
+        size_t n[] = {pol->n_net_allow, pol->n_net_deny, pol->n_net_allow_ranges, pol->n_secrets};
+        for (size_t i = 0; i < AJ_ARRAY_SIZE(only); i++)
+            if (n[i]) {
+                BAD_KEY("%s", only[i]);
+                return aj_err(err, 0, "%s needs network.mode \"proxy\" (--network proxy); the mode is "
+                              "\"%s\"", only[i], pol->network == AJ_NET_NONE ? "none" : "loopback");
+            }
+        return 0;
     }
     for (size_t i = 0; i < pol->n_secrets; i++) {
         const struct aj_secret *s = &pol->secrets[i];

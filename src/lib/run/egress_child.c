@@ -278,7 +278,7 @@ int aj_egress_child_listen(int relay_sock, uint16_t port)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     struct ifreq ifr;
-    int one = 1, s, fd;
+    int s, fd;
 
     /* lo up first: 127.0.0.1 exists once it is. */
     s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -297,8 +297,8 @@ int aj_egress_child_listen(int relay_sock, uint16_t port)
     }
     (void)close(s);
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 512) < 0) {
+    /* A fresh namespace: no TIME_WAIT to reuse past, so no SO_REUSEADDR. */
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 512) < 0) {
         m.err.errnum = errno;
         if (fd >= 0)
             (void)close(fd);
