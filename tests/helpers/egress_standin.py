@@ -87,8 +87,13 @@ def handle(cfg, c):
             event(type="net_denied", host=host, port=port, method=method, reason="not in network.allow")
             c.sendall(b"HTTP/1.1 403 Forbidden\r\nX-Agentjail-Reason: not allowed\r\nContent-Length: 0\r\n\r\n")
             return
-        u = socket.create_connection(("127.0.0.1", port), timeout=10)
-        event(type="net_allowed", host=host, port=port, address="127.0.0.1", method=method)
+        try:
+            socket.inet_aton(host)
+            addr = host  # a literal address is dialled as it is
+        except OSError:
+            addr = "127.0.0.1"
+        u = socket.create_connection((addr, port), timeout=10)
+        event(type="net_allowed", host=host, port=port, address=addr, method=method)
         if method == "CONNECT":
             c.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             if rest:

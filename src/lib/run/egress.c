@@ -45,6 +45,8 @@
 
 #define EGRESS_START_TIMEOUT_MS 10000
 #define EGRESS_STOP_GRACE_MS 300
+#define EGRESS_SUSPEND_WAIT_MS 2000
+#define EGRESS_DEATH_GRACE_MS 10
 #define SECRET_MAX 16384
 #define SYSTEM_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 
@@ -391,6 +393,19 @@ static void take_stderr(struct aj_egress *eg)
     }
 }
 
+static int proxy_died(struct aj_egress *eg, struct aj_error *err)
+{
+    int st = 0;
+
+    while (waitpid(eg->proxy_pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    take_stderr(eg);
+    aj_children_del(eg->proxy_pid);
+    eg->proxy_pid = 0;
+    return aj_err(err, 0, "the egress proxy exited at start (%s %d)%s%s", WIFEXITED(st) ? "status" : "signal",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), eg->stderr_tail[0] ? ": " : "", eg->stderr_tail);
+}
+
 /* The CA certificate the proxy writes on fd 7 before it accepts anything
  * (empty without secrets), bounded in time; the proxy's death meanwhile is
  * a setup error with its own words. */
@@ -437,15 +452,20 @@ static int read_ca(struct aj_egress *eg, int ca_fd, char **ret, struct aj_error 
                 return aj_err(err, errno, "read the egress proxy's CA certificate");
             }
         } else if (p[1].revents & POLLIN) {
-            int st = 0;
             free(pem);
-            take_stderr(eg);
-            (void)waitpid(eg->proxy_pid, &st, 0);
-            aj_children_del(eg->proxy_pid);
-            eg->proxy_pid = 0;
-            return aj_err(err, 0, "the egress proxy exited at start (%s %d)%s%s",
-                          WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
-                          eg->stderr_tail[0] ? ": " : "", eg->stderr_tail);
+            return proxy_died(eg, err);
+        }
+    }
+    /* EOF on fd 7 is also what a proxy that dies at start shows, a moment
+     * before it is a zombie (the kernel releases a dying task's files in
+     * its own order, then reports it). A short grace tells the two apart in
+     * practice; a later death is the loop's (an error event, requests fail). */
+    {
+        struct pollfd e[2] = {{.fd = eg->ev_fd, .events = POLLIN}, {.fd = eg->proxy_pidfd, .events = POLLIN}};
+        if (poll(e, eg->proxy_pidfd >= 0 ? 2 : 1, EGRESS_DEATH_GRACE_MS) > 0 &&
+            ((e[0].revents & POLLHUP) || (e[1].revents & POLLIN))) {
+            free(pem);
+            return proxy_died(eg, err);
         }
     }
     if (pem)
@@ -783,6 +803,25 @@ static void take_line(struct aj_egress *eg, const char *line, size_t len, const 
     emit(ctx, ev, kinds[k].type, kinds[k].sev);
 }
 
+static void take_bytes(struct aj_egress *eg, const char *buf, size_t n, const struct aj_audit *a,
+                       aj_egress_emit_fn emit, void *ctx)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = buf[i];
+        if (c == '\n') {
+            if (!eg->line_skip && eg->line_len)
+                take_line(eg, eg->line, eg->line_len, a, emit, ctx);
+            eg->line_len = 0;
+            eg->line_skip = false;
+        } else if (eg->line_len < sizeof(eg->line)) {
+            eg->line[eg->line_len++] = c;
+        } else if (!eg->line_skip) {
+            eg->line_skip = true; /* a line longer than any event: dropped, counted */
+            eg->malformed++;
+        }
+    }
+}
+
 void aj_egress_read_events(struct aj_egress *eg, const struct aj_audit *a, aj_egress_emit_fn emit, void *ctx,
                            bool drain)
 {
@@ -790,6 +829,15 @@ void aj_egress_read_events(struct aj_egress *eg, const struct aj_audit *a, aj_eg
     char buf[8192];
 
     take_stderr(eg);
+    if (eg->pend_len) {
+        /* What aj_egress_suspend read ahead, first and in order. */
+        char *p = eg->pend;
+        size_t n = eg->pend_len;
+        eg->pend = NULL;
+        eg->pend_len = 0;
+        take_bytes(eg, p, n, a, emit, ctx);
+        free(p);
+    }
     while (eg->ev_fd >= 0) {
         ssize_t n = read(eg->ev_fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
@@ -815,20 +863,40 @@ void aj_egress_read_events(struct aj_egress *eg, const struct aj_audit *a, aj_eg
             }
             return;
         }
-        for (ssize_t i = 0; i < n; i++) {
-            char c = buf[i];
-            if (c == '\n') {
-                if (!eg->line_skip && eg->line_len)
-                    take_line(eg, eg->line, eg->line_len, a, emit, ctx);
-                eg->line_len = 0;
-                eg->line_skip = false;
-            } else if (eg->line_len < sizeof(eg->line)) {
-                eg->line[eg->line_len++] = c;
-            } else if (!eg->line_skip) {
-                eg->line_skip = true; /* a line longer than any event: dropped, counted */
-                eg->malformed++;
-            }
-        }
+        take_bytes(eg, buf, (size_t)n, a, emit, ctx);
+    }
+}
+
+/* The proxy's answer to "suspend": its events are read ahead into
+ * eg->pend (taken, in order, by the next aj_egress_read_events) until the
+ * credentials_suspended line is among them, or the wait is over. */
+static void wait_suspended(struct aj_egress *eg)
+{
+    uint64_t deadline = aj_now_ms() + EGRESS_SUSPEND_WAIT_MS;
+    size_t scanned = 0;
+
+    while (eg->ev_fd >= 0) {
+        struct pollfd p = {.fd = eg->ev_fd, .events = POLLIN};
+        uint64_t now = aj_now_ms();
+        char buf[4096], *np;
+        ssize_t n;
+        if (now >= deadline || poll(&p, 1, (int)(deadline - now)) <= 0)
+            return;
+        n = read(eg->ev_fd, buf, sizeof(buf));
+        if (n <= 0)
+            return; /* EOF or an error: the next read_events says so */
+        if (eg->pend_len > (4U << 20))
+            return;
+        np = realloc(eg->pend, eg->pend_len + (size_t)n);
+        if (!np)
+            return;
+        eg->pend = np;
+        memcpy(eg->pend + eg->pend_len, buf, (size_t)n);
+        eg->pend_len += (size_t)n;
+        if (memmem(eg->pend + (scanned > 32 ? scanned - 32 : 0), eg->pend_len - (scanned > 32 ? scanned - 32 : 0),
+                   "\"credentials_suspended\"", 23))
+            return;
+        scanned = eg->pend_len;
     }
 }
 
@@ -841,8 +909,8 @@ json_t *aj_egress_suspend(struct aj_egress *eg, const struct aj_audit *a)
     eg->suspended = true;
     /* A short line into an empty pipe: never blocks. Best effort: a proxy
      * already gone brokers nothing either. */
-    if (eg->ctl_fd >= 0)
-        (void)aj_write_all(eg->ctl_fd, "suspend\n", 8);
+    if (eg->ctl_fd >= 0 && aj_write_all(eg->ctl_fd, "suspend\n", 8) == 0 && json_array_size(eg->secret_ids))
+        wait_suspended(eg);
     if (!json_array_size(eg->secret_ids))
         return NULL;
     ev = aj_audit_event(a, AJ_EV_CREDENTIALS_SUSPENDED, AJ_SEV_HIGH);
@@ -917,4 +985,7 @@ void aj_egress_release(struct aj_egress *eg)
     eg->n_env = 0;
     json_decref(eg->secret_ids);
     eg->secret_ids = NULL;
+    free(eg->pend);
+    eg->pend = NULL;
+    eg->pend_len = 0;
 }

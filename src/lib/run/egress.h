@@ -43,6 +43,8 @@ struct aj_egress {
     json_t *secret_ids;      /* the ids of the brokered secrets (credentials_suspended) */
     bool suspended;
     bool stopping;           /* aj_egress_stop: the proxy's EOF is expected */
+    char *pend;              /* read while waiting for the suspension's answer, not yet taken */
+    size_t pend_len;
     char line[8192];         /* a partial line of the proxy's events */
     size_t line_len;
     bool line_skip;          /* the line was too long: dropped to its end */
@@ -72,7 +74,10 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
 typedef void (*aj_egress_emit_fn)(void *ctx, json_t *ev, enum aj_event_type type, enum aj_severity sev);
 void aj_egress_read_events(struct aj_egress *eg, const struct aj_audit *a, aj_egress_emit_fn emit, void *ctx,
                            bool drain);
-/* Stop brokering now (writes "suspend" to the proxy). Returns the
+/* Stop brokering now: "suspend" to the proxy, and its answer waited for
+ * (bounded), so that the call that caused it (held meanwhile: the seccomp
+ * notification unanswered, the decoy's opener blocked) returns only once
+ * no request gets the credential any more. Returns the
  * credentials_suspended event to emit, or NULL when nothing was
  * brokered or it was already suspended. */
 json_t *aj_egress_suspend(struct aj_egress *eg, const struct aj_audit *a);

@@ -87,6 +87,14 @@ void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
     if (drop_privileges(ec) < 0)
         _exit(121);
     execve(ec->path, ec->argv, ec->envp);
+    {
+        /* The supervisor reports the proxy's stderr at a start failure. */
+        char msg[4200];
+        int n = snprintf(msg, sizeof(msg), "cannot execute %s as uid %u: errno %d\n", ec->path, (unsigned)ec->uid,
+                         errno);
+        if (n > 0)
+            (void)aj_write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+    }
     _exit(127);
 }
 

@@ -148,6 +148,8 @@ void aj_loop_check_alert(struct supervise_state *st, bool final)
 }
 
 /* Every event goes through here: written, counted, and acted on. */
+static void emit_egress(void *ctx, json_t *ev, enum aj_event_type type, enum aj_severity sev);
+
 static void emit(struct supervise_state *st, json_t *ev, enum aj_event_type type, enum aj_severity sev)
 {
     json_t *suspended = NULL;
@@ -170,6 +172,10 @@ static void emit(struct supervise_state *st, json_t *ev, enum aj_event_type type
     if (first)
         start_alert(st, st->audit->first_high, suspended);
     json_decref(suspended);
+    /* What the proxy said while the suspension was waited for: now, after
+     * the events that caused it (epoll would not wake for it again). */
+    if (st->egress && st->egress->pend_len)
+        aj_egress_read_events(st->egress, st->audit, emit_egress, st, false);
 }
 
 /* The proxy's events, as the run's (aj_egress_read_events): NULL is one
