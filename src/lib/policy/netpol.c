@@ -50,13 +50,22 @@ static bool port_ok(const char *p)
     return aj_parse_u64(p, 65535, &v) == 0 && v >= 1;
 }
 
+/* "GET" or "GET,HEAD": upper-case methods, comma-separated. */
 static bool method_ok(const char *m, size_t n)
 {
-    if (n == 0 || n > 16)
+    size_t run = 0;
+
+    if (n == 0 || n > 128 || m[0] == ',' || m[n - 1] == ',')
         return false;
-    for (size_t i = 0; i < n; i++)
-        if (m[i] < 'A' || m[i] > 'Z')
+    for (size_t i = 0; i < n; i++) {
+        if (m[i] == ',') {
+            if (run == 0)
+                return false;
+            run = 0;
+        } else if (m[i] < 'A' || m[i] > 'Z' || ++run > 16) {
             return false;
+        }
+    }
     return true;
 }
 
@@ -71,8 +80,8 @@ int aj_policy_check_net_entry(const char *s, struct aj_error *err)
         return aj_err(err, 0, "'%s' is not a host, *.domain, host:port or \"METHOD host:port\"", s ? s : "");
     if (sp) {
         if (!method_ok(s, (size_t)(sp - s)))
-            return aj_err(err, 0, "'%s': the method must be upper-case letters (GET, POST), one space, then "
-                          "the host", s);
+            return aj_err(err, 0, "'%s': the methods must be upper-case letters (GET or GET,HEAD), one space, "
+                          "then the host", s);
         hp = sp + 1;
     }
     (void)snprintf(buf, sizeof(buf), "%s", hp);
@@ -101,7 +110,8 @@ int aj_policy_check_net_entry(const char *s, struct aj_error *err)
             *colon = '\0';
             port = colon + 1;
         }
-        if (inet_pton(AF_INET, host, a6) != 1 && !host_ok(host, strlen(host)))
+        /* "*": any host (the proxy's deny floor still applies). */
+        if (strcmp(host, "*") != 0 && inet_pton(AF_INET, host, a6) != 1 && !host_ok(host, strlen(host)))
             return aj_err(err, 0, "'%s': '%s' is not a host name, *.domain or IP address", s, host);
     }
     if (port && !port_ok(port))

@@ -316,11 +316,10 @@ static json_t *strv_json(char *const *v, size_t n)
     return a;
 }
 
-/* A cap as the proxy takes it: 0 ("none" in the policy) as a number no run
- * reaches. */
+/* A cap as the proxy takes it: 0 is "none" to both. */
 static json_int_t cap(uint64_t v, uint64_t div)
 {
-    return v == 0 ? (json_int_t)1 << 53 : (json_int_t)(v / div ? v / div : 1);
+    return v == 0 ? 0 : (json_int_t)(v / div ? v / div : 1);
 }
 
 /* The config the proxy reads on fd 3. The values are in it: the text goes
@@ -349,10 +348,12 @@ static int write_config(int fd, const struct aj_policy *pol, const char *run_id,
             secrets = NULL;
         }
     }
-    root = json_pack("{s:s, s:o, s:o, s:o, s:s?, s:o, s:o}", "run_id", run_id, "allow",
+    root = json_pack("{s:s, s:o, s:o, s:o, s:s?, s:o, s:o, s:I}", "run_id", run_id, "allow",
                      strv_json(pol->net_allow, pol->n_net_allow), "deny", strv_json(pol->net_deny, pol->n_net_deny),
                      "allow_ranges", strv_json(pol->net_allow_ranges, pol->n_net_allow_ranges), "resolver",
-                     pol->net_resolver, "caps", caps, "secrets", secrets);
+                     pol->net_resolver, "caps", caps, "secrets", secrets,
+                     /* The run CA lives as long as the run may (plus a margin); a day without a timeout. */
+                     "ca_validity_seconds", (json_int_t)(pol->timeout_ms ? pol->timeout_ms / 1000 + 600 : 86400));
     if (!root)
         return aj_err(err, ENOMEM, "egress config");
     need = json_dumpb(root, NULL, 0, JSON_COMPACT);
@@ -475,7 +476,7 @@ static int read_ca(struct aj_egress *eg, int ca_fd, char **ret, struct aj_error 
 }
 
 static int spawn_proxy(struct aj_egress *eg, int fds[AJ_EGRESS_NFDS], int stderr_w, const char *path,
-                       struct aj_error *err)
+                       uint64_t max_conns, struct aj_error *err)
 {
     static char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
     char *argv[] = {"agentjail-egress", "--config-fd", "3", "--listen-fd", "4", "--events-fd", "5",
@@ -491,6 +492,7 @@ static int spawn_proxy(struct aj_egress *eg, int fds[AJ_EGRESS_NFDS], int stderr
         .envp = envp,
         .stderr_fd = stderr_w,
         .listen_fd = -1,
+        .nofile = 2 * max_conns + 64,
     };
     pid_t pid;
 
@@ -627,7 +629,7 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
         r = aj_err(err, errno, "pipes for the egress proxy");
     if (r >= 0) {
         int fds[AJ_EGRESS_NFDS] = {cfg[0], listen_fd, ev[1], ctl[0], ca[1]};
-        r = spawn_proxy(eg, fds, errp[1], path, err);
+        r = spawn_proxy(eg, fds, errp[1], path, pol->net_max_connections, err);
     }
     /* The proxy has its copies. */
     close_fd(&cfg[0]);

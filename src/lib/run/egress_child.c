@@ -84,6 +84,13 @@ void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
         _exit(120);
     if (setsid() < 0 || chdir("/") < 0)
         _exit(120);
+    {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < ec->nofile) {
+            rl.rlim_cur = ec->nofile < rl.rlim_max ? ec->nofile : rl.rlim_max;
+            (void)setrlimit(RLIMIT_NOFILE, &rl); /* best effort: the proxy's cap answers past it */
+        }
+    }
     if (drop_privileges(ec) < 0)
         _exit(121);
     execve(ec->path, ec->argv, ec->envp);

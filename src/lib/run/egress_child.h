@@ -26,6 +26,7 @@ struct aj_egress_child {
     char *const *envp;
     int fds[AJ_EGRESS_NFDS]; /* become 3..7 */
     int stderr_fd;
+    uint64_t nofile;     /* RLIMIT_NOFILE the proxy needs (2 fds a connection), within the hard limit */
     /* relay */
     int listen_fd;      /* TCP, 127.0.0.1:proxy_port, in the sandbox's network namespace */
     char sock_path[108]; /* the proxy's unix socket */
