@@ -47,7 +47,7 @@ ALLOWED = set("""
     prctl setns unshare sethostname setdomainname setrlimit prlimit getrlimit
     wait waitpid waitid wait4 ptrace syscall
     clock_gettime time nanosleep uname getrandom getentropy statfs fstatfs
-    getenv strerrordesc_np
+    getenv strerrordesc_np environ
     memfd_create mmap munmap mprotect
     tcgetattr tcsetattr tcgetpgrp tcsetpgrp isatty
     memcpy memmove memset memchr memrchr memcmp bcmp
@@ -63,6 +63,8 @@ ALLOWED = set("""
 # stream that takes no lock (_IO_USER_LOCK), and allocates only for wide
 # strings, positional arguments or widths beyond its stack buffer, none of
 # which the sandbox side uses (aj_err, small path and number formats).
+# environ: the variable itself (the relay blanks its copy of the
+# environment's strings in place; no call).
 # getenv: glibc's reads environ with no lock and no allocation (setenv
 # builds a new array and swaps the pointer, so a snapshot taken by clone
 # is consistent); the sandbox side reads a test knob with it.

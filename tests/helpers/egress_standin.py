@@ -147,7 +147,7 @@ def main():
         data += d
     os.close(3)
     CFG = json.loads(data)
-    known = {"run_id", "allow", "deny", "allow_ranges", "resolver", "caps", "secrets"}
+    known = {"run_id", "allow", "deny", "allow_ranges", "resolver", "caps", "secrets", "ca_validity_seconds"}
     if set(CFG) - known:
         sys.stderr.write("unknown keys: %s\n" % sorted(set(CFG) - known))
         sys.exit(2)

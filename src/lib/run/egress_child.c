@@ -21,6 +21,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #include "aj_caps.h"
 #include "aj_missing.h"
 #include "aj_util.h"
@@ -214,6 +216,10 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
     if (getppid() != ec->parent)
         _exit(120);
     (void)prctl(PR_SET_NAME, "agentjail-relay", 0, 0, 0);
+    /* Our copy of the supervisor's environment may hold a secret's source
+     * (value_from env:NAME): blanked, in this process's memory only. */
+    for (char **e = environ; e && *e; e++)
+        memset(*e, 0, strlen(*e));
     /* Keep the listening socket alone: nothing else of the supervisor's
      * (the sandbox's pidfd, a caller's files or terminal). */
     {
