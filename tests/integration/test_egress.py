@@ -655,3 +655,49 @@ def test_policy_errors_are_located(tmp_path):
                         "gh,hosts=a.example,from=env:GH,env=T", "--", "true"], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 2 and "environment.pass also hands to the sandbox" in r.stderr, r.stderr
+
+
+def _status(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def test_the_proxy_and_the_relay_hold_no_privilege_and_see_little(up, dns, tmp_path):
+    proc = subprocess.Popen([AJ_BIN, "run", "--result", str(tmp_path / "r.json")] + proxy_args(up, dns) +
+                            ["--", "sh", "-c", "read x"], env=egress_env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        kids = lambda: [int(p) for p in os.listdir("/proc") if p.isdigit() and _child_of(int(p), proc.pid)]  # noqa
+        relay = wait_for(lambda: [p for p in kids() if comm(p) == "agentjail-relay"], 20)
+        proxy = wait_for(lambda: [p for p in kids() if _is_proxy(p)], 20)
+        assert relay and proxy, (relay, proxy)
+        for pid in relay + proxy:
+            st = _status(pid)
+            assert int(st["CapEff"], 16) == int(st["CapPrm"], 16) == int(st["CapAmb"], 16) == 0, st
+            assert st["NoNewPrivs"] == "1", st
+            # The bounding set: emptied where the process could (root; the
+            # proxy's own user namespace rootless). A rootless relay holds
+            # nothing and cannot gain anything (no_new_privs) either way.
+            if IS_ROOT or pid in proxy:
+                assert int(st["CapBnd"], 16) == 0, st
+            if IS_ROOT:
+                assert st["Uid"].split()[0] != "0", st
+        # The proxy's own root: what it needs, none of the host's data.
+        root = os.listdir("/proc/%d/root" % proxy[0])
+        assert "usr" in root and "etc" in root, root
+        for gone in ("home", "root", "var", "tmp", "srv", "boot"):
+            assert gone not in root, (gone, root)
+        assert sorted(os.listdir("/proc/%d/root/etc" % proxy[0])) <= ["ca-certificates", "gai.conf", "hosts",
+                                                                       "ld.so.cache", "nsswitch.conf",
+                                                                       "resolv.conf", "ssl"]
+        # Control: the supervisor's root has them.
+        assert "var" in os.listdir("/proc/%d/root" % proc.pid)
+        proxy_uid = _status(proxy[0])["Uid"].split()[0]
+    finally:
+        proc.communicate(input="\n", timeout=60)
+    res = json.load(open(str(tmp_path / "r.json")))
+    if IS_ROOT:
+        # Its own uid: not the sandbox's.
+        assert int(proxy_uid) != res["host_uid"] and int(proxy_uid) >= 65536, (proxy_uid, res["host_uid"])
+    else:
+        assert int(proxy_uid) == os.getuid()

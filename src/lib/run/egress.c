@@ -475,34 +475,117 @@ static int read_ca(struct aj_egress *eg, int ca_fd, char **ret, struct aj_error 
     return 0;
 }
 
+/* The proxy's filesystem view (see proxy_fs_view in egress_child.c): what
+ * its binary, its libraries, OpenSSL and its resolver read, nothing else. */
+static int plan_view(struct aj_egress *eg, struct aj_egress_child *ec, const char *real_path, struct aj_error *err)
+{
+    static const char *const sys[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
+    static const struct {
+        const char *path;
+        bool file, dev;
+    } more[] = {
+        {"/etc/ssl", false, false},         {"/etc/ca-certificates", false, false},
+        {"/etc/resolv.conf", true, false},  {"/etc/ld.so.cache", true, false},
+        {"/etc/nsswitch.conf", true, false}, {"/etc/hosts", true, false},
+        {"/etc/gai.conf", true, false},     {"/dev/null", true, true},
+        {"/dev/urandom", true, true},       {"/dev/random", true, true},
+        {"/proc", false, false},
+    };
+    char dir[AJ_EGRESS_VIEW_PATH], *slash;
+    struct stat st;
+
+#define VIEW_ADD(...)                                                                              \
+    do {                                                                                           \
+        if (ec->n_view >= AJ_EGRESS_VIEW_MAX)                                                      \
+            return aj_err(err, E2BIG, "the proxy's filesystem view");                             \
+        ec->view[ec->n_view++] = (struct aj_egress_view_entry){__VA_ARGS__};                       \
+    } while (0)
+    (void)snprintf(ec->view_root, sizeof(ec->view_root), "%s/root", eg->dir);
+    if (mkdir(ec->view_root, 0755) < 0)
+        return aj_err(err, errno, "mkdir %s", ec->view_root);
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(sys); i++) {
+        char link[AJ_EGRESS_VIEW_PATH];
+        ssize_t n;
+        if (lstat(sys[i], &st) < 0)
+            continue;
+        if (S_ISLNK(st.st_mode)) {
+            n = readlink(sys[i], link, sizeof(link) - 1);
+            if (n <= 0)
+                continue;
+            link[n] = '\0';
+            VIEW_ADD(.file = false);
+            (void)snprintf(ec->view[ec->n_view - 1].path, AJ_EGRESS_VIEW_PATH, "%s", sys[i]);
+            (void)snprintf(ec->view[ec->n_view - 1].link, AJ_EGRESS_VIEW_PATH, "%s", link);
+        } else if (S_ISDIR(st.st_mode)) {
+            VIEW_ADD(.file = false);
+            (void)snprintf(ec->view[ec->n_view - 1].path, AJ_EGRESS_VIEW_PATH, "%s", sys[i]);
+        }
+    }
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(more); i++) {
+        if (stat(more[i].path, &st) < 0 || (more[i].file ? S_ISDIR(st.st_mode) : !S_ISDIR(st.st_mode)))
+            continue;
+        VIEW_ADD(.file = more[i].file, .dev = more[i].dev);
+        (void)snprintf(ec->view[ec->n_view - 1].path, AJ_EGRESS_VIEW_PATH, "%s", more[i].path);
+    }
+    /* Its own directory, where it is not under /usr already. */
+    if (snprintf(dir, sizeof(dir), "%s", real_path) >= (int)sizeof(dir))
+        return aj_err(err, ENAMETOOLONG, "%s", real_path);
+    slash = strrchr(dir, '/');
+    if (slash && slash != dir)
+        *slash = '\0';
+    if (strncmp(dir, "/usr/", 5) != 0) {
+        VIEW_ADD(.file = false);
+        (void)snprintf(ec->view[ec->n_view - 1].path, AJ_EGRESS_VIEW_PATH, "%s", dir);
+    }
+#undef VIEW_ADD
+    return 0;
+}
+
 static int spawn_proxy(struct aj_egress *eg, int fds[AJ_EGRESS_NFDS], int stderr_w, const char *path,
                        uint64_t max_conns, struct aj_error *err)
 {
     static char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
     char *argv[] = {"agentjail-egress", "--config-fd", "3", "--listen-fd", "4", "--events-fd", "5",
                     "--control-fd", "6", "--ca-out-fd", "7", NULL};
-    struct aj_egress_child ec = {
+    /* Large (the view's paths): not on the stack of a server's thread. */
+    struct aj_egress_child *ec = calloc(1, sizeof(*ec));
+    char *real = realpath(path, NULL);
+    pid_t pid;
+    int r;
+
+    if (!ec || !real) {
+        free(ec);
+        free(real);
+        return aj_err(err, errno ? errno : ENOMEM, "agentjail-egress at %s", path);
+    }
+    *ec = (struct aj_egress_child){
         .parent = getpid(),
         .rootless = eg->rootless,
         .uid = eg->uid,
         .gid = eg->gid,
         .null_fd = eg->null_fd,
-        .path = path,
+        .path = real, /* the view has its directory, not a link's */
         .argv = argv,
         .envp = envp,
         .stderr_fd = stderr_w,
         .listen_fd = -1,
         .nofile = 2 * max_conns + 64,
     };
-    pid_t pid;
-
-    memcpy(ec.fds, fds, sizeof(ec.fds));
+    memcpy(ec->fds, fds, sizeof(ec->fds));
+    r = plan_view(eg, ec, real, err);
+    if (r < 0) {
+        free(ec);
+        free(real);
+        return r;
+    }
     /* A raw clone: the supervisor may have other threads (see child.h). */
     pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
+    if (pid == 0)
+        aj_egress_child_proxy_main(ec);
+    free(ec);
+    free(real);
     if (pid < 0)
         return aj_err(err, errno, "start the egress proxy");
-    if (pid == 0)
-        aj_egress_child_proxy_main(&ec);
     aj_children_add(pid);
     eg->proxy_pid = pid;
     eg->proxy_pidfd = (int)syscall(__NR_pidfd_open, pid, 0);
@@ -615,15 +698,7 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
     rs = calloc(pol->n_secrets ? pol->n_secrets : 1, sizeof(*rs));
     if (!rs)
         return aj_err(err, ENOMEM, "secrets");
-    for (size_t i = 0; r == 0 && i < pol->n_secrets; i++) {
-        r = read_secret(&pol->secrets[i], &rs[i], err);
-        if (r == 0)
-            r = make_placeholder(&rs[i], err);
-        if (r == 0 && json_array_append_new(eg->secret_ids, json_string(pol->secrets[i].id)) < 0)
-            r = aj_err(err, ENOMEM, "secrets");
-    }
-    if (r == 0)
-        r = listen_fd = make_socket(eg, err);
+    r = listen_fd = make_socket(eg, err);
     if (r >= 0 && (pipe2(cfg, O_CLOEXEC) < 0 || pipe2(ev, O_CLOEXEC) < 0 || pipe2(ctl, O_CLOEXEC) < 0 ||
                    pipe2(ca, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0))
         r = aj_err(err, errno, "pipes for the egress proxy");
@@ -645,6 +720,15 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
         (void)fcntl(eg->ev_fd, F_SETFL, O_NONBLOCK);
     if (eg->err_fd >= 0)
         (void)fcntl(eg->err_fd, F_SETFL, O_NONBLOCK);
+    /* The values are read only now: the proxy's clone (until its execve)
+     * never held one. */
+    for (size_t i = 0; r >= 0 && i < pol->n_secrets; i++) {
+        r = read_secret(&pol->secrets[i], &rs[i], err);
+        if (r == 0)
+            r = make_placeholder(&rs[i], err);
+        if (r == 0 && json_array_append_new(eg->secret_ids, json_string(pol->secrets[i].id)) < 0)
+            r = aj_err(err, ENOMEM, "secrets");
+    }
     if (r >= 0)
         r = write_config(cfg[1], pol, run_id, rs, err);
     close_fd(&cfg[1]);
@@ -976,8 +1060,12 @@ void aj_egress_release(struct aj_egress *eg)
     if (eg->sock_path[0])
         (void)unlink(eg->sock_path);
     eg->sock_path[0] = '\0';
-    if (eg->dir[0])
+    if (eg->dir[0]) {
+        char root[96];
+        (void)snprintf(root, sizeof(root), "%s/root", eg->dir);
+        (void)rmdir(root);
         (void)rmdir(eg->dir);
+    }
     eg->dir[0] = '\0';
     aj_userns_lease_release(&eg->lease);
     for (size_t i = 0; i < eg->n_env; i++)

@@ -14,7 +14,12 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -48,17 +53,138 @@ static int become_helper(void)
 static int drop_privileges(const struct aj_egress_child *ec)
 {
     struct aj_error err;
+    int r;
 
     if (!ec->rootless) {
-        if (aj_sys_setgroups_none() < 0 || aj_sys_setresgid(ec->gid) < 0 || aj_sys_setresuid(ec->uid) < 0)
+        /* KEEPCAPS: the uid change keeps the permitted set, so that the
+         * bounding set (CAP_SETPCAP) can still be emptied after it. */
+        if (aj_sys_setgroups_none() < 0 || prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 ||
+            aj_sys_setresgid(ec->gid) < 0 || aj_sys_setresuid(ec->uid) < 0)
             return -1;
         /* The euid change cleared the death signal: arm it again. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
             return -1;
     }
-    if (aj_caps_child_drop_all(&err) < 0 || aj_caps_child_no_new_privs(&err) < 0)
+    r = aj_caps_child_drop_all(&err);
+    /* 1: the bounding set could not be emptied, which only a caller
+     * without privilege and without the view's user namespace sees (it
+     * holds no capability to keep anyway). As root: a failure. */
+    if (r < 0 || (r == 1 && !ec->rootless) || aj_caps_child_no_new_privs(&err) < 0)
         return -1;
     return 0;
+}
+
+/* Say why on stderr (the supervisor reports it) and exit. */
+static __attribute__((noreturn)) void view_fail(const char *what, const char *path)
+{
+    char msg[AJ_EGRESS_VIEW_PATH + 128];
+    int e = errno, n = snprintf(msg, sizeof(msg), "the proxy's filesystem view: %s %s: errno %d\n", what, path, e);
+
+    if (n > 0)
+        (void)aj_write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+    _exit(124);
+}
+
+/* mkdir -p of buf (modified and restored), every component but the last
+ * when file. */
+static void mkdir_p(char *buf, bool file)
+{
+    size_t n = strlen(buf);
+
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        if (buf[i] == '\0' && file)
+            break;
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            view_fail("mkdir", buf);
+        if (i < n)
+            buf[i] = '/';
+    }
+}
+
+/* A writable file write of a short text (the id maps). */
+static void write_proc(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || aj_write_all(fd, text, strlen(text)) < 0)
+        view_fail("write", path);
+    (void)close(fd);
+}
+
+/* The proxy sees only what it needs (docs/network.md): its libraries
+ * (/usr and the merged-/usr links), the trust store, resolv.conf, the
+ * loader's cache, /dev/null and the random devices, /proc (the sanitizer
+ * runtimes read it), its own binary's directory. Root mode: a mount
+ * namespace of its own; rootless: a user namespace mapping the caller's
+ * ids to themselves, so that the mounts are allowed. Each bind read-only,
+ * nosuid, keeping the flags the kernel locks (noexec, nodev, atime) as the
+ * source has them. Then pivot_root, the old root detached, the new root
+ * read-only. */
+static void proxy_fs_view(const struct aj_egress_child *ec)
+{
+    char buf[2 * AJ_EGRESS_VIEW_PATH + 8];
+    struct statfs sf;
+
+    if (!ec->n_view)
+        return;
+    if (ec->rootless) {
+        char map[64];
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+            view_fail("unshare", "user+mount namespace");
+        /* Our own /proc/self files are root's while we are not dumpable:
+         * dumpable for the maps' writes only (this clone holds no secret:
+         * the supervisor reads them after starting it). */
+        if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+            view_fail("dumpable", "");
+        write_proc("/proc/self/setgroups", "deny");
+        (void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)ec->uid, (unsigned)ec->uid);
+        write_proc("/proc/self/uid_map", map);
+        (void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)ec->gid, (unsigned)ec->gid);
+        write_proc("/proc/self/gid_map", map);
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+            view_fail("not dumpable", "");
+    } else if (unshare(CLONE_NEWNS) < 0) {
+        view_fail("unshare", "mount namespace");
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        view_fail("make private", "/");
+    if (mount("tmpfs", ec->view_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+        view_fail("tmpfs", ec->view_root);
+    for (size_t i = 0; i < ec->n_view; i++) {
+        const struct aj_egress_view_entry *e = &ec->view[i];
+        unsigned long fl;
+        (void)snprintf(buf, sizeof(buf), "%s%s", ec->view_root, e->path);
+        if (e->link[0]) {
+            mkdir_p(buf, true);
+            if (symlink(e->link, buf) < 0)
+                view_fail("symlink", buf);
+            continue;
+        }
+        mkdir_p(buf, e->file);
+        if (e->file) {
+            int fd = open(buf, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+            if (fd < 0)
+                view_fail("create", buf);
+            (void)close(fd);
+        }
+        if (mount(e->path, buf, NULL, MS_BIND | MS_REC, NULL) < 0)
+            view_fail("bind", e->path);
+        if (statfs(buf, &sf) < 0)
+            view_fail("statfs", buf);
+        /* ST_* equal MS_* for these bits: keep what is locked. */
+        fl = (unsigned long)sf.f_flags & (MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME);
+        fl |= MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (e->dev ? 0 : MS_NODEV);
+        if (mount(NULL, buf, NULL, fl, NULL) < 0)
+            view_fail("read-only", buf);
+    }
+    if (chdir(ec->view_root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
+        view_fail("pivot_root", ec->view_root);
+    if (umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+        view_fail("detach the old root", "/");
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        view_fail("read-only", "/");
 }
 
 void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
@@ -86,6 +212,7 @@ void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
         _exit(120);
     if (setsid() < 0 || chdir("/") < 0)
         _exit(120);
+    proxy_fs_view(ec);
     {
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < ec->nofile) {

@@ -13,6 +13,17 @@
 /* The contract's fds: config, listen, events, control, CA out (3..7). */
 #define AJ_EGRESS_NFDS 5
 
+/* One entry of the proxy's filesystem view: a host path bound read-only at
+ * the same place, or a symlink replicated (merged /usr: /lib -> usr/lib). */
+#define AJ_EGRESS_VIEW_MAX 24
+#define AJ_EGRESS_VIEW_PATH 512
+struct aj_egress_view_entry {
+    char path[AJ_EGRESS_VIEW_PATH];
+    char link[AJ_EGRESS_VIEW_PATH]; /* non-empty: a symlink to this */
+    bool file;                       /* a file (bound on an empty file), else a directory */
+    bool dev;                        /* a device node: no nodev */
+};
+
 /* Built by the supervisor before the clone, never freed by the child. */
 struct aj_egress_child {
     pid_t parent;       /* the supervisor: gone before the death signal was armed = exit */
@@ -27,6 +38,11 @@ struct aj_egress_child {
     int fds[AJ_EGRESS_NFDS]; /* become 3..7 */
     int stderr_fd;
     uint64_t nofile;     /* RLIMIT_NOFILE the proxy needs (2 fds a connection), within the hard limit */
+    /* The proxy's own root: a tmpfs at view_root (an empty directory of
+     * the supervisor's) with these entries, pivoted into. n_view 0: none. */
+    char view_root[AJ_EGRESS_VIEW_PATH];
+    struct aj_egress_view_entry view[AJ_EGRESS_VIEW_MAX];
+    size_t n_view;
     /* relay */
     int listen_fd;      /* TCP, 127.0.0.1:proxy_port, in the sandbox's network namespace */
     char sock_path[108]; /* the proxy's unix socket */
