@@ -167,6 +167,65 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
     return 0;
 }
 
+/* "sessions": {"max_per_tenant", "ttl", "idle_timeout", "workspace_quota",
+ * "max_file_bytes", "max_outputs_bytes", "workspace_uids"}. */
+static int load_sessions(struct cfg_loader *L, json_t *obj, struct srv_config *cfg)
+{
+    char path[300];
+    const char *key;
+    json_t *v;
+    uint64_t u = 0;
+
+    if (!json_is_object(obj))
+        return cfg_fail(L, "sessions", "must be an object");
+    json_object_foreach(obj, key, v) {
+        (void)snprintf(path, sizeof(path), "sessions.%s", key);
+        if (strcmp(key, "max_per_tenant") == 0) {
+            if (get_uint(L, path, v, 0, 1024, &u) < 0)
+                return -1;
+            cfg->max_sessions_per_tenant = (unsigned)u;
+        } else if (strcmp(key, "ttl") == 0) {
+            if (get_uint(L, path, v, 1, 30 * 86400, &u) < 0)
+                return -1;
+            cfg->session_ttl_ms = u * 1000;
+        } else if (strcmp(key, "idle_timeout") == 0) {
+            if (get_uint(L, path, v, 1, 30 * 86400, &u) < 0)
+                return -1;
+            cfg->session_idle_ms = u * 1000;
+        } else if (strcmp(key, "workspace_quota") == 0) {
+            if (get_uint(L, path, v, 65536, 1ull << 40, &u) < 0)
+                return -1;
+            cfg->workspace_quota = u;
+        } else if (strcmp(key, "max_file_bytes") == 0) {
+            if (get_uint(L, path, v, 1, 1ull << 40, &u) < 0)
+                return -1;
+            cfg->max_file_bytes = u;
+        } else if (strcmp(key, "max_outputs_bytes") == 0) {
+            if (get_uint(L, path, v, 0, 64u << 20, &u) < 0)
+                return -1;
+            cfg->max_outputs_bytes = u;
+        } else if (strcmp(key, "workspace_uids") == 0) {
+            const char *s = json_string_value(v), *colon = s ? strchr(s, ':') : NULL;
+            uint64_t base = 0, count = 0;
+            char b[16];
+            if (!colon || (size_t)(colon - s) >= sizeof(b))
+                return cfg_fail(L, path, "must be \"BASE:COUNT\" (host uids that own workspaces)");
+            memcpy(b, s, (size_t)(colon - s));
+            b[colon - s] = '\0';
+            if (aj_parse_u64(b, 0xfffffffeu, &base) < 0 || aj_parse_u64(colon + 1, 1u << 20, &count) < 0 ||
+                base < 65536 || count == 0 || base + count > 0xffffffffu)
+                return cfg_fail(L, path, "must be \"BASE:COUNT\" with BASE at least 65536 (never a system or "
+                                         "human account) and BASE+COUNT below 4294967295");
+            cfg->ws_uid_base = (uint32_t)base;
+            cfg->ws_uid_count = (uint32_t)count;
+        } else {
+            return cfg_fail(L, path, "unknown key (known: max_per_tenant, ttl, idle_timeout, workspace_quota, "
+                                     "max_file_bytes, max_outputs_bytes, workspace_uids)");
+        }
+    }
+    return 0;
+}
+
 static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
 {
     const char *key;
@@ -226,6 +285,9 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_uint(L, key, v, 0, 64, &u) < 0)
                 return -1;
             cfg->pool_size = (unsigned)u;
+        } else if (strcmp(key, "sessions") == 0) {
+            if (load_sessions(L, v, cfg) < 0)
+                return -1;
         } else if (strcmp(key, "tenants") == 0) {
             const char *name;
             json_t *t;
@@ -242,7 +304,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             return cfg_fail(L, key,
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
-                            "max_connections, max_runs_per_minute, retention_days, pool_size)");
+                            "max_connections, max_runs_per_minute, retention_days, pool_size, sessions)");
         }
     }
     if (!cfg->store)
@@ -269,6 +331,14 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
         .max_timeout_ms = 300000,
         .max_connections = 64,
         .pool_size = 2,
+        .max_sessions_per_tenant = 8,
+        .session_ttl_ms = 3600 * 1000,
+        .session_idle_ms = 600 * 1000,
+        .workspace_quota = 256u << 20,
+        .max_file_bytes = 64u << 20,
+        .max_outputs_bytes = 1u << 20,
+        .ws_uid_base = 0x70000000u,
+        .ws_uid_count = 65536,
     };
     text = read_all(path, &len, msg, msg_size);
     if (!text)

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,15 +24,8 @@
 #include "aj_server.h"
 #include "srv.h"
 
-struct srv_ctx {
-    struct srv_config cfg;
-    struct aj_policy *pol;
-    struct srv_store *store;
-    struct srv_runner *rn;
-    int in_flight; /* requests between their first call and their completion (atomic) */
-};
-
 struct srv_conn {
+    struct srv_upload *upload; /* a streamed file PUT (session.c) */
     char *body;
     size_t len;
     bool responded; /* a response was queued at the first call (413 by Content-Length) */
@@ -109,267 +101,6 @@ static struct srv_tenant *authenticate(struct srv_ctx *ctx, struct MHD_Connectio
         if (memeql_sec(digest, ctx->cfg.tenants[i].token_sha256, sizeof(digest)))
             found = &ctx->cfg.tenants[i];
     return found;
-}
-
-/* ---- POST /v1/runs ----------------------------------------------------------------------- */
-
-static void free_strv(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
-static bool plain_string(const json_t *v)
-{
-    return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
-}
-
-/* Parse the request into r; NULL, or the message of a 400. */
-static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r, bool *wait, char *msg,
-                             size_t msg_size)
-{
-    static const char *const interp[][3] = {
-        {"python", "python3", "-c"}, {"bash", "bash", "-c"}, {"sh", "sh", "-c"}, {"node", "node", "-e"}};
-    json_t *lang = NULL, *code = NULL, *argv = NULL, *v;
-    const char *key;
-    size_t n;
-
-    if (!json_is_object(req))
-        return "the body is a JSON object";
-    json_object_foreach(req, key, v) {
-        if (strcmp(key, "language") == 0 || strcmp(key, "code") == 0 || strcmp(key, "argv") == 0) {
-            *(strcmp(key, "language") == 0 ? &lang : strcmp(key, "code") == 0 ? &code : &argv) = v;
-        } else if (strcmp(key, "stdin") == 0) {
-            if (!json_is_string(v))
-                return "stdin: must be a string";
-            r->stdin_len = json_string_length(v);
-            r->stdin_data = malloc(r->stdin_len + 1);
-            if (!r->stdin_data)
-                return "out of memory";
-            memcpy(r->stdin_data, json_string_value(v), r->stdin_len + 1);
-        } else if (strcmp(key, "env") == 0) {
-            const char *name;
-            json_t *val;
-            size_t i = 0;
-            if (!json_is_object(v))
-                return "env: must be an object of strings";
-            r->envp = calloc(json_object_size(v) + 1, sizeof(char *));
-            if (!r->envp)
-                return "out of memory";
-            json_object_foreach(v, name, val) {
-                if (!plain_string(val) || !name[0] || strchr(name, '=')) {
-                    (void)snprintf(msg, msg_size, "env.%s: a name without '=' and a string value", name);
-                    return msg;
-                }
-                if (asprintf(&r->envp[i], "%s=%s", name, json_string_value(val)) < 0) {
-                    r->envp[i] = NULL;
-                    return "out of memory";
-                }
-                i++;
-            }
-        } else if (strcmp(key, "timeout") == 0) {
-            double s = json_number_value(v);
-            if (!json_is_number(v) || s <= 0)
-                return "timeout: must be a positive number of seconds";
-            if (s * 1000.0 > (double)ctx->cfg.max_timeout_ms) {
-                (void)snprintf(msg, msg_size, "timeout: %g s is more than the server allows (%llu s); a request "
-                               "may only tighten it", s, (unsigned long long)(ctx->cfg.max_timeout_ms / 1000));
-                return msg;
-            }
-            r->timeout_ms = (uint64_t)(s * 1000.0);
-            if (!r->timeout_ms)
-                r->timeout_ms = 1;
-        } else if (strcmp(key, "wait") == 0) {
-            if (!json_is_boolean(v))
-                return "wait: must be true or false";
-            *wait = json_is_true(v);
-        } else {
-            (void)snprintf(msg, msg_size, "unknown field '%s' (known: language, code, argv, stdin, env, timeout, "
-                           "wait)", key);
-            return msg;
-        }
-    }
-    if (argv && (lang || code))
-        return "argv: give either argv or language and code, not both";
-    if (argv) {
-        if (!json_is_array(argv) || json_array_size(argv) == 0 || json_array_size(argv) > 4096)
-            return "argv: must be a non-empty array of strings";
-        n = json_array_size(argv);
-        r->argv = calloc(n + 1, sizeof(char *));
-        if (!r->argv)
-            return "out of memory";
-        for (size_t i = 0; i < n; i++) {
-            json_t *a = json_array_get(argv, i);
-            if (!plain_string(a)) {
-                (void)snprintf(msg, msg_size, "argv[%zu]: must be a string without NUL bytes", i);
-                return msg;
-            }
-            r->argv[i] = strdup(json_string_value(a));
-            if (!r->argv[i])
-                return "out of memory";
-        }
-        return NULL;
-    }
-    if (!lang || !code)
-        return lang ? "code: required with language" : code ? "language: required with code"
-                                                            : "argv, or language and code, is required";
-    if (!json_is_string(lang))
-        return "language: must be one of python, bash, sh, node";
-    if (!plain_string(code))
-        return "code: must be a string without NUL bytes";
-    for (size_t i = 0; i < sizeof(interp) / sizeof(interp[0]); i++) {
-        if (strcmp(json_string_value(lang), interp[i][0]) != 0)
-            continue;
-        r->argv = calloc(4, sizeof(char *));
-        if (!r->argv || !(r->argv[0] = strdup(interp[i][1])) || !(r->argv[1] = strdup(interp[i][2])) ||
-            !(r->argv[2] = strdup(json_string_value(code))))
-            return "out of memory";
-        return NULL;
-    }
-    return "language: must be one of python, bash, sh, node";
-}
-
-static bool new_id(char id[33])
-{
-    uint8_t b[16];
-
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-        return false;
-    for (int i = 0; i < 16; i++)
-        (void)snprintf(id + 2 * i, 3, "%02x", b[i]);
-    return true;
-}
-
-static void discard_run(struct srv_run *r)
-{
-    free_strv(r->argv);
-    free_strv(r->envp);
-    free(r->stdin_data);
-    free(r);
-}
-
-static enum MHD_Result post_run(struct srv_ctx *ctx, struct MHD_Connection *c, struct srv_tenant *t,
-                                const struct srv_conn *cc)
-{
-    json_error_t jerr;
-    /* \u0000 is allowed (stdin may hold any byte a JSON string can say);
-     * argv, env and code refuse strings with a NUL (plain_string). */
-    json_t *req = json_loadb(cc->body ? cc->body : "", cc->len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-    struct srv_run *r;
-    const char *bad;
-    char msg[400];
-    bool wait = true;
-    enum MHD_Result ret;
-    char *rec;
-    int rc;
-
-    if (!req)
-        return send_error(c, MHD_HTTP_BAD_REQUEST, "body:%d:%d: %s", jerr.line, jerr.column, jerr.text);
-    r = calloc(1, sizeof(*r));
-    if (!r) {
-        json_decref(req);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-    }
-    bad = parse_run(ctx, req, r, &wait, msg, sizeof(msg));
-    json_decref(req);
-    if (bad) {
-        ret = send_error(c, MHD_HTTP_BAD_REQUEST, "%s", bad);
-        discard_run(r);
-        return ret;
-    }
-    if (!new_id(r->id)) {
-        discard_run(r);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "getrandom: %s", strerror(errno));
-    }
-    unsigned retry = 0;
-    if (srv_runner_take_rate(ctx->rn, t, &retry) < 0) {
-        char ra[16], *s = NULL;
-        discard_run(r);
-        (void)snprintf(ra, sizeof(ra), "%u", retry);
-        json_t *o = json_pack("{s:s}", "error", "too many runs this minute (the tenant's rate limit); retry later");
-        s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        return send_text(c, MHD_HTTP_TOO_MANY_REQUESTS, s, "application/json", ra);
-    }
-    r->tenant = t;
-    r->created_ms = srv_now_ms();
-    r->refs = 1; /* this thread's */
-    /* Recorded before the runner has it, so that its end (which may come
-     * at once: a refused request) always finds the row to update, and a
-     * server killed after this point leaves a row the next one marks lost. */
-    if (srv_store_insert(ctx->store, r) < 0) {
-        discard_run(r);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "the run store could not be written");
-    }
-    rc = srv_runner_submit(ctx->rn, r);
-    if (rc < 0 && srv_store_delete(ctx->store, r->id) < 0)
-        (void)fprintf(stderr, "agentjail serve: store: could not remove refused run %s\n", r->id);
-    if (rc == -EAGAIN) {
-        discard_run(r);
-        return send_text(c, MHD_HTTP_TOO_MANY_REQUESTS,
-                         strdup("{\"error\":\"too many runs at once (the tenant's or the server's limit); retry "
-                                "later\"}"),
-                         "application/json", "1");
-    }
-    if (rc < 0) {
-        discard_run(r);
-        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is shutting down");
-    }
-    if (!wait) {
-        json_t *o = json_pack("{s:s, s:s}", "id", r->id, "status", "running");
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        srv_run_unref(ctx->rn, r);
-        return send_json(c, MHD_HTTP_ACCEPTED, s);
-    }
-    srv_runner_wait(ctx->rn, r);
-    rec = srv_runner_record(ctx->rn, r);
-    /* A request the library refused (a limit it may not loosen, an
-     * environment entry it does not take) is the client's error. */
-    if (rec && strcmp(r->status, "setup_error") == 0 && strncmp(r->error, "request", 7) == 0) {
-        ret = send_error(c, MHD_HTTP_BAD_REQUEST, "%s", r->error);
-        free(rec);
-    } else {
-        ret = send_json(c, MHD_HTTP_OK, rec);
-    }
-    srv_run_unref(ctx->rn, r);
-    return ret;
-}
-
-/* ---- GET / DELETE /v1/runs/{id} ------------------------------------------------------------- */
-
-static bool valid_id(const char *id)
-{
-    size_t n = strspn(id, "0123456789abcdef");
-    return n == 32 && id[n] == '\0';
-}
-
-static enum MHD_Result one_run(struct srv_ctx *ctx, struct MHD_Connection *c, struct srv_tenant *t,
-                               const char *id, bool kill)
-{
-    struct srv_run *r = valid_id(id) ? srv_runner_find(ctx->rn, t, id) : NULL;
-    char *rec = NULL;
-    int rc;
-
-    if (r) {
-        if (kill) {
-            srv_runner_kill(ctx->rn, r);
-            srv_runner_wait(ctx->rn, r);
-        }
-        rec = srv_runner_record(ctx->rn, r);
-        srv_run_unref(ctx->rn, r);
-        return send_json(c, MHD_HTTP_OK, rec);
-    }
-    if (!valid_id(id))
-        return send_error(c, MHD_HTTP_NOT_FOUND, "no run with that id");
-    /* Not live: finished (or never this tenant's, which reads the same). */
-    rc = srv_store_get_json(ctx->store, t->name, id, &rec);
-    if (rc == -ENOENT)
-        return send_error(c, MHD_HTTP_NOT_FOUND, "no run %s", id);
-    if (rc < 0)
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "the run store could not be read");
-    return send_json(c, MHD_HTTP_OK, rec);
 }
 
 /* ---- GET /v1/runs/{id}/stream ------------------------------------------------------------- */
@@ -513,7 +244,7 @@ static enum MHD_Result stream_run(struct srv_ctx *ctx, struct MHD_Connection *c,
     char *rec = NULL;
     int rc;
 
-    if (!valid_id(id))
+    if (!srv_valid_id(id))
         return send_error(c, MHD_HTTP_NOT_FOUND, "no run with that id");
     st = calloc(1, sizeof(*st));
     if (!st)
@@ -626,6 +357,11 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
                       t->name, running, t->name, (unsigned long long)finished, t->name,
                       (unsigned long long)escapes);
     }
+    (void)fprintf(f,
+                  "# HELP agentjail_sessions_live Sessions live now.\n"
+                  "# TYPE agentjail_sessions_live gauge\n"
+                  "agentjail_sessions_live %u\n",
+                  srv_sessions_live(ctx->sessions));
     if (m.pool)
         (void)fprintf(f,
                       "# HELP agentjail_pool_runs_total Runs by whether a parked sandbox was ready.\n"
@@ -641,6 +377,72 @@ static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
         return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
     }
     return send_text(c, MHD_HTTP_OK, buf, "text/plain; version=0.0.4", NULL);
+}
+
+/* ---- the rest of /v1/: srv_api_call --------------------------------------------------------- */
+
+/* Send a reply of srv_api_call's shape (its body taken). */
+static enum MHD_Result queue_reply(struct MHD_Connection *c, struct srv_reply reply)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    char ra[16];
+
+    if (!reply.body)
+        return MHD_NO; /* out of memory: MHD closes the connection */
+    resp = MHD_create_response_from_buffer(reply.len, reply.body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        srv_reply_clear(&reply);
+        return MHD_NO;
+    }
+    reply.body = NULL; /* the response's now */
+    (void)snprintf(ra, sizeof(ra), "%u", reply.retry_after);
+    if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, reply.content_type) != MHD_YES ||
+        (reply.retry_after && MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra) != MHD_YES)) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
+    ret = MHD_queue_response(c, reply.status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* A complete-body /v1/ request, answered by srv_api_call as the MCP
+ * server's calls are. */
+static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
+                                  const char *method, const char *url, const struct srv_conn *cc)
+{
+    struct srv_reply reply;
+
+    srv_api_call(ctx, t, method, url, cc->body, cc->len, &reply);
+    return queue_reply(c, reply);
+}
+
+/* GET /v1/sessions/ID/files/PATH: a regular file is streamed from its
+ * fd (MHD closes it); a directory's listing and errors are JSON. */
+static enum MHD_Result get_file(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
+                                const char *url)
+{
+    struct srv_reply reply = {0};
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    uint64_t size = 0;
+    int fd = -1;
+
+    if (!srv_files_open_get(ctx, t, url, &fd, &size, &reply))
+        return queue_reply(c, reply);
+    resp = MHD_create_response_from_fd64(size, fd);
+    if (!resp) {
+        (void)close(fd);
+        return MHD_NO;
+    }
+    if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream") != MHD_YES) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
+    ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
@@ -673,11 +475,6 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
     t = authenticate(ctx, c);
     if (!t)
         return send_error(c, MHD_HTTP_UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' is required");
-    if (strcmp(url, "/v1/runs") == 0) {
-        if (strcmp(method, "POST") != 0)
-            return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s /v1/runs: only POST", method);
-        return post_run(ctx, c, t, cc);
-    }
     if (strncmp(url, "/v1/runs/", 9) == 0 && strlen(url) == 9 + 32 + 7 && strcmp(url + 9 + 32, "/stream") == 0) {
         char id[33];
         memcpy(id, url + 9, 32);
@@ -686,14 +483,31 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET", method, url);
         return stream_run(ctx, c, t, id);
     }
-    if (strncmp(url, "/v1/runs/", 9) == 0 && !strchr(url + 9, '/')) {
-        if (strcmp(method, "GET") == 0)
-            return one_run(ctx, c, t, url + 9, false);
-        if (strcmp(method, "DELETE") == 0)
-            return one_run(ctx, c, t, url + 9, true);
-        return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET and DELETE", method, url);
+    if (strcmp(method, "GET") == 0 && srv_is_files_path(url))
+        return get_file(c, ctx, t, url);
+    return send_reply(c, ctx, t, method, url, cc);
+}
+
+static enum MHD_Result begin_upload(struct srv_ctx *ctx, struct MHD_Connection *c, const char *url,
+                                    struct srv_conn *cc, const char *content_length)
+{
+    struct srv_tenant *t = authenticate(ctx, c);
+    struct srv_reply reply = {0};
+
+    if (!t) {
+        cc->responded = true;
+        return send_error(c, MHD_HTTP_UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' is required");
     }
-    return send_error(c, MHD_HTTP_NOT_FOUND, "no endpoint %s", url);
+    if (content_length && strtoull(content_length, NULL, 10) > ctx->cfg.max_file_bytes) {
+        cc->responded = true;
+        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "the file is larger than %llu bytes (max_file_bytes)",
+                          (unsigned long long)ctx->cfg.max_file_bytes);
+    }
+    if (srv_upload_begin(ctx, t, url, &cc->upload, &reply) < 0) {
+        cc->responded = true;
+        return queue_reply(c, reply);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -711,6 +525,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         *con_cls = cc;
         __atomic_add_fetch(&ctx->in_flight, 1, __ATOMIC_SEQ_CST);
+        /* A file PUT is streamed into the workspace as it comes (capped
+         * by max_file_bytes and the quota, not max_body_bytes). */
+        if (strcmp(method, "PUT") == 0 && srv_is_files_path(url))
+            return begin_upload(ctx, c, url, cc, cl);
         /* Refused before a byte of it is read. */
         if (cl && strtoull(cl, NULL, 10) > ctx->cfg.max_body_bytes) {
             cc->responded = true;
@@ -722,6 +540,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->responded) {
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (cc->upload) {
+        struct srv_reply reply = {0};
+        if (*upload_data_size) {
+            srv_upload_write(cc->upload, upload_data, *upload_data_size);
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        srv_upload_end(cc->upload, &reply);
+        srv_upload_free(cc->upload);
+        cc->upload = NULL;
+        return queue_reply(c, reply);
     }
     if (*upload_data_size) {
         /* A body without a Content-Length (chunked) that grows too large:
@@ -756,6 +586,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)c;
     (void)toe;
     if (cc) {
+        srv_upload_free(cc->upload); /* a client that left mid-upload: the unnamed file goes */
         free(cc->body);
         free(cc);
         *con_cls = NULL;
@@ -984,9 +815,14 @@ int aj_server_main(const char *config_path)
         goto out;
     if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0)
         goto fail_msg;
+    /* Before any thread: as root it moves the server to a mount
+     * namespace of its own (session.c). */
+    if (srv_sessions_new(&ctx, &ctx.sessions, msg, sizeof(msg)) < 0)
+        goto fail_msg;
     events_dir = make_events_dir(ctx.cfg.store, msg, sizeof(msg));
     if (!events_dir ||
-        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0)
+        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0 ||
+        srv_sessions_start(ctx.sessions, msg, sizeof(msg)) < 0)
         goto fail_msg;
     lfd = listen_on(ctx.cfg.listen, &unix_path, msg, sizeof(msg));
     if (lfd < 0)
@@ -1022,6 +858,8 @@ int aj_server_main(const char *config_path)
         (void)usleep(10000);
     MHD_stop_daemon(d);
     d = NULL;
+    /* No request is left: every session ends, its workspace removed. */
+    srv_sessions_stop(ctx.sessions);
     status = 0;
     goto out;
 fail_msg:
@@ -1031,7 +869,9 @@ out:
         MHD_stop_daemon(d);
     if (lfd >= 0)
         (void)close(lfd);
+    srv_sessions_stop(ctx.sessions);
     srv_runner_free(ctx.rn);
+    srv_sessions_free(ctx.sessions);
     srv_store_close(ctx.store);
     if (unix_path) {
         (void)unlink(unix_path);

@@ -45,7 +45,7 @@ struct srv_runner {
 
 const char *const srv_status_names[16] = {
     "ok", "nonzero_exit", "signaled", "timeout", "setup_error", "cpu_limit", "memory_limit",
-    "pids_limit", "output_limit", "escape_attempt", "cancelled", "lost",
+    "pids_limit", "output_limit", "escape_attempt", "cancelled", "lost", "workspace_full",
 };
 
 const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS] = {10,   25,   50,    100,   250,   500,
@@ -131,6 +131,8 @@ char *srv_record_json(const struct srv_run *r, const char *state_name)
     bad |= set_new(o, "status", json_string(state_name ? state_name : r->status));
     bad |= set_new(o, "created_ms", json_integer(r->created_ms));
     bad |= json_object_set_new(o, "argv", argv);
+    if (r->session_id[0])
+        bad |= set_new(o, "session", json_string(r->session_id));
     if (!state_name) {
         bad |= set_new(o, "ended_ms", json_integer(r->ended_ms));
         bad |= set_new(o, "exit_code", json_integer(r->exit_code));
@@ -138,6 +140,8 @@ char *srv_record_json(const struct srv_run *r, const char *state_name)
             bad |= set_new(o, "policy_sha256", json_string(r->policy_sha256));
         if (r->error[0])
             bad |= set_new(o, "error", json_string(r->error));
+        if (r->outputs_json)
+            bad |= json_object_set_new(o, "outputs", json_incref(r->outputs_json));
         if (r->result_json) {
             json_t *res = json_loads(r->result_json, 0, NULL);
             bad |= set_new(o, "result", res);
@@ -184,6 +188,7 @@ static void free_run(struct srv_run *r)
     free(r->result_json);
     free(r->events_path);
     json_decref(r->events);
+    srv_session_run_free(r);
     free(r);
 }
 
@@ -305,6 +310,8 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     r->ev_fd = -1;
     if (r->events_path)
         (void)unlink(r->events_path);
+    /* The sandbox is gone: outputs, workspace_full, the workspace let go. */
+    srv_session_run_ended(r);
     r->ended_ms = srv_now_ms();
     if (srv_store_finish(rn->store, r) < 0)
         (void)fprintf(stderr, "agentjail serve: store: could not record the end of run %s\n", r->id);
@@ -399,8 +406,11 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     if (rn->events_dir && asprintf(&r->events_path, "%s/%s.jsonl", rn->events_dir, r->id) < 0)
         r->events_path = NULL; /* out of memory: this run's events are not streamed */
     req.events_path = r->events_path;
-    if ((rn->pool ? aj_pool_start(rn->pool, &req, &r->h, &err) : aj_sandbox_start(rn->pol, &req, &r->h, &err)) <
-        0) {
+    /* A run with a policy of its own (a workspace's bind) starts cold:
+     * the pool's parked sandboxes have the server's. */
+    req.workdir = r->workdir;
+    if ((rn->pool && !r->pol ? aj_pool_start(rn->pool, &req, &r->h, &err)
+                             : aj_sandbox_start(r->pol ? r->pol : rn->pol, &req, &r->h, &err)) < 0) {
         r->h = NULL;
         (void)snprintf(r->error, sizeof(r->error), "%s", err.msg);
         finish(rn, r);
@@ -777,6 +787,27 @@ void srv_runner_wait(struct srv_runner *rn, struct srv_run *r)
     while (r->state != SRV_DONE)
         (void)pthread_cond_wait(&rn->done, &rn->lock);
     (void)pthread_mutex_unlock(&rn->lock);
+}
+
+bool srv_runner_wait_for(struct srv_runner *rn, struct srv_run *r, int64_t timeout_ms)
+{
+    struct timespec until;
+    bool done;
+
+    (void)clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    (void)pthread_mutex_lock(&rn->lock);
+    while (r->state != SRV_DONE)
+        if (pthread_cond_timedwait(&rn->done, &rn->lock, &until) == ETIMEDOUT)
+            break;
+    done = r->state == SRV_DONE;
+    (void)pthread_mutex_unlock(&rn->lock);
+    return done;
 }
 
 char *srv_runner_record(struct srv_runner *rn, struct srv_run *r)

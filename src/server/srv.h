@@ -49,6 +49,14 @@ struct srv_config {
     unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
     unsigned max_runs_per_minute; /* per tenant, a token bucket of that size; 0: no rate limit */
     unsigned retention_days;      /* records of ended runs kept; 0: forever */
+    /* Sessions and workspaces (the config's "sessions" object; session.c). */
+    unsigned max_sessions_per_tenant; /* live sessions of one tenant; 0: no sessions */
+    uint64_t session_ttl_ms;          /* the default ttl, and the most a session may ask */
+    uint64_t session_idle_ms;         /* the default idle_timeout, and the most */
+    uint64_t workspace_quota;         /* bytes: the default quota, and the most */
+    uint64_t max_file_bytes;          /* one file in or out (PUT, GET, a run's files) */
+    uint64_t max_outputs_bytes;       /* a run's outputs in its record, all together */
+    uint32_t ws_uid_base, ws_uid_count; /* host uids that own workspaces, one per workspace */
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -115,6 +123,18 @@ struct srv_run {
     json_t *events;
     bool events_truncated;
     char error[512];   /* a run that could not start */
+
+    /* A run with a workspace (session.c): set before it is submitted,
+     * then read-only until the runner's srv_session_run_ended. */
+    const struct aj_policy *pol; /* NULL: the server's (and its warm pool) */
+    struct aj_policy *own_pol;   /* the run's own (a temporary workspace's bind): freed with it */
+    const char *workdir;         /* "/workspace", or NULL */
+    struct srv_session *session; /* a reference, or NULL */
+    struct srv_ws *ws;           /* the session's workspace or a temporary one, or NULL */
+    bool ws_temp;                /* the workspace is the run's own: removed as it ends */
+    char **outputs;              /* workspace paths whose contents go into the record */
+    char session_id[33];         /* "" when none */
+    json_t *outputs_json;        /* set by the runner as the run ends; NULL: none asked */
 };
 
 /* ---- store ---------------------------------------------------------------------- */
@@ -122,6 +142,22 @@ struct srv_run {
 struct srv_store;
 int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t msg_size);
 void srv_store_close(struct srv_store *s);
+/* Sessions (session.c): live ones are in memory, every one is a row.
+ * At open, rows a killed server left live are marked "lost". */
+struct srv_session_row {
+    char id[33];
+    const char *tenant;
+    int64_t created_ms, ended_ms, expires_ms;
+    uint64_t idle_ms, quota;
+    const char *status; /* live, deleted, expired, lost */
+    const char *reason; /* NULL or why it ended */
+    const char *policy_sha256;
+};
+int srv_store_session_insert(struct srv_store *s, const struct srv_session_row *row);
+int srv_store_session_end(struct srv_store *s, const char *id, const char *status, const char *reason,
+                          int64_t ended_ms);
+/* The row of id if tenant owns it, as JSON text (caller frees): 0, -ENOENT, -EIO. */
+int srv_store_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
 /* Remove the records of runs that ended before before_ms: how many, or -EIO. */
@@ -196,6 +232,121 @@ void srv_runner_free(struct srv_runner *rn);
 
 extern const char *const srv_status_names[16];
 int srv_status_index(const char *name);
+
+/* Wait up to timeout_ms for r to end: true once it is done. */
+bool srv_runner_wait_for(struct srv_runner *rn, struct srv_run *r, int64_t timeout_ms);
+
+/* ---- the API (api.c): /v1/ as a call ---------------------------------------------- */
+
+/* The server: what every request handler shares. */
+struct srv_ctx {
+    struct srv_config cfg;
+    struct aj_policy *pol;
+    struct srv_store *store;
+    struct srv_runner *rn;
+    int in_flight; /* HTTP requests between their first call and their completion (atomic) */
+    struct srv_sessions *sessions; /* session.c */
+};
+
+struct srv_reply {
+    unsigned status;          /* HTTP status */
+    char *body;               /* malloc'd: JSON text (or raw bytes for a file GET); NULL: out of memory */
+    size_t len;
+    const char *content_type; /* static string */
+    unsigned retry_after;     /* seconds, for 429; 0: none */
+};
+
+/* Serve one /v1/ request whose body is complete in memory, for tenant t
+ * (already authenticated): the same routing, checks, caps, status codes
+ * and JSON as over HTTP (docs/server.md): /v1/runs, /v1/runs/ID,
+ * /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/runs and
+ * /v1/sessions/ID/files/PATH (PUT with the file as the body, capped at
+ * max_file_bytes; GET answers the raw bytes, content_type
+ * "application/octet-stream", or a directory's JSON listing). Only the
+ * SSE stream (/v1/runs/ID/stream) is HTTP's alone. A `wait: true` run
+ * blocks the calling thread until the run ends. path has no query
+ * string. */
+void srv_api_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method, const char *path,
+                  const char *body, size_t body_len, struct srv_reply *reply);
+void srv_reply_clear(struct srv_reply *reply);
+void srv_reply_json(struct srv_reply *reply, unsigned status, char *json); /* takes json */
+void srv_reply_error(struct srv_reply *reply, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* For a caller that follows a run as it goes (MCP progress and cancel):
+ * parse, check and submit the body of POST path ("/v1/runs") as that
+ * request would, whatever its `wait`: 0 and *ret the run, with a
+ * reference that is the caller's (srv_run_unref); or -1, *ret NULL and
+ * reply filled with the error the request would get (400, 404, 429 with
+ * retry_after, 500, 503). Then: srv_runner_wait_for / srv_runner_wait,
+ * srv_runner_next_output, srv_runner_kill, and srv_api_run_reply for the
+ * answer POST would give once it has ended. */
+int srv_api_submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *path, const char *body,
+                       size_t body_len, struct srv_run **ret, struct srv_reply *reply);
+/* The reply to a `wait: true` POST of r (which has ended): 200 with its
+ * record, or 400 for a request the library refused. */
+void srv_api_run_reply(struct srv_ctx *ctx, struct srv_run *r, struct srv_reply *reply);
+
+/* A random 32-hex-digit id (run, session): false if getrandom failed. */
+bool srv_new_id(char id[33]);
+bool srv_valid_id(const char *id);
+
+/* ---- sessions and workspaces (session.c, workspace.c) ------------------------------ */
+
+struct srv_sessions;
+struct srv_session;
+struct srv_ws;
+
+/* Sessions need root (a tmpfs per workspace): as root, the server moves
+ * to a mount namespace of its own (so a killed server's workspaces go
+ * with it), makes "workspaces/" beside the store (root's, 0700) and
+ * removes what a killed server left there; not as root, sessions and
+ * run workspaces are refused (501). Call before any thread is started.
+ * Then srv_sessions_start (the expiry thread) once ctx->rn exists. */
+int srv_sessions_new(struct srv_ctx *ctx, struct srv_sessions **ret, char *msg, size_t msg_size);
+int srv_sessions_start(struct srv_sessions *ss, char *msg, size_t msg_size);
+/* Shutdown: every live session ends ("lost", the server shut down), its
+ * workspace removed. Runs have ended (srv_runner_stop) before. */
+void srv_sessions_stop(struct srv_sessions *ss);
+void srv_sessions_free(struct srv_sessions *ss);
+/* The live sessions (metrics). */
+unsigned srv_sessions_live(struct srv_sessions *ss);
+
+/* The /v1/sessions routes (api.c dispatches): reply filled. rest is the
+ * path after /v1/sessions ("" or "/ID..."). */
+void srv_sessions_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method, const char *rest,
+                       const char *body, size_t body_len, struct srv_reply *reply);
+/* A run's workspace, before it is submitted: the session's (session_id,
+ * with the session marked busy: one run at a time) or a temporary one
+ * (files or outputs without a session), files (an object of base64)
+ * written into it, outputs (an array of paths) kept. 0, or -1 with the
+ * error reply. */
+int srv_session_prepare_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *session_id, json_t *files,
+                            json_t *outputs, struct srv_run *r, struct srv_reply *reply);
+/* The runner thread, as a run ends (its sandbox gone): outputs read,
+ * workspace_full decided, the session let go, a temporary workspace
+ * removed. */
+void srv_session_run_ended(struct srv_run *r);
+/* What a run holds of sessions and workspaces, freed (the run is freed,
+ * or was never submitted). */
+void srv_session_run_free(struct srv_run *r);
+
+/* Streamed file bodies (HTTP only). A PUT of /v1/sessions/ID/files/PATH:
+ * begin (0, or -1 and the error reply), write each piece, end (reply
+ * filled); free at any point drops what was written (an O_TMPFILE: a
+ * client that leaves mid-upload leaves no file). */
+struct srv_upload;
+bool srv_is_files_path(const char *url);
+int srv_upload_begin(struct srv_ctx *ctx, struct srv_tenant *t, const char *url, struct srv_upload **ret,
+                     struct srv_reply *reply);
+void srv_upload_write(struct srv_upload *up, const char *data, size_t len);
+void srv_upload_end(struct srv_upload *up, struct srv_reply *reply);
+void srv_upload_free(struct srv_upload *up);
+/* A GET of /v1/sessions/ID/files/PATH that is a regular file: 1 and an
+ * fd (the caller's) and its size to stream; 0 and reply filled
+ * otherwise (a directory's listing, an error). */
+int srv_files_open_get(struct srv_ctx *ctx, struct srv_tenant *t, const char *url, int *ret_fd, uint64_t *ret_size,
+                       struct srv_reply *reply);
 
 /* ---- HTTP ----------------------------------------------------------------------- */
 
