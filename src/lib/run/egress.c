@@ -729,8 +729,15 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
         if (r == 0 && json_array_append_new(eg->secret_ids, json_string(pol->secrets[i].id)) < 0)
             r = aj_err(err, ENOMEM, "secrets");
     }
-    if (r >= 0)
+    if (r >= 0) {
         r = write_config(cfg[1], pol, run_id, rs, err);
+        /* EPIPE: it is gone before reading its config; say what it said. */
+        if (r == -EPIPE && eg->proxy_pidfd >= 0) {
+            struct pollfd p = {.fd = eg->proxy_pidfd, .events = POLLIN};
+            if (poll(&p, 1, 1000) == 1)
+                r = proxy_died(eg, err);
+        }
+    }
     close_fd(&cfg[1]);
     /* From here on the supervisor holds no secret value: init, cloned next,
      * copies its memory. */
