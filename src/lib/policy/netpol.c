@@ -31,17 +31,19 @@ static bool host_ok(const char *h, size_t n)
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)h[i];
         if (c == '.') {
-            if (label == 0)
+            if (label == 0 || h[i - 1] == '-')
                 return false;
             label = 0;
             continue;
         }
         if (!isalnum(c) && c != '-' && c != '_')
             return false;
+        if (c == '-' && label == 0) /* no label starts or ends with '-' */
+            return false;
         if (++label > 63)
             return false;
     }
-    return true;
+    return h[n - 1] != '-';
 }
 
 static bool port_ok(const char *p)
@@ -213,6 +215,8 @@ int aj_policy_check_secret(const struct aj_secret *s, const char **ret_member, s
     if (s->env && !aj_policy_env_name_ok(s->env, strlen(s->env)))
         return aj_err(err, 0, "secret '%s': env '%s' is not a variable name", s->id, s->env);
     *ret_member = "file";
+    if (s->file && s->file[0] != '/')
+        return aj_err(err, 0, "secret '%s': file '%s' is not an absolute path inside the sandbox", s->id, s->file);
     if (s->file && aj_policy_check_sandbox_path(s->file, "secret file", err) < 0)
         return -EINVAL;
     if (!s->env && !s->file) {
