@@ -16,6 +16,7 @@ int aj_cmd_probe(int argc, char **argv);
 int aj_cmd_check(int argc, char **argv);
 int aj_cmd_report(int argc, char **argv);
 int aj_cmd_serve(int argc, char **argv);  /* in agentjail-serve (serve_main.c) */
+int aj_cmd_mcp(int argc, char **argv);    /* in agentjail-serve (serve_main.c) */
 
 /* Find --profile NAME and --policy FILE anywhere before "--" and load them
  * into pol (profile first), so that flags can override them whatever

@@ -16,6 +16,7 @@ static void usage(FILE *f)
           "       agentjail check [--json]\n"
           "       agentjail report [--policy FILE | --profile NAME] [--format md|json|html]\n"
           "       agentjail serve --config FILE\n"
+          "       agentjail mcp [--config FILE] [--policy FILE] [--profile NAME]\n"
           "       agentjail --version | --help\n"
           "\n"
           "Runs CMD in a fresh sandbox: user, pid, mount, network, ipc, uts, cgroup and time\n"
@@ -69,7 +70,7 @@ int main(int argc, char **argv)
         return aj_cmd_check(argc - 1, argv + 1);
     if (strcmp(argv[1], "report") == 0)
         return aj_cmd_report(argc - 1, argv + 1);
-    if (strcmp(argv[1], "serve") == 0)
+    if (strcmp(argv[1], "serve") == 0 || strcmp(argv[1], "mcp") == 0)
         return exec_serve(argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);

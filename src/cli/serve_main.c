@@ -10,9 +10,12 @@
 #include "cli.h"
 
 /* Started as `agentjail-serve --config FILE` or, from `agentjail serve`,
- * with argv "agentjail" "serve" "--config" FILE. */
+ * with argv "agentjail" "serve" "--config" FILE; from `agentjail mcp`,
+ * with argv "agentjail" "mcp" .... */
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "mcp") == 0)
+        return aj_cmd_mcp(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "serve") == 0)
         return aj_cmd_serve(argc - 1, argv + 1);
     return aj_cmd_serve(argc, argv);

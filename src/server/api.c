@@ -77,6 +77,7 @@ static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r
     const char *key;
     size_t n;
 
+    (void)ctx; /* the bounds are the tenant's (r->tenant) */
     if (!json_is_object(req))
         return "the body is a JSON object";
     json_object_foreach(req, key, v) {
@@ -114,9 +115,9 @@ static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r
             double s = json_number_value(v);
             if (!json_is_number(v) || s <= 0)
                 return "timeout: must be a positive number of seconds";
-            if (s * 1000.0 > (double)ctx->cfg.max_timeout_ms) {
+            if (s * 1000.0 > (double)r->tenant->max_timeout_ms) {
                 (void)snprintf(msg, msg_size, "timeout: %g s is more than the server allows (%llu s); a request "
-                               "may only tighten it", s, (unsigned long long)(ctx->cfg.max_timeout_ms / 1000));
+                               "may only tighten it", s, (unsigned long long)(r->tenant->max_timeout_ms / 1000));
                 return msg;
             }
             r->timeout_ms = (uint64_t)(s * 1000.0);
@@ -126,13 +127,21 @@ static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r
             *files = v; /* checked with the workspace (session.c) */
         } else if (strcmp(key, "outputs") == 0) {
             *outputs = v;
+        } else if (strcmp(key, "limits") == 0) {
+            const char *bad = srv_tenant_request_limits(r->tenant, v, r, msg, msg_size);
+            if (bad)
+                return bad;
+        } else if (strcmp(key, "network") == 0) {
+            const char *bad = srv_tenant_request_network(r->tenant, v, r, msg, msg_size);
+            if (bad)
+                return bad;
         } else if (strcmp(key, "wait") == 0) {
             if (!json_is_boolean(v))
                 return "wait: must be true or false";
             *wait = json_is_true(v);
         } else {
             (void)snprintf(msg, msg_size, "unknown field '%s' (known: language, code, argv, stdin, env, timeout, "
-                           "files, outputs, wait)", key);
+                           "limits, network, wait)", key);
             return msg;
         }
     }
@@ -229,6 +238,7 @@ static int submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *ses
         srv_reply_error(reply, 500, "out of memory");
         return -1;
     }
+    r->tenant = t; /* its bounds (parse_run) */
     bad = parse_run(ctx, req, r, wait, &files, &outputs, msg, sizeof(msg));
     if (bad) {
         json_decref(req);

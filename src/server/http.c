@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "aj_server.h"
+#include "mcp.h"
 #include "srv.h"
 
 struct srv_conn {
@@ -286,97 +287,11 @@ static enum MHD_Result stream_run(struct srv_ctx *ctx, struct MHD_Connection *c,
 
 static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
 {
-    struct srv_metrics m;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
+    char *text = srv_metrics_text(ctx->rn, &ctx->cfg);
 
-    if (!f)
+    if (!text)
         return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-    srv_runner_metrics(ctx->rn, &m);
-    (void)fprintf(f,
-                  "# HELP agentjail_runs_started_total Sandboxes started.\n"
-                  "# TYPE agentjail_runs_started_total counter\n"
-                  "agentjail_runs_started_total %llu\n"
-                  "# HELP agentjail_runs_finished_total Runs ended, by result status.\n"
-                  "# TYPE agentjail_runs_finished_total counter\n",
-                  (unsigned long long)m.started);
-    for (int i = 0; i < 16; i++)
-        if (srv_status_names[i])
-            (void)fprintf(f, "agentjail_runs_finished_total{status=\"%s\"} %llu\n", srv_status_names[i],
-                          (unsigned long long)m.finished_by_status[i]);
-    (void)fprintf(f,
-                  "# HELP agentjail_runs_running Sandboxes running now.\n"
-                  "# TYPE agentjail_runs_running gauge\n"
-                  "agentjail_runs_running %u\n"
-                  "# HELP agentjail_http_429_total Runs refused over a concurrency limit.\n"
-                  "# TYPE agentjail_http_429_total counter\n"
-                  "agentjail_http_429_total %llu\n",
-                  m.running, (unsigned long long)m.rejected_429);
-    (void)fprintf(f,
-                  "# HELP agentjail_escape_attempts_total escape_attempt events of ended runs.\n"
-                  "# TYPE agentjail_escape_attempts_total counter\n"
-                  "agentjail_escape_attempts_total %llu\n"
-                  "# HELP agentjail_canaries_total Decoy (canary) touches of ended runs.\n"
-                  "# TYPE agentjail_canaries_total counter\n"
-                  "agentjail_canaries_total %llu\n",
-                  (unsigned long long)m.escape_attempts, (unsigned long long)m.canaries);
-    (void)fputs("# HELP agentjail_run_duration_seconds Runs from accepted to ended.\n"
-                "# TYPE agentjail_run_duration_seconds histogram\n",
-                f);
-    uint64_t cum = 0;
-    for (int b = 0; b < SRV_LATENCY_BUCKETS; b++) {
-        cum += m.latency_le[b];
-        (void)fprintf(f, "agentjail_run_duration_seconds_bucket{le=\"%g\"} %llu\n",
-                      srv_latency_bounds_ms[b] / 1000.0, (unsigned long long)cum);
-    }
-    (void)fprintf(f,
-                  "agentjail_run_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
-                  "agentjail_run_duration_seconds_sum %.3f\n"
-                  "agentjail_run_duration_seconds_count %llu\n",
-                  (unsigned long long)m.latency_count, (double)m.latency_sum_ms / 1000.0,
-                  (unsigned long long)m.latency_count);
-    /* Per tenant: names are checked at load (no quote, backslash or
-     * control character), so they go into labels as they are. */
-    (void)fputs("# HELP agentjail_tenant_runs_running Runs queued or running, by tenant.\n"
-                "# TYPE agentjail_tenant_runs_running gauge\n"
-                "# HELP agentjail_tenant_runs_finished_total Runs ended, by tenant.\n"
-                "# TYPE agentjail_tenant_runs_finished_total counter\n"
-                "# HELP agentjail_tenant_escape_attempts_total escape_attempt events, by tenant.\n"
-                "# TYPE agentjail_tenant_escape_attempts_total counter\n",
-                f);
-    for (size_t i = 0; i < ctx->cfg.n_tenants; i++) {
-        const struct srv_tenant *t = &ctx->cfg.tenants[i];
-        unsigned running;
-        uint64_t finished, escapes;
-        srv_runner_tenant_counts(ctx->rn, t, &running, &finished, &escapes);
-        (void)fprintf(f,
-                      "agentjail_tenant_runs_running{tenant=\"%s\"} %u\n"
-                      "agentjail_tenant_runs_finished_total{tenant=\"%s\"} %llu\n"
-                      "agentjail_tenant_escape_attempts_total{tenant=\"%s\"} %llu\n",
-                      t->name, running, t->name, (unsigned long long)finished, t->name,
-                      (unsigned long long)escapes);
-    }
-    (void)fprintf(f,
-                  "# HELP agentjail_sessions_live Sessions live now.\n"
-                  "# TYPE agentjail_sessions_live gauge\n"
-                  "agentjail_sessions_live %u\n",
-                  srv_sessions_live(ctx->sessions));
-    if (m.pool)
-        (void)fprintf(f,
-                      "# HELP agentjail_pool_runs_total Runs by whether a parked sandbox was ready.\n"
-                      "# TYPE agentjail_pool_runs_total counter\n"
-                      "agentjail_pool_runs_total{kind=\"warm\"} %llu\n"
-                      "agentjail_pool_runs_total{kind=\"cold\"} %llu\n"
-                      "# HELP agentjail_pool_ready Parked sandboxes ready (as of the last run start).\n"
-                      "# TYPE agentjail_pool_ready gauge\n"
-                      "agentjail_pool_ready %u\n",
-                      (unsigned long long)m.warm_runs, (unsigned long long)m.cold_runs, m.pool_ready);
-    if (fclose(f) != 0) {
-        free(buf);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-    }
-    return send_text(c, MHD_HTTP_OK, buf, "text/plain; version=0.0.4", NULL);
+    return send_text(c, MHD_HTTP_OK, text, "text/plain; version=0.0.4", NULL);
 }
 
 /* ---- the rest of /v1/: srv_api_call --------------------------------------------------------- */
@@ -470,6 +385,8 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the run store is not writable");
         return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ready\"}"));
     }
+    if (strcmp(url, "/mcp") == 0) /* MCP over Streamable HTTP (mcp_http.c) */
+        return srv_mcp_http(ctx, c, authenticate(ctx, c), method, cc->body, cc->len);
     if (strncmp(url, "/v1/", 4) != 0)
         return send_error(c, MHD_HTTP_NOT_FOUND, "no endpoint %s", url);
     t = authenticate(ctx, c);
@@ -783,8 +700,44 @@ static char *make_events_dir(const char *store, char *msg, size_t msg_size)
 
 /* ---- the server ------------------------------------------------------------------------------ */
 
+/* libmicrohttpd on the listening socket: a thread per connection, at
+ * most max_connections, max_connections_per_ip of them from one address
+ * (so that one client holding connections open, slowly or not at all
+ * sending, cannot take every thread: slowloris), each closed after
+ * connection_timeout seconds without a byte; TLS when configured. */
+static struct MHD_Daemon *start_daemon(struct srv_ctx *ctx, int lfd)
+{
+    struct MHD_OptionItem opts[12];
+    size_t n = 0;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, lfd, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, ctx};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, ctx->cfg.max_connections, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, ctx->cfg.connection_timeout, NULL};
+    if (ctx->cfg.max_connections_per_ip)
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, ctx->cfg.max_connections_per_ip,
+                                            NULL};
+    if (ctx->cfg.tls_cert_pem) {
+        flags |= MHD_USE_TLS;
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, ctx->cfg.tls_cert_pem};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, ctx->cfg.tls_key_pem};
+    }
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, ctx, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+}
+
 int aj_server_main(const char *config_path)
 {
+    const struct aj_server_opts o = {.config_path = config_path, .mcp_in_fd = -1, .mcp_out_fd = -1};
+
+    return aj_server_run(&o);
+}
+
+int aj_server_run(const struct aj_server_opts *o)
+{
+    const char *config_path = o->config_path;
     struct srv_ctx ctx = {0};
     struct MHD_Daemon *d = NULL;
     char msg[1024];
@@ -792,8 +745,10 @@ int aj_server_main(const char *config_path)
     int lfd = -1, status = 1, sig;
     sigset_t stop;
 
-    if (srv_config_load(config_path, &ctx.cfg, msg, sizeof(msg)) < 0) {
+    if (srv_config_load(config_path, &ctx.cfg, msg, sizeof(msg)) < 0 ||
+        srv_mcp_apply_opts(&ctx.cfg, o, msg, sizeof(msg)) < 0) {
         (void)fprintf(stderr, "agentjail serve: %s\n", msg);
+        srv_config_clear(&ctx.cfg);
         return 2;
     }
     if (make_policy(&ctx.cfg, &ctx.pol, msg, sizeof(msg)) < 0) {
@@ -811,6 +766,7 @@ int aj_server_main(const char *config_path)
     (void)sigemptyset(&stop);
     (void)sigaddset(&stop, SIGTERM);
     (void)sigaddset(&stop, SIGINT);
+    (void)sigaddset(&stop, SIGHUP); /* the events log's reopen (logrotate) */
     if (pthread_sigmask(SIG_BLOCK, &stop, NULL) != 0)
         goto out;
     if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0)
@@ -824,14 +780,15 @@ int aj_server_main(const char *config_path)
         srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0 ||
         srv_sessions_start(ctx.sessions, msg, sizeof(msg)) < 0)
         goto fail_msg;
+    if (o->mcp_in_fd >= 0) { /* `agentjail mcp`: MCP on stdio, no HTTP (mcp_stdio.c) */
+        status = srv_mcp_stdio_main(&ctx, o);
+        srv_runner_stop(ctx.rn);
+        goto out;
+    }
     lfd = listen_on(ctx.cfg.listen, &unix_path, msg, sizeof(msg));
     if (lfd < 0)
         goto fail_msg;
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                             MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, &ctx, MHD_OPTION_LISTEN_SOCKET, lfd,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &ctx, MHD_OPTION_CONNECTION_LIMIT,
-                         ctx.cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+    d = start_daemon(&ctx, lfd);
     if (!d) {
         (void)snprintf(msg, sizeof(msg), "libmicrohttpd could not start on %s", ctx.cfg.listen);
         goto fail_msg;
@@ -840,7 +797,9 @@ int aj_server_main(const char *config_path)
     (void)fprintf(stderr, "agentjail serve: ready\n");
     do {
         sig = sigwaitinfo(&stop, NULL);
-    } while (sig < 0 && errno == EINTR);
+        if (sig == SIGHUP)
+            srv_eventlog_reopen();
+    } while ((sig < 0 && errno == EINTR) || sig == SIGHUP);
     (void)fprintf(stderr, "agentjail serve: signal %d: stopping\n", sig);
 
     /* Stop accepting, end every run (recorded as signaled), answer the
@@ -867,6 +826,7 @@ fail_msg:
 out:
     if (d)
         MHD_stop_daemon(d);
+    srv_mcp_http_stop();
     if (lfd >= 0)
         (void)close(lfd);
     srv_sessions_stop(ctx.sessions);
@@ -882,6 +842,7 @@ out:
         free(events_dir);
     }
     aj_policy_free(ctx.pol);
+    srv_eventlog_close();
     srv_config_clear(&ctx.cfg);
     return status;
 }

@@ -163,6 +163,7 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
                 break;
             }
         ss->n_live--;
+        srv_tenant_sessions_add(s->tenant, -1);
     }
     memcpy(run_id, s->run_id, sizeof(run_id));
     (void)pthread_mutex_unlock(&ss->lock);
@@ -365,15 +366,21 @@ static bool neutral_key(const char *line)
  * (loaded on top of it: keys not named keep the server's values), then
  * compared with the server's by aj_policy_diff: every difference must
  * make the request's side the stronger one. NULL and msg (a 400) if not. */
-static struct aj_policy *tightened(struct srv_sessions *ss, json_t *profile, json_t *policy, char *msg,
-                                   size_t msg_size)
+static struct aj_policy *tightened(struct srv_sessions *ss, const struct srv_tenant *t, json_t *profile,
+                                   json_t *policy, char *msg, size_t msg_size)
 {
     struct aj_policy *p = aj_policy_new();
     struct aj_error err = {0};
     char *text = NULL, *diff = NULL;
     bool oom = false;
+    /* The tenant's own policy (srv_tenants_load), else the server's. */
+    const struct aj_policy *base = t->pol ? t->pol : ss->base;
+    char *base_json = aj_policy_to_json(base, true);
 
-    if (!p || aj_policy_load_buffer(p, ss->base_json, strlen(ss->base_json), "the server's policy", &err) < 0) {
+    if (!p || !base_json ||
+        aj_policy_load_buffer(p, base_json, strlen(base_json), "the tenant's policy", &err) < 0) {
+        free(base_json);
+        base_json = NULL;
         (void)snprintf(msg, msg_size, "policy: %s", p ? err.msg : "out of memory");
         goto fail;
     }
@@ -394,7 +401,7 @@ static struct aj_policy *tightened(struct srv_sessions *ss, json_t *profile, jso
         }
     }
     (void)pthread_mutex_lock(&ss->lock);
-    diff = aj_policy_diff(ss->base, p, &oom);
+    diff = aj_policy_diff(base, p, &oom);
     (void)pthread_mutex_unlock(&ss->lock);
     if (oom) {
         (void)snprintf(msg, msg_size, "out of memory");
@@ -410,7 +417,7 @@ static struct aj_policy *tightened(struct srv_sessions *ss, json_t *profile, jso
          * on the host), but for the few that change nothing of what a run
          * can reach (neutral_keys). */
         if (*line && !strstr(line, "(A is weaker") && !neutral_key(line)) {
-            (void)snprintf(msg, msg_size, "policy: a request may only tighten the server's policy: %s", line);
+            (void)snprintf(msg, msg_size, "policy: a request may only tighten the tenant's policy: %s", line);
             goto fail;
         }
         line = nl ? nl + 1 : line + strlen(line);
@@ -419,10 +426,12 @@ static struct aj_policy *tightened(struct srv_sessions *ss, json_t *profile, jso
         (void)snprintf(msg, msg_size, "policy: %s", err.msg);
         goto fail;
     }
+    free(base_json);
     free(text);
     free(diff);
     return p;
 fail:
+    free(base_json);
     free(text);
     free(diff);
     aj_policy_free(p);
@@ -561,7 +570,7 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
     s->tenant = t;
     s->quota = quota;
     s->idle_ms = idle;
-    s->pol = tightened(ss, profile, policy, msg, sizeof(msg));
+    s->pol = tightened(ss, t, profile, policy, msg, sizeof(msg));
     if (!s->pol) {
         srv_reply_error(reply, 400, "%s", msg);
         goto out;
@@ -595,6 +604,7 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
         s->next = ss->live;
         ss->live = s;
         ss->n_live++;
+        srv_tenant_sessions_add(t, 1);
         (void)pthread_cond_broadcast(&ss->wake);
     }
     (void)pthread_mutex_unlock(&ss->lock);
@@ -760,8 +770,24 @@ int srv_session_prepare_run(struct srv_ctx *ctx, struct srv_tenant *t, const cha
             return -1;
         }
         r->ws = s->ws;
-        r->pol = s->pol;
         r->workdir = "/workspace";
+        if (r->pol) {
+            /* The request's "network": "none" (srv_tenant_request_network
+             * set the tenant's variant): the session's policy, with it. */
+            struct aj_error err = {0};
+            r->own_pol = aj_policy_new();
+            char *sj = aj_policy_to_json(s->pol, true);
+            if (!r->own_pol || !sj || aj_policy_load_buffer(r->own_pol, sj, strlen(sj), "the session's policy", &err) < 0 ||
+                aj_policy_set(r->own_pol, "network.mode", "none", &err) < 0) {
+                free(sj);
+                srv_reply_error(reply, 500, "%s", err.msg[0] ? err.msg : "out of memory");
+                return -1;
+            }
+            free(sj);
+            r->pol = r->own_pol;
+        } else {
+            r->pol = s->pol;
+        }
     } else {
         uint32_t owner;
         char name[40];
@@ -780,13 +806,19 @@ int srv_session_prepare_run(struct srv_ctx *ctx, struct srv_tenant *t, const cha
         r->ws_temp = true;
         r->workdir = "/workspace";
         struct aj_error err = {0};
+        /* The run's policy as it would be without files (the tenant's, or
+         * its network variant), plus the workspace. */
+        const struct aj_policy *base = r->pol ? r->pol : t->pol ? t->pol : ss->base;
+        char *bj = aj_policy_to_json(base, true);
+        msg[0] = '\0';
         r->own_pol = aj_policy_new();
-        if (!r->own_pol ||
-            aj_policy_load_buffer(r->own_pol, ss->base_json, strlen(ss->base_json), "the server's policy", &err) < 0 ||
+        if (!r->own_pol || !bj || aj_policy_load_buffer(r->own_pol, bj, strlen(bj), "the tenant's policy", &err) < 0 ||
             add_workspace_bind(r->own_pol, ws, msg, sizeof(msg)) < 0) {
-            srv_reply_error(reply, 500, "%s", err.msg[0] ? err.msg : msg);
+            free(bj);
+            srv_reply_error(reply, 500, "%s", err.msg[0] ? err.msg : msg[0] ? msg : "out of memory");
             return -1;
         }
+        free(bj);
         r->pol = r->own_pol;
     }
     if (files && write_files(ctx, r->ws, files, reply) < 0)

@@ -68,6 +68,7 @@ static void type_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
     case AJ_KEY_STR_LIST:
@@ -94,6 +95,7 @@ static void default_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_NAME_LIST:
     case AJ_KEY_STR_LIST:
     case AJ_KEY_SECRET_LIST:
+    case AJ_KEY_MODULE_LIST:
         (void)snprintf(buf, size, "`[]`");
         return;
     case AJ_KEY_ENV_MAP:
@@ -153,6 +155,7 @@ static void range_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_LIMIT_SET:
     case AJ_KEY_STR_LIST:
     case AJ_KEY_SECRET_LIST:

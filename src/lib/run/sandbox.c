@@ -67,12 +67,12 @@ static char **build_envp(const struct aj_policy *pol, char *const extra[2], char
                          const char **ret_path, struct aj_error *err)
 {
     size_t n_egress = 0, cap, n = 0;
+    char **envp;
+    const char *path = AJ_DEFAULT_PATH;
 
     while (egress && egress[n_egress])
         n_egress++;
     cap = 2 + pol->n_env_pass + pol->n_env + 2 + n_egress + 1;
-    char **envp;
-    const char *path = AJ_DEFAULT_PATH;
 
     envp = calloc(cap, sizeof(char *));
     if (!envp) {
@@ -155,7 +155,12 @@ static char **copy_argv(char *const argv[])
     return v;
 }
 
-static void free_envp(char **envp)
+char **sb_build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path, struct aj_error *err)
+{
+    return build_envp(pol, extra, NULL, ret_path, err);
+}
+
+void sb_free_envp(char **envp)
 {
     for (size_t i = 0; envp && envp[i]; i++)
         free(envp[i]);
@@ -501,6 +506,7 @@ void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol)
     sb->caller_pipe[0] = sb->caller_pipe[1] = sb->caller_pipe[2] = -1;
     sb->netns_userns_fd = -1;
     aj_egress_init(&sb->eg);
+    sb->st.interp_fd = -1;
     aj_cgroup_init(&sb->cg);
 }
 
@@ -938,9 +944,10 @@ static int prep_stdio(struct aj_sandbox *sb, struct aj_result *res, struct aj_er
     struct aj_child_ctx *c = &sb->c;
     int r;
 
-    if (c->parked) {
+    if (c->parked || c->interp) {
         /* Until its command comes, a parked sandbox holds none of the
-         * caller's fds: 0, 1 and 2 are /dev/null. */
+         * caller's fds: 0, 1 and 2 are /dev/null (a warm interpreter's too:
+         * the request's streams reach its bootstrap at launch). */
         sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (sb->null_fd < 0)
             return aj_err(err, errno, "open /dev/null");
@@ -1111,10 +1118,25 @@ int sb_launch(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err
     int fds[3], r;
 
     /* The request's environment, now: env_pass reads the caller's values
-     * as this run starts, never as the sandbox was parked. */
+     * as this run starts, never as the sandbox was parked. (A warm
+     * interpreter's payload has exec'd with the policy's: replaced.) */
+    sb_free_envp(sb->c.envp);
     sb->c.envp = build_envp(pol, sb->decoy_env, sb->eg.env, &sb->c.path_env, err);
     if (!sb->c.envp)
         return -ENOMEM;
+    if (sb->c.interp) {
+        /* Its bootstrap takes the request on its own channel (interp.c). */
+        r = setup_stdio(sb, false, res, err);
+        if (r < 0)
+            return r;
+        aj_loop_drain_msgs(st);
+        fds[0] = sb->c.in_fd;
+        fds[1] = sb->c.out_fd;
+        fds[2] = sb->c.err_fd;
+        r = aj_interp_send(sb, fds, err);
+        stdio_handed_over(sb);
+        return r;
+    }
     for (; argv[argc]; argc++)
         len += strlen(argv[argc]) + 1;
     for (; sb->c.envp[envc]; envc++)
@@ -1280,6 +1302,7 @@ void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
     close_fd(&st->pidfd);
     aj_loop_unwatch(st, st->sock);
     close_fd(&st->sock);
+    close_fd(&st->interp_fd);
     close_fd(&sb->socks[0]);
     close_fd(&sb->socks[1]);
     close_fd(&sb->null_fd);
@@ -1317,8 +1340,8 @@ void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
     aj_mount_plan_clear(&c->plan);
     aj_seccomp_clear(&c->bpf);
     aj_seccomp_clear(&c->bpf_memfd);
-    free_envp(c->envp);
-    free_envp(c->argv);
+    sb_free_envp(c->envp);
+    sb_free_envp(c->argv);
     c->envp = c->argv = NULL;
     aj_req_clear(&sb->req);
 }
@@ -1487,6 +1510,13 @@ int sb_start_cold(const struct aj_policy *pol, const struct aj_request *req, boo
     int r;
 
     *ret = NULL;
+    /* A policy that names an interpreter, and its command line: the same
+     * bootstrap as a warm run, started cold (interp.c). */
+    if (aj_interp_wants(pol, req)) {
+        r = aj_interp_start_cold(pol, req, pipes_ok, ret, err);
+        if (r <= 0)
+            return r;
+    }
     sb = malloc(sizeof(*sb));
     if (!sb)
         return aj_err(err, ENOMEM, "sandbox");
