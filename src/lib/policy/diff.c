@@ -178,7 +178,8 @@ static void diff_secrets(struct text *t, const char *key, const struct aj_policy
                 if (strcmp(y->secrets[j].id, sx->id) == 0)
                     sy = &y->secrets[j];
             if (!sy) {
-                addf(t, "%s: only %s brokers %s (from %s)\n", key, side ? "B" : "A", sx->id, sx->value_from);
+                addf(t, "%s: only %s brokers %s (from %s) (%s is weaker: hands its runs a credential to use)\n", key,
+                     side ? "B" : "A", sx->id, sx->value_from, side ? "B" : "A");
                 continue;
             }
             for (size_t h = 0; h < sx->n_hosts; h++)

@@ -759,8 +759,9 @@ const struct aj_policy_key aj_policy_keys[] = {
         .sub = secret_members,
         .doc = "`proxy` only: credentials the sandbox never holds. It gets a placeholder of the same shape; the "
                "egress proxy puts the real value in `header` on requests to `hosts` alone, and stops at the "
-               "run's first escape attempt (`credentials_suspended`). See [network.md](network.md#brokering). "
-               "Flag: `--secret ID,hosts=H1|H2,from=env:NAME,env=VAR[,file=/PATH][,header=H][,format=TEXT]`",
+               "run's first escape attempt (`credentials_suspended`). See "
+               "[network.md](network.md#brokering-the-sandbox-side). Flag: "
+               "`--secret ID,hosts=H1|H2,from=env:NAME,env=VAR[,file=/PATH][,header=H][,format=TEXT]`",
     },
 };
 const size_t aj_policy_n_keys = sizeof(aj_policy_keys) / sizeof(aj_policy_keys[0]);

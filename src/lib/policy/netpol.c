@@ -183,6 +183,7 @@ int aj_policy_check_secret(const struct aj_secret *s, const char **ret_member, s
 {
     const char *fmt = s->format ? s->format : AJ_SECRET_DEFAULT_FORMAT;
     const char *brace = strstr(fmt, "{}");
+    bool from_env, from_file;
 
     *ret_member = "id";
     if (!id_ok(s->id))
@@ -206,9 +207,10 @@ int aj_policy_check_secret(const struct aj_secret *s, const char **ret_member, s
         return aj_err(err, 0, "secret '%s': format '%s' must hold \"{}\" exactly once (where the value goes) "
                       "and no line break", s->id, fmt);
     *ret_member = "value_from";
-    if (!s->value_from ||
-        !((strncmp(s->value_from, "env:", 4) == 0 && aj_policy_env_name_ok(s->value_from + 4, strlen(s->value_from + 4))) ||
-          (strncmp(s->value_from, "file:/", 6) == 0 && strlen(s->value_from) < 4096)))
+    from_env = s->value_from && strncmp(s->value_from, "env:", 4) == 0 &&
+               aj_policy_env_name_ok(s->value_from + 4, strlen(s->value_from + 4));
+    from_file = s->value_from && strncmp(s->value_from, "file:/", 6) == 0 && strlen(s->value_from) < 4096;
+    if (!from_env && !from_file)
         return aj_err(err, 0, "secret '%s': value_from '%s' must be \"env:NAME\" or \"file:/ABSOLUTE/PATH\" "
                       "(read on the host at run time)", s->id, s->value_from ? s->value_from : "");
     *ret_member = "env";
