@@ -437,7 +437,7 @@ static int load_secrets(struct loader *L, const struct aj_policy_key *k, const j
         static const char *const strs[] = {"id", "header", "format", "value_from", "env", "file"};
         char p[64], kp[96];
         const char *vals[AJ_ARRAY_SIZE(strs)] = {0}, *member = NULL;
-        char *hosts[32];
+        char *hosts[32] = {0};
         struct aj_secret s = {0};
         json_t *h, *e;
         size_t j;
@@ -571,7 +571,7 @@ static int load_key(struct loader *L, const struct aj_policy_key *k, const json_
         aj_policy_key_put(L->pol, k, json_is_true(v));
         return 0;
     case AJ_KEY_ID: {
-        uint32_t id;
+        uint32_t id = 0;
         if ((r = load_u32(L, k->key, v, (uint32_t)k->min, (uint32_t)k->max, &id)) < 0)
             return r;
         aj_policy_key_put(L->pol, k, id);

@@ -261,7 +261,7 @@ int aj_policy_push_secret(struct aj_policy *pol, const struct aj_secret *s, stru
     c.value_from = dup_or_null(s->value_from, &oom);
     c.env = dup_or_null(s->env, &oom);
     c.file = dup_or_null(s->file, &oom);
-    c.hosts = calloc(s->n_hosts, sizeof(char *));
+    c.hosts = calloc(s->n_hosts ? s->n_hosts : 1, sizeof(char *));
     oom |= !c.hosts;
     for (size_t i = 0; c.hosts && i < s->n_hosts; i++) {
         c.hosts[i] = dup_or_null(s->hosts[i], &oom);
@@ -277,14 +277,11 @@ int aj_policy_push_secret(struct aj_policy *pol, const struct aj_secret *s, stru
     return 0;
 }
 
-int aj_policy_add_secret(struct aj_policy *pol, const char *spec, struct aj_error *err)
+static int parse_secret(char *buf, const char *spec, struct aj_policy *pol, struct aj_error *err)
 {
-    _cleanup_free_ char *buf = spec ? strdup(spec) : NULL;
     char *hosts[32], *save = NULL, *tok;
     struct aj_secret s = {0};
 
-    if (!buf)
-        return aj_err(err, spec ? ENOMEM : EINVAL, "secret");
     s.hosts = hosts;
     /* ID first, then key=value members; format may hold commas only last. */
     tok = strtok_r(buf, ",", &save);
@@ -322,6 +319,21 @@ int aj_policy_add_secret(struct aj_policy *pol, const char *spec, struct aj_erro
         }
     }
     return aj_policy_push_secret(pol, &s, err);
+}
+
+int aj_policy_add_secret(struct aj_policy *pol, const char *spec, struct aj_error *err)
+{
+    char *buf;
+    int r;
+
+    if (!spec)
+        return aj_err(err, 0, "secret: no value");
+    buf = strdup(spec);
+    if (!buf)
+        return aj_err(err, ENOMEM, "secret");
+    r = parse_secret(buf, spec, pol, err);
+    free(buf);
+    return r;
 }
 
 json_t *aj_policy_dump_secrets(const struct aj_policy *pol)
