@@ -148,25 +148,45 @@ def test_escape_attempt_kills_the_kernel(server, tmp):
     assert wait_for(lambda: not kernel_pids(), 10), kernel_pids()
 
 
+def server_fds(s):
+    """The server's fds but its sockets (HTTP connections come and go)."""
+    out = []
+    for fd in os.listdir("/proc/%d/fd" % s.proc.pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (s.proc.pid, fd))
+        except OSError:
+            continue
+        if not target.startswith("socket:"):
+            out.append((int(fd), target))
+    return sorted(out)
+
+
 def test_kernel_ends_with_its_session_and_tenants_are_apart(server):
-    s = server()
+    s = server(extra={"pool_size": 0})  # no warm pool refilling beside: the server's fds stay put
+    assert s.request("GET", "/v1/sessions")[0] == 200
+    fds = server_fds(s)
     sid = new_kernel(s)
     assert cell(s, sid, "1")["status"] == "ok"
     assert len(kernel_pids()) == 1
-    # Another tenant's session is not there; a session without a kernel has none.
+    # Another tenant's session is not there.
     status, _, e = s.request("POST", "/v1/sessions/%s/cells" % sid, {"code": "1"}, token=TOKEN_B)
     assert status == 404, e
+    status, _, e = s.request("POST", "/v1/sessions/%s/kernel/restart" % sid, token=TOKEN_B)
+    assert status == 404, e
+    assert len(server_fds(s)) > len(fds)  # control: the kernel holds fds while it lives
+    status, _, _ = s.request("DELETE", "/v1/sessions/%s" % sid)
+    assert status == 200
+    assert not kernel_pids()
+    assert server_fds(s) == fds  # its pipes, events file, epoll and eventfd closed
+    status, _, e = s.request("POST", "/v1/sessions/%s/cells" % sid, {"code": "1"})
+    assert status == 410, e
+    # A session without a kernel has none; a kernel other than python is refused.
     status, _, plain = s.request("POST", "/v1/sessions", {})
     assert status == 201 and "kernel" not in plain
     status, _, e = s.request("POST", "/v1/sessions/%s/cells" % plain["id"], {"code": "1"})
     assert status == 409 and "no kernel" in e["error"], e
     status, _, e = s.request("POST", "/v1/sessions", {"kernel": "ruby"})
     assert status == 400 and "kernel" in e["error"], e
-    status, _, _ = s.request("DELETE", "/v1/sessions/%s" % sid)
-    assert status == 200
-    assert not kernel_pids()
-    status, _, e = s.request("POST", "/v1/sessions/%s/cells" % sid, {"code": "1"})
-    assert status == 410, e
     # Idle timeout and server shutdown end kernels too.
     idle = new_kernel(s, idle_timeout=1)
     assert cell(s, idle, "1")["status"] == "ok"
