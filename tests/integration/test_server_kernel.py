@@ -78,6 +78,14 @@ def test_cells_keep_state_and_return_values(server):
     assert j["status"] == "ok" and j["result"]["text/plain"] == "20" and '"op"' in j["stdout"], j
     status, _, sj = s.request("GET", "/v1/sessions/%s" % sid)
     assert status == 200 and sj["kernel"]["status"] == "idle" and sj["kernel"]["cells"] == 5, sj
+    # A KeyboardInterrupt of the cell's own is "interrupted" (no timeout); the kernel goes on.
+    j = cell(s, sid, "raise KeyboardInterrupt")
+    assert j["status"] == "interrupted" and j["error"]["ename"] == "KeyboardInterrupt", j
+    # Output is capped per stream, and says so.
+    j = cell(s, sid, "print('x' * (3 << 20))\nx")
+    assert j["status"] == "ok" and j["result"]["text/plain"] == "20", j
+    assert j["stdout"].startswith("x" * (1 << 20)) and "[output truncated" in j["stdout"], len(j["stdout"])
+    assert len(j["stdout"]) < (1 << 20) + 100
     # Bad input: a clear 400.
     for body, want in [({}, "code: required"), ({"code": 1}, "code:"), ({"code": "1", "timeout": 0}, "timeout"),
                        ({"code": "1", "x": 1}, "unknown field")]:
