@@ -54,7 +54,7 @@ struct srv_kernel {
     struct srv_ctx *ctx;
     const struct aj_policy *pol;
     char session_id[33];
-    const char *tenant; /* its name (tenants live as long as the server) */
+    struct srv_tenant *tenant; /* tenants live as long as the server */
     char *events_dir;
     pthread_t thread;
     bool thread_started;
@@ -197,7 +197,9 @@ static void read_events(struct srv_kernel *k)
          * kernel sandbox's id). */
         (void)json_object_set_new(e, "session", json_string(k->session_id));
         (void)json_object_set_new(e, "cell", k->cur ? json_integer(k->cur_id) : json_null());
-        srv_eventlog_write(k->tenant, k->h ? aj_sandbox_id(k->h) : "", e);
+        srv_eventlog_write(k->tenant->name, k->h ? aj_sandbox_id(k->h) : "", e);
+        if (type && k->ctx->rn && (strcmp(type, "escape_attempt") == 0 || strcmp(type, "canary") == 0))
+            srv_runner_count_events(k->ctx->rn, k->tenant, type[0] == 'e', type[0] == 'c');
         if (type && (strcmp(type, "escape_attempt") == 0 || strcmp(type, "canary") == 0)) {
             if (!k->escaped && k->h) {
                 const char *sc = json_string_value(json_object_get(e, "syscall"));
@@ -592,7 +594,7 @@ static void poke(struct srv_kernel *k)
 
 /* ---- the interface ---------------------------------------------------------------------------- */
 
-int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char *session_id, const char *tenant,
+int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char *session_id, struct srv_tenant *tenant,
                    struct srv_kernel **ret, char *msg, size_t msg_size)
 {
     struct srv_kernel *k = calloc(1, sizeof(*k));

@@ -966,6 +966,15 @@ void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m)
     (void)pthread_mutex_unlock(&rn->lock);
 }
 
+void srv_runner_count_events(struct srv_runner *rn, struct srv_tenant *t, uint64_t escapes, uint64_t canaries)
+{
+    (void)pthread_mutex_lock(&rn->lock);
+    t->escapes += escapes;
+    rn->m.escape_attempts += escapes;
+    rn->m.canaries += canaries;
+    (void)pthread_mutex_unlock(&rn->lock);
+}
+
 void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t, unsigned *running,
                               uint64_t *finished, uint64_t *escapes)
 {

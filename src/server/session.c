@@ -602,7 +602,7 @@ static void create_session(struct srv_ctx *ctx, struct srv_tenant *t, const char
         srv_reply_error(reply, 500, "%s", msg[0] ? msg : err.msg);
         goto fail_ws;
     }
-    if (kernel && srv_kernel_new(ctx, s->pol, s->id, t->name, &s->kernel, msg, sizeof(msg)) < 0) {
+    if (kernel && srv_kernel_new(ctx, s->pol, s->id, t, &s->kernel, msg, sizeof(msg)) < 0) {
         srv_reply_error(reply, 500, "%s", msg);
         goto fail_ws;
     }

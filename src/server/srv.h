@@ -320,6 +320,9 @@ void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
 ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
                               int *stream);
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
+/* Escape attempts and canaries seen outside a run (a session's kernel,
+ * kernel.c): into the server's and t's counts. */
+void srv_runner_count_events(struct srv_runner *rn, struct srv_tenant *t, uint64_t escapes, uint64_t canaries);
 /* A tenant's counts, read under the runner's lock. */
 void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t, unsigned *running,
                               uint64_t *finished, uint64_t *escapes);

@@ -13,7 +13,7 @@ struct srv_session;
 
 /* Start a kernel for tenant's session_id under pol (which must outlive
  * it): the thread and the first sandbox. 0, or -1 and msg. */
-int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char *session_id, const char *tenant,
+int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char *session_id, struct srv_tenant *tenant,
                    struct srv_kernel **ret, char *msg, size_t msg_size);
 /* Kill the sandbox and join the thread; cells waiting get status dead.
  * Idempotent; NULL is a no-op. */

@@ -129,11 +129,16 @@ def test_escape_attempt_kills_the_kernel(server, tmp):
     # Control: an ordinary call from the same code path is no event.
     j = cell(s, sid, "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.getpid() > 0")
     assert j["status"] == "ok" and j["events"] == [] and j["result"]["text/plain"] == "True", j
+    assert s.metrics()["agentjail_escape_attempts_total"] == 0
     j = cell(s, sid, "libc.unshare(0x10000000)")
     esc = [e for e in j["events"] if e["type"] == "escape_attempt"]
     assert esc and esc[0]["syscall"] == "unshare", j
     assert j["status"] == "dead" and j["kernel"]["restarted"] is False, j
     assert esc[0]["session"] == sid and esc[0]["cell"] == 2, esc
+    m = s.metrics()
+    assert m["agentjail_escape_attempts_total"] == len(esc), m
+    assert m['agentjail_tenant_escape_attempts_total{tenant="a"}'] == len(esc), m
+    assert m['agentjail_tenant_escape_attempts_total{tenant="b"}'] == 0, m
     # In the server's events log too, tied to the tenant, the session and the cell.
     with open(log) as f:
         logged = [json.loads(line) for line in f]
