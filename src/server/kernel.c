@@ -550,11 +550,13 @@ static void *kernel_main(void *arg)
         }
         struct epoll_event evs[8];
         int n = epoll_wait(k->epfd, evs, 8, until < 0 ? -1 : (int)(until - now));
-        for (int i = 0; i < n && k->h; i++) {
+        for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
-            if (fd == k->wake) {
+            if (fd == k->wake) { /* read even with no sandbox: level-triggered, it would spin */
                 uint64_t v;
                 (void)!read(k->wake, &v, sizeof(v));
+            } else if (!k->h) {
+                continue;
             } else if (fd == k->fd_out) {
                 read_out(k);
             } else if (fd == k->fd_err) {
