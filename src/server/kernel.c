@@ -639,6 +639,7 @@ int srv_kernel_new(struct srv_ctx *ctx, const struct aj_policy *pol, const char 
         return -1;
     }
     k->thread_started = true;
+    (void)pthread_setname_np(k->thread, "aj-kernel"); /* for ps and the tests */
     *ret = k;
     return 0;
 }

@@ -36,6 +36,20 @@ def kernel_pids():
     return out
 
 
+def kernel_thread_states(s):
+    """The states (R, S, ...) of the server's kernel threads."""
+    out = []
+    for tid in os.listdir("/proc/%d/task" % s.proc.pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (s.proc.pid, tid)) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if "(aj-kernel)" in stat:
+            out.append(stat.rsplit(")", 1)[1].split()[0])
+    return out
+
+
 def new_kernel(s, token=TOKEN_A, **body):
     status, _, j = s.request("POST", "/v1/sessions", dict({"kernel": "python"}, **body), token=token)
     assert status == 201, j
@@ -152,6 +166,10 @@ def test_escape_attempt_kills_the_kernel(server, tmp):
     assert j["status"] == "dead" and "escape_attempt" in j["error"]["evalue"], j
     status, _, e = s.request("POST", "/v1/sessions/%s/kernel/restart" % sid)
     assert status == 409, e
+    # Its thread waits (in epoll_wait) and does not spin: once asleep, sleeping at every look.
+    assert wait_for(lambda: kernel_thread_states(s) == ["S"], 10), kernel_thread_states(s)
+    states = [kernel_thread_states(s) for _ in range(50)]
+    assert states[0] and all(st == ["S"] for st in states), states
     # With on_escape kill the library ends the sandbox itself: the same outcome.
     sid = new_kernel(s, policy={"detection": {"on_escape": "kill"}})
     j = cell(s, sid, "import ctypes\nctypes.CDLL(None).unshare(0x10000000)")
