@@ -16,7 +16,6 @@
 def _aj():
     import ast
     import base64
-    import builtins
     import io
     import json
     import linecache
