@@ -356,6 +356,20 @@ static int write_config(int fd, const struct aj_policy *pol, const char *run_id,
                      "ca_validity_seconds", (json_int_t)(pol->timeout_ms ? pol->timeout_ms / 1000 + 600 : 86400));
     if (!root)
         return aj_err(err, ENOMEM, "egress config");
+    {
+        /* Tests only: a CA the proxy also trusts for upstreams (the test's
+         * HTTPS servers); the host's trust store is not the tests' to edit. */
+        const char *ca = getenv("AGENTJAIL_TEST_EGRESS_UPSTREAM_CA");
+        if (ca && *ca) {
+            char pem[65536];
+            int n = aj_read_small_file(ca, pem, sizeof(pem));
+            if (n <= 0) {
+                json_decref(root);
+                return aj_err(err, n < 0 ? -n : EINVAL, "AGENTJAIL_TEST_EGRESS_UPSTREAM_CA %s", ca);
+            }
+            (void)json_object_set_new(root, "upstream_ca_pem", json_string(pem));
+        }
+    }
     need = json_dumpb(root, NULL, 0, JSON_COMPACT);
     buf = need ? malloc(need) : NULL;
     if (!buf || json_dumpb(root, buf, need, JSON_COMPACT) != need)

@@ -316,7 +316,10 @@ static bool pump(size_t i, const struct pollfd *pf)
         }
         /* Write it to the other side. */
         if (c->len[d] > 0) {
-            ssize_t n = write(c->fd[!d], buf + c->off[d], c->len[d]);
+            /* MSG_NOSIGNAL: a peer that closed first (the proxy after its
+             * response, a client after its TLS close_notify) is an EPIPE
+             * for this connection, never a SIGPIPE for the relay. */
+            ssize_t n = send(c->fd[!d], buf + c->off[d], c->len[d], MSG_NOSIGNAL);
             if (n > 0) {
                 c->off[d] += (size_t)n;
                 c->len[d] -= (size_t)n;
@@ -343,6 +346,12 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
     if (getppid() != ec->parent)
         _exit(120);
     (void)prctl(PR_SET_NAME, "agentjail-relay", 0, 0, 0);
+    {
+        /* Belt and braces with MSG_NOSIGNAL: no signal from a peer ends it. */
+        struct sigaction ign = {.sa_handler = SIG_IGN};
+        if (sigaction(SIGPIPE, &ign, NULL) < 0)
+            _exit(120);
+    }
     /* Our copy of the supervisor's environment may hold a secret's source
      * (value_from env:NAME): blanked, in this process's memory only. */
     for (char **e = environ; e && *e; e++)
