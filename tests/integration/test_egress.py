@@ -781,3 +781,66 @@ def test_the_relay_outlives_peers_that_leave_first(up, dns):
     r = run_aj(proxy_args(up, dns), ["python3", "-c", RELAY_ABUSE, str(up.port)], env=egress_env())
     assert r.returncode == 0 and r.stdout.strip() == "upstream says hi", r
     assert "/after" in [s["path"] for s in up.seen], up.seen
+
+
+@pytest.fixture
+def repo_up(tmp_path):
+    """A plain HTTP server on the host's 127.0.0.1 with a simple package
+    index (one wheel) and a git repository (dumb HTTP)."""
+    import functools
+    import zipfile
+    from http.server import SimpleHTTPRequestHandler
+    www = tmp_path / "www"
+    (www / "simple" / "ajpkg").mkdir(parents=True)
+    whl = www / "simple" / "ajpkg" / "ajpkg-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(str(whl), "w") as z:
+        z.writestr("ajpkg/__init__.py", "")
+        z.writestr("ajpkg-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: ajpkg\nVersion: 0.1\n")
+        z.writestr("ajpkg-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: ajtest\nRoot-Is-Purelib: true\n"
+                   "Tag: py3-none-any\n")
+        z.writestr("ajpkg-0.1.dist-info/RECORD", "")
+    (www / "simple" / "ajpkg" / "index.html").write_text(
+        '<html><body><a href="ajpkg-0.1-py3-none-any.whl">ajpkg-0.1-py3-none-any.whl</a></body></html>')
+    (www / "simple" / "index.html").write_text('<html><body><a href="ajpkg/">ajpkg</a></body></html>')
+    work = tmp_path / "work"
+    genv = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                GIT_COMMITTER_EMAIL="t@t", HOME=str(tmp_path))
+
+    def git(*a, cwd=None):
+        subprocess.run(["git"] + list(a), check=True, capture_output=True, cwd=cwd, env=genv, timeout=60)
+    git("init", "-q", "-b", "main", str(work))
+    (work / "README").write_text("cloned through the egress proxy\n")
+    git("add", "README", cwd=str(work))
+    git("commit", "-q", "-m", "one", cwd=str(work))
+    git("clone", "-q", "--bare", str(work), str(www / "repo.git"))
+    git("update-server-info", cwd=str(www / "repo.git"))
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *a: None
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_real_clients_inside_requests_pip_git(repo_up, dns):
+    port = repo_up
+    script = ("set -e; cd /tmp; "
+              "/usr/bin/python3 -c \"import requests; print('requests', requests.get('http://up.test:%d/simple/', "
+              "timeout=20).status_code)\"; "
+              "/usr/bin/python3 -m pip download -q --no-deps --disable-pip-version-check --no-cache-dir "
+              "--index-url http://up.test:%d/simple/ --trusted-host up.test -d /tmp/dl ajpkg; ls /tmp/dl; "
+              "git clone -q http://up.test:%d/repo.git /tmp/repo; cat /tmp/repo/README; "
+              "/usr/bin/python3 -m pip download -q --no-deps --disable-pip-version-check --no-cache-dir "
+              "--index-url http://elsewhere.test:%d/simple/ --trusted-host elsewhere.test -d /tmp/dl2 "
+              "--retries 0 --timeout 5 ajpkg 2>/dev/null || echo 'pip elsewhere refused'"
+              % (port, port, port, port))
+    args = ["--network", "proxy", "--allow", "up.test:%d" % port, "--allow-range", "127.0.0.0/8", "--resolver",
+            "127.0.0.1:%d" % dns.port]
+    r = run_aj(args, ["/bin/sh", "-c", script], env=egress_env(), timeout=120)
+    assert r.returncode == 0, r
+    assert "requests 200" in r.stdout, r
+    assert "ajpkg-0.1-py3-none-any.whl" in r.stdout, r
+    assert "cloned through the egress proxy" in r.stdout, r
+    assert "pip elsewhere refused" in r.stdout, r
+    assert r.result["network"]["denied"] >= 1 and r.result["network"]["allowed"] >= 4, r.result
