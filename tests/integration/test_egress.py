@@ -675,6 +675,7 @@ def test_the_proxy_and_the_relay_hold_no_privilege_and_see_little(up, dns, tmp_p
             st = _status(pid)
             assert int(st["CapEff"], 16) == int(st["CapPrm"], 16) == int(st["CapAmb"], 16) == 0, st
             assert st["NoNewPrivs"] == "1", st
+            assert st["Seccomp"] == "2", st  # the relay's own filter (seccomp_relay.c); the proxy's own
             # The bounding set: emptied where the process could (root; the
             # proxy's own user namespace rootless). A rootless relay holds
             # nothing and cannot gain anything (no_new_privs) either way.

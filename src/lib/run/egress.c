@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "aj_missing.h"
+#include "aj_seccomp.h"
 #include "aj_util.h"
 #include "children.h"
 #include "egress_child.h"
@@ -787,7 +788,8 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
     struct pollfd p = {.fd = eg->helper_sock[0], .events = POLLIN};
     struct aj_egress_child ec = {0};
-    int fd = -1;
+    struct aj_bpf bpf = {0};
+    int fd = -1, r;
     ssize_t n;
     pid_t pid;
 
@@ -819,9 +821,17 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
         .max_conns = (size_t)pol->net_max_connections + 16,
     };
     (void)snprintf(ec.sock_path, sizeof(ec.sock_path), "%s", eg->sock_path);
+    r = aj_seccomp_compile_relay(&bpf, err);
+    if (r < 0) {
+        (void)close(fd);
+        return r;
+    }
+    ec.relay_insns = bpf.insns;
+    ec.relay_len = bpf.len;
     pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
     if (pid == 0)
         aj_egress_child_relay_main(&ec);
+    aj_seccomp_clear(&bpf);
     (void)close(fd);
     if (pid < 0)
         return aj_err(err, errno, "start the relay");

@@ -30,6 +30,7 @@ extern char **environ;
 
 #include "aj_caps.h"
 #include "aj_missing.h"
+#include "aj_seccomp.h"
 #include "aj_util.h"
 #include "protocol.h"
 
@@ -391,6 +392,14 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
         int fl = fcntl(lfd, F_GETFL);
         if (fl < 0 || fcntl(lfd, F_SETFL, fl | O_NONBLOCK) < 0)
             _exit(120);
+    }
+    {
+        /* Set up: from here on it only waits, accepts, connects, moves
+         * bytes and closes (seccomp_relay.c). no_new_privs is set. */
+        struct aj_bpf bpf = {.insns = (struct sock_filter *)(uintptr_t)ec->relay_insns, .len = ec->relay_len};
+        struct aj_error err;
+        if (ec->relay_len && aj_seccomp_child_load(&bpf, &err) < 0)
+            _exit(124);
     }
     for (;;) {
         size_t np = 0;
