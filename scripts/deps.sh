@@ -8,7 +8,7 @@
 set -euo pipefail
 what=${1:-test}
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev
-      libsqlite3-dev python3)
+      libsqlite3-dev libpq-dev python3)
 compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
         python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
@@ -18,7 +18,7 @@ case "$what" in
   # container image's base roots, the seccomp enumeration, the unit check, the
   # Kubernetes schemas: tests/deploy/package.json, installed below with npm ci).
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
-               debootstrap binutils systemd "${compat[@]}") ;;
+               debootstrap binutils systemd postgresql "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail python3-pandas) ;;  # python3-pandas: bench/interp.py
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;
