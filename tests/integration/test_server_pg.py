@@ -226,6 +226,23 @@ def test_two_replicas_one_killed_mid_run_every_run_ends_visible_from_the_other(p
         status, _, j = b.request("GET", "/v1/runs/" + rid)
         assert status == 200 and j["status"] in ("queued", "running"), j
         assert b.request("GET", "/v1/runs/" + rid, token=TOKEN_B)[0] == 404
+    # Sessions are pinned to the replica that holds their workspace: B
+    # reads A's live session's row, and says where its requests must go.
+    status, _, j = a.request("POST", "/v1/sessions", {})
+    assert status == 201, j
+    sid = j["id"]
+    assert a.request("PUT", "/v1/sessions/%s/files/f" % sid, raw=b"x")[0] in (200, 201)
+    status, _, j = b.request("GET", "/v1/sessions/" + sid)
+    assert status == 200 and j["status"] == "live", j
+    assert b.request("GET", "/v1/sessions/" + sid, token=TOKEN_B)[0] == 404
+    status, _, j = b.request("POST", "/v1/sessions/%s/runs" % sid, {"argv": ["true"]})
+    assert status == 421 and "another replica" in j["error"], j
+    assert b.request("GET", "/v1/sessions/%s/files/f" % sid)[0] == 421
+    assert b.request("DELETE", "/v1/sessions/" + sid)[0] == 421
+    assert b.request("DELETE", "/v1/runs/" + live_a[0])[0] == 421  # killed only where it runs
+    assert pids_with(tags[0])
+    status, _, j = a.request("POST", "/v1/sessions/%s/runs" % sid, {"argv": ["cat", "f"]})  # positive control
+    assert status == 200 and j["stdout"] == "x", j
     a.stop(sig=signal.SIGKILL)
     assert wait_for(lambda: not pids_with(tags[0]) and not pids_with(tags[1]), 20), "A's sandboxes outlived it"
 
@@ -237,6 +254,9 @@ def test_two_replicas_one_killed_mid_run_every_run_ends_visible_from_the_other(p
     j = b.request("GET", "/v1/runs/" + live_a[0])[2]
     assert "replica" in j["error"] and "stopped" in j["error"] and j["ended_ms"] > 0, j
     assert "runs of stopped replicas marked lost" in b.err()
+    status, _, j = b.request("GET", "/v1/sessions/" + sid)
+    assert status == 200 and j["status"] == "lost" and "replica" in j["reason"], j
+    assert b.request("POST", "/v1/sessions/%s/runs" % sid, {"argv": ["true"]})[0] == 410
     assert pids_with(tags[2]) and status_of(live_b) == "running", "B's own run is untouched"
     assert status_of(done_a["id"]) == "ok"  # positive control: an ended run keeps its status
     # A run accepted by B now, and B's live one, end in final states too.
