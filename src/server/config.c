@@ -284,6 +284,7 @@ static int load_store(struct cfg_loader *L, json_t *v, struct srv_config *cfg)
     const char *key;
     char *dir = NULL;
     json_t *e;
+    int rc = -1;
 
     if (json_is_string(v)) {
         if (get_string(L, "store", v, &cfg->store) < 0)
@@ -302,31 +303,37 @@ static int load_store(struct cfg_loader *L, json_t *v, struct srv_config *cfg)
         if (strcmp(key, "postgresql") == 0) {
             char why[512];
             if (get_string(L, "store.postgresql", e, &cfg->store_pg) < 0)
-                return -1;
-            if (srv_store_pg_check_conninfo(cfg->store_pg, why, sizeof(why)))
-                return cfg_fail(L, "store.postgresql", "%s", why);
+                goto out;
+            if (srv_store_pg_check_conninfo(cfg->store_pg, why, sizeof(why))) {
+                (void)cfg_fail(L, "store.postgresql", "%s", why);
+                goto out;
+            }
         } else if (strcmp(key, "state_dir") == 0) {
             if (get_string(L, "store.state_dir", e, &dir) < 0)
-                return -1;
-            if (dir[0] != '/') {
-                free(dir);
-                return cfg_fail(L, "store.state_dir", "must be an absolute path");
+                goto out;
+            if (!dir || dir[0] != '/') {
+                (void)cfg_fail(L, "store.state_dir", "must be an absolute path");
+                goto out;
             }
         } else {
-            free(dir);
-            return cfg_fail(L, "store", "unknown key %s (known: postgresql, state_dir)", key);
+            (void)cfg_fail(L, "store", "unknown key %s (known: postgresql, state_dir)", key);
+            goto out;
         }
     }
     if (!cfg->store_pg || !dir) {
-        free(dir);
-        return cfg_fail(L, "store", "needs both \"postgresql\" (the conninfo) and \"state_dir\"");
+        (void)cfg_fail(L, "store", "needs both \"postgresql\" (the conninfo) and \"state_dir\"");
+        goto out;
     }
     free(cfg->store);
-    cfg->store = NULL;
-    if (asprintf(&cfg->store, "%s/postgresql", dir) < 0)
+    if (asprintf(&cfg->store, "%s/postgresql", dir) < 0) {
         cfg->store = NULL;
+        (void)cfg_fail(L, "store", "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
     free(dir);
-    return cfg->store ? 0 : cfg_fail(L, "store", "out of memory");
+    return rc;
 }
 
 static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)

@@ -77,6 +77,13 @@ static const char schema[] =
 
 #define NOW_MS "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
+/* A count PostgreSQL printed (PQcmdTuples: digits, or "" for none). */
+static int count_of(const char *t)
+{
+    long n = strtol(t, NULL, 10);
+    return n < 0 || n > 1 << 30 ? 0 : (int)n;
+}
+
 static void trim(char *s)
 {
     size_t n = strlen(s);
@@ -156,6 +163,22 @@ static PGresult *run_sql(struct pg_store *p, const char *sql, int n, const char 
     return PQexecParams(p->conn, sql, n, NULL, vals, lens, fmts, 0);
 }
 
+static void *reaper_main(void *arg);
+
+/* Under p->lock. The watcher of other replicas starts with the first
+ * statement after open, not in open: the server opens the store before it
+ * moves into a mount namespace of its own, which only a single-threaded
+ * process does whole (workspace.c). */
+static void start_reaper(struct pg_store *p)
+{
+    if (p->reaper_started || p->stop)
+        return;
+    if (pthread_create(&p->reaper, NULL, reaper_main, p) == 0)
+        p->reaper_started = true;
+    else
+        (void)fprintf(stderr, "agentjail serve: store: could not start the replica watcher (retried)\n");
+}
+
 /* A statement without rows: 0, or -EIO. Rows changed into *changed. */
 static int exec_cmd(struct pg_store *p, const char *sql, int n, const char *const *vals, const int *lens,
                     const int *fmts, int *changed)
@@ -164,12 +187,13 @@ static int exec_cmd(struct pg_store *p, const char *sql, int n, const char *cons
     int rc;
 
     (void)pthread_mutex_lock(&p->lock);
+    start_reaper(p);
     res = run_sql(p, sql, n, vals, lens, fmts);
     rc = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : -EIO;
     if (rc < 0)
         (void)fprintf(stderr, "agentjail serve: store: postgresql: %s", PQresultErrorMessage(res));
     if (rc == 0 && changed)
-        *changed = atoi(PQcmdTuples(res));
+        *changed = count_of(PQcmdTuples(res));
     PQclear(res);
     (void)pthread_mutex_unlock(&p->lock);
     return rc;
@@ -199,7 +223,7 @@ static int reap(struct pg_store *p)
         if (!dead)
             continue;
         t = PQexecParams(p->conn, "DELETE FROM replicas WHERE id = $1", 1, NULL, w, NULL, NULL, 0);
-        if (PQresultStatus(t) == PGRES_COMMAND_OK && atoi(PQcmdTuples(t)) == 1)
+        if (PQresultStatus(t) == PGRES_COMMAND_OK && count_of(PQcmdTuples(t)) == 1)
             (void)fprintf(stderr, "agentjail serve: store: replica %s (%s) has stopped\n", w[0],
                           PQgetvalue(res, i, 1));
         PQclear(t);
@@ -211,7 +235,7 @@ static int reap(struct pg_store *p)
                           "the run ended', ended_ms = " NOW_MS " WHERE status IN ('queued', 'running')"
                           " AND replica NOT IN (SELECT id FROM replicas)");
     if (PQresultStatus(res) == PGRES_COMMAND_OK)
-        lost = atoi(PQcmdTuples(res));
+        lost = count_of(PQcmdTuples(res));
     PQclear(res);
     res = PQexec(p->conn, "UPDATE sessions SET status = 'lost', reason = 'the server replica holding its workspace "
                           "stopped while the session was live', ended_ms = " NOW_MS
@@ -302,11 +326,6 @@ int store_pg_open(const char *conninfo, struct srv_store **ret, char *msg, size_
     }
     (void)reap(p);
     (void)pthread_mutex_unlock(&p->lock);
-    if (pthread_create(&p->reaper, NULL, reaper_main, p) != 0) {
-        (void)snprintf(msg, msg_size, "store: could not start the replica watcher");
-        goto fail;
-    }
-    p->reaper_started = true;
     (void)fprintf(stderr, "agentjail serve: store: postgresql: replica %s (%s)\n", p->replica_text, p->name);
     *ret = &p->base;
     return 0;
@@ -324,13 +343,14 @@ static void pg_close(struct srv_store *s)
     struct pg_store *p = P(s);
     const char *v[1] = {p->replica_text};
 
-    if (p->reaper_started) {
-        (void)pthread_mutex_lock(&p->stop_lock);
-        p->stop = true;
-        (void)pthread_cond_signal(&p->stop_cv);
-        (void)pthread_mutex_unlock(&p->stop_lock);
+    (void)pthread_mutex_lock(&p->lock);
+    (void)pthread_mutex_lock(&p->stop_lock);
+    p->stop = true; /* read by start_reaper under p->lock too */
+    (void)pthread_cond_signal(&p->stop_cv);
+    (void)pthread_mutex_unlock(&p->stop_lock);
+    (void)pthread_mutex_unlock(&p->lock);
+    if (p->reaper_started)
         (void)pthread_join(p->reaper, NULL);
-    }
     /* Every run has ended (the runner stopped first): a clean leave. A
      * run somehow left live is then marked lost by the next reaper. */
     (void)exec_cmd(p, "DELETE FROM replicas WHERE id = $1", 1, v, NULL, NULL, NULL);
@@ -511,6 +531,7 @@ static int query_row(struct pg_store *p, const char *sql, int n, const char *con
     int rc;
 
     (void)pthread_mutex_lock(&p->lock);
+    start_reaper(p);
     res = run_sql(p, sql, n, v, NULL, NULL);
     (void)pthread_mutex_unlock(&p->lock);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
