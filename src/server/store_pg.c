@@ -408,14 +408,14 @@ static int pg_prune(struct srv_store *s, int64_t before_ms)
 static int pg_check_writable(struct srv_store *s)
 {
     struct pg_store *p = P(s);
-    const char *v[1] = {p->replica_text};
-    int n = 0;
+    char now[24];
+    const char *v[3] = {p->replica_text, p->name, now};
 
-    /* A write (a read-only standby or a full disk fails it), and this
-     * replica still has its row: others see it alive. */
-    if (exec_cmd(p, "UPDATE replicas SET name = name WHERE id = $1", 1, v, NULL, NULL, &n) < 0 || n != 1)
-        return -EIO;
-    return 0;
+    /* A write (a read-only standby or a full disk fails it) that also
+     * puts this replica's row back if someone deleted it by hand. */
+    (void)snprintf(now, sizeof(now), "%" PRId64, srv_now_ms());
+    return exec_cmd(p, "INSERT INTO replicas (id, name, started_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+                    3, v, NULL, NULL, NULL);
 }
 
 static int pg_delete(struct srv_store *s, const char *id)
