@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import urllib.parse
 
 import pytest
 
@@ -74,6 +75,16 @@ class Cluster:
         name = "t%d" % self.n
         self.psql("postgres", "CREATE DATABASE %s" % name)
         return name
+
+    def restart(self, between=None):
+        subprocess.run(self.as_user + [self.pg_ctl, "-D", self.data, "-m", "fast", "-w", "stop"],
+                       check=True, capture_output=True, cwd=self.dir, timeout=120)
+        if between:
+            between()
+        opts = "-c listen_addresses='' -c unix_socket_directories='%s' -c fsync=off" % self.sock
+        subprocess.run(self.as_user + [self.pg_ctl, "-D", self.data, "-o", opts, "-l",
+                                       os.path.join(self.dir, "log"), "-w", "start"],
+                       check=True, capture_output=True, cwd=self.dir, timeout=120)
 
     def stop(self):
         subprocess.run(self.as_user + [self.pg_ctl, "-D", self.data, "-m", "immediate", "-w", "stop"],
@@ -145,6 +156,24 @@ def test_record_survives_a_restart_same_json_as_sqlite_and_tenants_see_only_thei
     assert s2.request("GET", "/v1/runs/" + j["id"], token=TOKEN_B)[0] == 404
     assert s2.request("GET", "/v1/runs/" + j["id"] + "/stream", token=TOKEN_B)[0] == 404
     assert s2.request("GET", "/v1/runs/" + j["id"] + "/stream")[0] == 200  # positive control
+
+
+def test_a_killed_replica_restarted_marks_its_runs_lost_uri_conninfo(pg, server, tmp):
+    db = pg.new_db()
+    q = urllib.parse.urlencode({"host": pg.sock, "user": PG_USER, "passfile": pg.passfile})
+    store = {"store": {"postgresql": "postgresql:///%s?%s" % (db, q), "state_dir": os.path.join(tmp, "a", "state")}}
+    s = server(extra=store)
+    tag = new_tag()
+    status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+    assert status == 202
+    assert wait_for(lambda: pids_with(tag), 10)
+    ok = s.run({"argv": ["true"]})[2]
+    s.stop(sig=signal.SIGKILL)
+    assert wait_for(lambda: not pids_with(tag), 10)
+    s2 = server(extra=store)
+    assert wait_for(lambda: s2.request("GET", "/v1/runs/" + j["id"])[2]["status"] == "lost", 60), s2.err()
+    assert s2.request("GET", "/v1/runs/" + ok["id"])[2] == ok  # positive control: ended, kept
+    assert os.listdir(os.path.join(tmp, "a", "state", "events")) == []
 
 
 def test_retention_removes_old_records(pg, server, tmp):
@@ -272,3 +301,23 @@ def test_two_replicas_one_killed_mid_run_every_run_ends_visible_from_the_other(p
     assert a2.request("GET", "/v1/runs/" + live_b)[2]["status"] not in ("queued", "running")
     assert pg.psql(db, "SELECT count(*) FROM runs WHERE status IN ('queued', 'running')") == "0"
     assert pg.psql(db, "SELECT count(*) FROM replicas") == "2"  # b and a2; the dead one's row went
+
+
+def test_the_database_restarting_under_a_replica(pg, server, tmp):
+    """Last in the module: it restarts the cluster. The replica reconnects,
+    takes its lock and row back, and goes on; meanwhile it is not ready."""
+    db = pg.new_db()
+    s = server(extra=pg_store(pg, db, tmp))
+    before = s.run({"argv": ["echo", "before"]})[2]
+    seen = {}
+
+    def while_down():
+        seen["readyz"] = s.request("GET", "/readyz", token=None)[0]
+        seen["run"] = s.run({"argv": ["true"]})[0]
+    pg.restart(between=while_down)
+    assert seen == {"readyz": 503, "run": 500}, seen
+    assert s.request("GET", "/readyz", token=None)[0] == 200
+    assert "reconnected" in s.err()
+    j = s.run({"argv": ["echo", "after"]})[2]
+    assert j["status"] == "ok" and s.request("GET", "/v1/runs/" + before["id"])[2] == before
+    assert pg.psql(db, "SELECT count(*) FROM replicas") == "1"
