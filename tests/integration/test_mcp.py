@@ -255,10 +255,13 @@ def test_cancel_kills_the_run_and_leaves_no_process():
     assert out["steps"][3]["result"]["isError"] is False  # the session goes on
 
 
-def test_client_gone_mid_run_kills_it_and_the_server_leaves_nothing():
-    """stdin reaches EOF while a run goes on (the agent exited): the run is
-    killed, the server exits 0 and its private directory is gone (the
-    no_leaks fixture checks /tmp and processes too)."""
+@pytest.mark.parametrize("how", ["eof", "sigterm"])
+def test_client_gone_mid_run_kills_it_and_the_server_leaves_nothing(how):
+    """stdin reaches EOF while a run goes on (the agent exited), or the
+    server gets SIGTERM: the run is killed, the server exits 0 and its
+    private directory is gone (the no_leaks fixture checks /tmp and
+    processes too)."""
+    import signal
     import glob
     from conftest import wait_for
     tag = new_tag()
@@ -272,8 +275,13 @@ def test_client_gone_mid_run_kills_it_and_the_server_leaves_nothing():
     assert wait_for(lambda: pids_with(tag), 30), "the run is going (positive control)"
     mine = set(glob.glob("/tmp/agentjail-mcp-*")) - before
     assert len(mine) == 1 and os.stat(list(mine)[0]).st_mode & 0o777 == 0o700, mine
-    p.stdin.close()
+    if how == "eof":
+        p.stdin.close()
+    else:
+        p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=60) == 0
+    if how == "sigterm":
+        p.stdin.close()
     err = p.stderr.read().decode()
     assert "tools/call run_command cancelled" in err, err
     assert pids_with(tag) == []
