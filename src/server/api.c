@@ -46,7 +46,9 @@ void srv_reply_error(struct srv_reply *reply, unsigned status, const char *fmt, 
     va_start(ap, fmt);
     (void)vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    o = json_pack("{s:s}", "error", msg);
+    /* A path from a URL or a workspace need not be UTF-8: such bytes
+     * become U+FFFD rather than no answer at all. */
+    o = json_pack("{s:o}", "error", srv_text_json(msg, strlen(msg)));
     srv_reply_json(reply, status, o ? json_dumps(o, JSON_COMPACT) : NULL);
     json_decref(o);
 }
@@ -66,8 +68,8 @@ static bool plain_string(const json_t *v)
 }
 
 /* Parse the request into r; NULL, or the message of a 400. */
-static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r, bool *wait, char *msg,
-                             size_t msg_size)
+static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r, bool *wait, json_t **files,
+                             json_t **outputs, char *msg, size_t msg_size)
 {
     static const char *const interp[][3] = {
         {"python", "python3", "-c"}, {"bash", "bash", "-c"}, {"sh", "sh", "-c"}, {"node", "node", "-e"}};
@@ -75,6 +77,7 @@ static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r
     const char *key;
     size_t n;
 
+    (void)ctx; /* the bounds are the tenant's (r->tenant) */
     if (!json_is_object(req))
         return "the body is a JSON object";
     json_object_foreach(req, key, v) {
@@ -112,21 +115,33 @@ static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r
             double s = json_number_value(v);
             if (!json_is_number(v) || s <= 0)
                 return "timeout: must be a positive number of seconds";
-            if (s * 1000.0 > (double)ctx->cfg.max_timeout_ms) {
+            if (s * 1000.0 > (double)r->tenant->max_timeout_ms) {
                 (void)snprintf(msg, msg_size, "timeout: %g s is more than the server allows (%llu s); a request "
-                               "may only tighten it", s, (unsigned long long)(ctx->cfg.max_timeout_ms / 1000));
+                               "may only tighten it", s, (unsigned long long)(r->tenant->max_timeout_ms / 1000));
                 return msg;
             }
             r->timeout_ms = (uint64_t)(s * 1000.0);
             if (!r->timeout_ms)
                 r->timeout_ms = 1;
+        } else if (strcmp(key, "files") == 0) {
+            *files = v; /* checked with the workspace (session.c) */
+        } else if (strcmp(key, "outputs") == 0) {
+            *outputs = v;
+        } else if (strcmp(key, "limits") == 0) {
+            const char *bad = srv_tenant_request_limits(r->tenant, v, r, msg, msg_size);
+            if (bad)
+                return bad;
+        } else if (strcmp(key, "network") == 0) {
+            const char *bad = srv_tenant_request_network(r->tenant, v, r, msg, msg_size);
+            if (bad)
+                return bad;
         } else if (strcmp(key, "wait") == 0) {
             if (!json_is_boolean(v))
                 return "wait: must be true or false";
             *wait = json_is_true(v);
         } else {
             (void)snprintf(msg, msg_size, "unknown field '%s' (known: language, code, argv, stdin, env, timeout, "
-                           "wait)", key);
+                           "limits, network, wait)", key);
             return msg;
         }
     }
@@ -189,6 +204,7 @@ bool srv_valid_id(const char *id)
 
 static void discard_run(struct srv_run *r)
 {
+    srv_session_run_free(r);
     free_strv(r->argv);
     free_strv(r->envp);
     free(r->stdin_data);
@@ -197,9 +213,10 @@ static void discard_run(struct srv_run *r)
 
 /* Parse, record and hand to the runner: 0 and *ret (this caller's
  * reference), or -1 with the error reply. */
-static int submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *body, size_t body_len,
-                      struct srv_run **ret, bool *wait, struct srv_reply *reply)
+static int submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *session_id, const char *body,
+                      size_t body_len, struct srv_run **ret, bool *wait, struct srv_reply *reply)
 {
+    json_t *files = NULL, *outputs = NULL;
     json_error_t jerr;
     /* \u0000 is allowed (stdin may hold any byte a JSON string can say);
      * argv, env and code refuse strings with a NUL (plain_string). */
@@ -221,22 +238,33 @@ static int submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *bod
         srv_reply_error(reply, 500, "out of memory");
         return -1;
     }
-    bad = parse_run(ctx, req, r, wait, msg, sizeof(msg));
-    json_decref(req);
+    r->tenant = t; /* its bounds (parse_run) */
+    bad = parse_run(ctx, req, r, wait, &files, &outputs, msg, sizeof(msg));
     if (bad) {
+        json_decref(req);
         srv_reply_error(reply, 400, "%s", bad);
         discard_run(r);
         return -1;
     }
     if (!srv_new_id(r->id)) {
+        json_decref(req);
         srv_reply_error(reply, 500, "getrandom: %s", strerror(errno));
         discard_run(r);
         return -1;
     }
     if (srv_runner_take_rate(ctx->rn, t, &retry) < 0) {
+        json_decref(req);
         discard_run(r);
         srv_reply_error(reply, 429, "too many runs this minute (the tenant's rate limit); retry later");
         reply->retry_after = retry;
+        return -1;
+    }
+    /* The workspace: the session's, or the run's own for files and
+     * outputs; files are written into it now. */
+    rc = srv_session_prepare_run(ctx, t, session_id, files, outputs, r, reply);
+    json_decref(req);
+    if (rc < 0) {
+        discard_run(r);
         return -1;
     }
     r->tenant = t;
@@ -268,17 +296,29 @@ static int submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *bod
     return 0;
 }
 
+/* /v1/sessions/ID/runs: the id in sid. */
+static bool session_runs_path(const char *path, char sid[33])
+{
+    if (strncmp(path, "/v1/sessions/", 13) != 0 || strlen(path) != 13 + 32 + 5 || strcmp(path + 13 + 32, "/runs") != 0)
+        return false;
+    memcpy(sid, path + 13, 32);
+    sid[32] = '\0';
+    return strspn(sid, "0123456789abcdef") == 32;
+}
+
 int srv_api_submit_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *path, const char *body,
                        size_t body_len, struct srv_run **ret, struct srv_reply *reply)
 {
     bool wait = true;
+    char sid[33];
 
     *ret = NULL;
-    if (strcmp(path, "/v1/runs") != 0) {
-        srv_reply_error(reply, 404, "no endpoint %s", path);
-        return -1;
-    }
-    return submit_run(ctx, t, body, body_len, ret, &wait, reply);
+    if (strcmp(path, "/v1/runs") == 0)
+        return submit_run(ctx, t, NULL, body, body_len, ret, &wait, reply);
+    if (session_runs_path(path, sid))
+        return submit_run(ctx, t, sid, body, body_len, ret, &wait, reply);
+    srv_reply_error(reply, 404, "no endpoint %s", path);
+    return -1;
 }
 
 void srv_api_run_reply(struct srv_ctx *ctx, struct srv_run *r, struct srv_reply *reply)
@@ -296,13 +336,13 @@ void srv_api_run_reply(struct srv_ctx *ctx, struct srv_run *r, struct srv_reply 
     srv_reply_json(reply, 200, rec);
 }
 
-static void post_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *body, size_t body_len,
-                     struct srv_reply *reply)
+static void post_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *session_id, const char *body,
+                     size_t body_len, struct srv_reply *reply)
 {
     struct srv_run *r;
     bool wait = true;
 
-    if (submit_run(ctx, t, body, body_len, &r, &wait, reply) < 0)
+    if (submit_run(ctx, t, session_id, body, body_len, &r, &wait, reply) < 0)
         return;
     if (!wait) {
         json_t *o = json_pack("{s:s, s:s}", "id", r->id, "status", "running");
@@ -359,7 +399,19 @@ void srv_api_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method,
             srv_reply_error(reply, 405, "%s /v1/runs: only POST", method);
             return;
         }
-        post_run(ctx, t, body, body_len, reply);
+        post_run(ctx, t, NULL, body, body_len, reply);
+        return;
+    }
+    char sid[33];
+    if (session_runs_path(path, sid)) {
+        if (strcmp(method, "POST") != 0)
+            srv_reply_error(reply, 405, "%s %s: only POST", method, path);
+        else
+            post_run(ctx, t, sid, body, body_len, reply);
+        return;
+    }
+    if (strncmp(path, "/v1/sessions", 12) == 0 && (path[12] == '/' || !path[12])) {
+        srv_sessions_call(ctx, t, method, path + 12, body, body_len, reply);
         return;
     }
     if (strncmp(path, "/v1/runs/", 9) == 0 && strlen(path) == 9 + 32 + 7 && strcmp(path + 9 + 32, "/stream") == 0) {

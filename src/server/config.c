@@ -29,7 +29,7 @@ static int cfg_fail(struct cfg_loader *L, const char *path, const char *fmt, ...
 static int cfg_fail(struct cfg_loader *L, const char *path, const char *fmt, ...)
 {
     const struct srv_pos_entry *e = srv_pos_find(&L->idx, path);
-    char what[400], shown[300];
+    char what[1024], shown[300];
     va_list ap;
 
     va_start(ap, fmt);
@@ -129,6 +129,7 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
     char path[300];
     const char *key;
     json_t *v;
+    uint64_t u = 0;
     bool have_token = false;
 
     (void)snprintf(path, sizeof(path), "tenants.%s", name);
@@ -156,13 +157,118 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
                 t->token_sha256[i] = (uint8_t)(hi << 4 | lo);
             }
             have_token = true;
+        } else if (strcmp(key, "policy") == 0) {
+            if (get_string(L, path, v, &t->policy_path) < 0)
+                return -1;
+        } else if (strcmp(key, "profile") == 0) {
+            if (get_string(L, path, v, &t->profile) < 0)
+                return -1;
+        } else if (strcmp(key, "max_runs") == 0) {
+            if (get_uint(L, path, v, 1, SRV_MAX_RUNS, &u) < 0)
+                return -1;
+            t->max_runs = (unsigned)u;
+            t->set_max_runs = true;
+        } else if (strcmp(key, "max_runs_per_minute") == 0) {
+            if (get_uint(L, path, v, 0, 1000000, &u) < 0)
+                return -1;
+            t->max_runs_per_minute = (unsigned)u;
+            t->set_rate = true;
+        } else if (strcmp(key, "max_timeout") == 0) {
+            if (get_uint(L, path, v, 1, 86400, &u) < 0)
+                return -1;
+            t->max_timeout_ms = u * 1000;
+            t->set_timeout = true;
+        } else if (strcmp(key, "pool_size") == 0) {
+            if (get_uint(L, path, v, 0, 64, &u) < 0)
+                return -1;
+            t->pool_size = (unsigned)u;
+            t->set_pool = true;
+        } else if (strcmp(key, "uid_base") == 0) {
+            /* Below 65536 live the host's real users (the policy's own bound). */
+            if (get_uint(L, path, v, 65536, 0xfffffffeU, &u) < 0)
+                return -1;
+            t->uid_base = (uint32_t)u;
+            t->set_uid = true;
+        } else if (strcmp(key, "uid_count") == 0) {
+            if (get_uint(L, path, v, 1, 0xfffffffeU - 65536, &u) < 0)
+                return -1;
+            t->uid_count = (uint32_t)u;
+            t->set_uid = true;
         } else {
-            return cfg_fail(L, path, "unknown key (a tenant has: token_sha256)");
+            return cfg_fail(L, path, "unknown key (a tenant has: token_sha256, policy, profile, max_runs, "
+                                     "max_runs_per_minute, max_timeout, pool_size, uid_base, uid_count)");
         }
+    }
+    if (t->set_uid && (!t->uid_base || !t->uid_count)) {
+        (void)snprintf(path, sizeof(path), "tenants.%s.%s", name, t->uid_base ? "uid_count" : "uid_base");
+        return cfg_fail(L, path, "uid_base and uid_count go together");
+    }
+    if (t->set_uid && (uint64_t)t->uid_base + t->uid_count > 0xfffffffeU) {
+        (void)snprintf(path, sizeof(path), "tenants.%s.uid_count", name);
+        return cfg_fail(L, path, "the range ends past 4294967294");
     }
     if (!have_token) {
         (void)snprintf(path, sizeof(path), "tenants.%s", name);
         return cfg_fail(L, path, "token_sha256 is required");
+    }
+    return 0;
+}
+
+/* "sessions": {"max_per_tenant", "ttl", "idle_timeout", "workspace_quota",
+ * "max_file_bytes", "max_outputs_bytes", "workspace_uids"}. */
+static int load_sessions(struct cfg_loader *L, json_t *obj, struct srv_config *cfg)
+{
+    char path[300];
+    const char *key;
+    json_t *v;
+    uint64_t u = 0;
+
+    if (!json_is_object(obj))
+        return cfg_fail(L, "sessions", "must be an object");
+    json_object_foreach(obj, key, v) {
+        (void)snprintf(path, sizeof(path), "sessions.%s", key);
+        if (strcmp(key, "max_per_tenant") == 0) {
+            if (get_uint(L, path, v, 0, 1024, &u) < 0)
+                return -1;
+            cfg->max_sessions_per_tenant = (unsigned)u;
+        } else if (strcmp(key, "ttl") == 0) {
+            if (get_uint(L, path, v, 1, 30 * 86400, &u) < 0)
+                return -1;
+            cfg->session_ttl_ms = u * 1000;
+        } else if (strcmp(key, "idle_timeout") == 0) {
+            if (get_uint(L, path, v, 1, 30 * 86400, &u) < 0)
+                return -1;
+            cfg->session_idle_ms = u * 1000;
+        } else if (strcmp(key, "workspace_quota") == 0) {
+            if (get_uint(L, path, v, 65536, 1ull << 40, &u) < 0)
+                return -1;
+            cfg->workspace_quota = u;
+        } else if (strcmp(key, "max_file_bytes") == 0) {
+            if (get_uint(L, path, v, 1, 1ull << 40, &u) < 0)
+                return -1;
+            cfg->max_file_bytes = u;
+        } else if (strcmp(key, "max_outputs_bytes") == 0) {
+            if (get_uint(L, path, v, 0, 64u << 20, &u) < 0)
+                return -1;
+            cfg->max_outputs_bytes = u;
+        } else if (strcmp(key, "workspace_uids") == 0) {
+            const char *s = json_string_value(v), *colon = s ? strchr(s, ':') : NULL;
+            uint64_t base = 0, count = 0;
+            char b[16];
+            if (!colon || (size_t)(colon - s) >= sizeof(b))
+                return cfg_fail(L, path, "must be \"BASE:COUNT\" (host uids that own workspaces)");
+            memcpy(b, s, (size_t)(colon - s));
+            b[colon - s] = '\0';
+            if (aj_parse_u64(b, 0xfffffffeu, &base) < 0 || aj_parse_u64(colon + 1, 1u << 20, &count) < 0 ||
+                base < 65536 || count == 0 || base + count > 0xffffffffu)
+                return cfg_fail(L, path, "must be \"BASE:COUNT\" with BASE at least 65536 (never a system or "
+                                         "human account) and BASE+COUNT below 4294967295");
+            cfg->ws_uid_base = (uint32_t)base;
+            cfg->ws_uid_count = (uint32_t)count;
+        } else {
+            return cfg_fail(L, path, "unknown key (known: max_per_tenant, ttl, idle_timeout, workspace_quota, "
+                                     "max_file_bytes, max_outputs_bytes, workspace_uids)");
+        }
     }
     return 0;
 }
@@ -226,6 +332,42 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_uint(L, key, v, 0, 64, &u) < 0)
                 return -1;
             cfg->pool_size = (unsigned)u;
+        } else if (strcmp(key, "sessions") == 0) {
+            if (load_sessions(L, v, cfg) < 0)
+                return -1;
+        } else if (strcmp(key, "max_connections_per_ip") == 0) {
+            if (get_uint(L, key, v, 0, 4096, &u) < 0)
+                return -1;
+            cfg->max_connections_per_ip = (unsigned)u;
+        } else if (strcmp(key, "connection_timeout") == 0) {
+            if (get_uint(L, key, v, 2, 3600, &u) < 0)
+                return -1;
+            cfg->connection_timeout = (unsigned)u;
+        } else if (strcmp(key, "events_log") == 0) {
+            if (get_string(L, key, v, &cfg->events_log) < 0)
+                return -1;
+            if (strcmp(cfg->events_log, "-") != 0 && cfg->events_log[0] != '/')
+                return cfg_fail(L, key, "must be an absolute path, or \"-\" for stdout");
+        } else if (strcmp(key, "tls") == 0) {
+            const char *k2;
+            json_t *v2;
+            char sub[64];
+            if (!json_is_object(v))
+                return cfg_fail(L, key, "must be an object {\"cert\": PATH, \"key\": PATH}");
+            json_object_foreach(v, k2, v2) {
+                (void)snprintf(sub, sizeof(sub), "tls.%.50s", k2);
+                if (strcmp(k2, "cert") == 0 || strcmp(k2, "key") == 0) {
+                    char **dst = k2[0] == 'c' ? &cfg->tls_cert_path : &cfg->tls_key_path;
+                    if (get_string(L, sub, v2, dst) < 0)
+                        return -1;
+                    if (!*dst || (*dst)[0] != '/')
+                        return cfg_fail(L, sub, "must be an absolute path");
+                } else {
+                    return cfg_fail(L, sub, "unknown key (tls has: cert, key)");
+                }
+            }
+            if (!cfg->tls_cert_path || !cfg->tls_key_path)
+                return cfg_fail(L, key, "needs both cert and key (PEM files)");
         } else if (strcmp(key, "tenants") == 0) {
             const char *name;
             json_t *t;
@@ -242,7 +384,8 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             return cfg_fail(L, key,
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
-                            "max_connections, max_runs_per_minute, retention_days, pool_size)");
+                            "max_connections, max_connections_per_ip, connection_timeout, max_runs_per_minute, "
+                            "retention_days, pool_size, events_log, tls, sessions)");
         }
     }
     if (!cfg->store)
@@ -268,7 +411,17 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
         .max_output_bytes = 1u << 20,
         .max_timeout_ms = 300000,
         .max_connections = 64,
+        .max_connections_per_ip = 16,
+        .connection_timeout = 30,
         .pool_size = 2,
+        .max_sessions_per_tenant = 8,
+        .session_ttl_ms = 3600 * 1000,
+        .session_idle_ms = 600 * 1000,
+        .workspace_quota = 256u << 20,
+        .max_file_bytes = 64u << 20,
+        .max_outputs_bytes = 1u << 20,
+        .ws_uid_base = 0x70000000u,
+        .ws_uid_count = 65536,
     };
     text = read_all(path, &len, msg, msg_size);
     if (!text)
@@ -296,6 +449,37 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
     }
     if (r == 0 && cfg->max_runs_per_tenant > cfg->max_runs)
         r = cfg_fail(&L, "max_runs_per_tenant", "is more than max_runs (%u)", cfg->max_runs);
+    if (r == 0 && cfg->max_connections_per_ip > cfg->max_connections)
+        r = cfg_fail(&L, "max_connections_per_ip", "is more than max_connections (%u)", cfg->max_connections);
+    for (size_t i = 0; r == 0 && i < cfg->n_tenants; i++) {
+        const struct srv_tenant *t = &cfg->tenants[i];
+        char key[300];
+        (void)snprintf(key, sizeof(key), "tenants.%s.max_runs", t->name);
+        if (t->set_max_runs && t->max_runs > cfg->max_runs)
+            r = cfg_fail(&L, key, "is more than the server's max_runs (%u)", cfg->max_runs);
+        (void)snprintf(key, sizeof(key), "tenants.%s.max_timeout", t->name);
+        if (r == 0 && t->set_timeout && t->max_timeout_ms > cfg->max_timeout_ms)
+            r = cfg_fail(&L, key, "is more than the server's max_timeout (%llu); a tenant may only tighten it",
+                         (unsigned long long)(cfg->max_timeout_ms / 1000));
+    }
+    if (r == 0 && cfg->tls_cert_path) {
+        const char *which = "cert";
+        char why[512];
+        if (srv_tls_load(cfg, &which, why, sizeof(why)) < 0)
+            r = cfg_fail(&L, which[0] == 'c' ? "tls.cert" : "tls.key", "%s", why);
+    }
+    if (r == 0) {
+        char key[300] = "", why[700];
+        if (srv_tenants_build(cfg, key, sizeof(key), why, sizeof(why)) < 0)
+            r = cfg_fail(&L, key, "%s", why);
+    }
+    /* Last: nothing after it fails, so the sink is never left open by a
+     * config that is refused. */
+    if (r == 0 && cfg->events_log) {
+        char why[700];
+        if (srv_eventlog_open(cfg->events_log, why, sizeof(why)) < 0)
+            r = cfg_fail(&L, "events_log", "%s", why);
+    }
 out:
     srv_pos_index_clear(&L.idx);
     json_decref(root);
@@ -307,9 +491,20 @@ out:
 
 void srv_config_clear(struct srv_config *cfg)
 {
-    for (size_t i = 0; i < cfg->n_tenants; i++)
+    srv_tenants_clear(cfg);
+    for (size_t i = 0; i < cfg->n_tenants; i++) {
         free(cfg->tenants[i].name);
+        free(cfg->tenants[i].policy_path);
+        free(cfg->tenants[i].profile);
+    }
     free(cfg->tenants);
+    free(cfg->events_log);
+    free(cfg->tls_cert_path);
+    free(cfg->tls_key_path);
+    free(cfg->tls_cert_pem);
+    if (cfg->tls_key_pem) /* the private key: not left in freed memory */
+        explicit_bzero(cfg->tls_key_pem, strlen(cfg->tls_key_pem));
+    free(cfg->tls_key_pem);
     free(cfg->listen);
     free(cfg->store);
     free(cfg->policy_path);

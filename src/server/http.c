@@ -26,6 +26,7 @@
 #include "srv.h"
 
 struct srv_conn {
+    struct srv_upload *upload; /* a streamed file PUT (session.c) */
     char *body;
     size_t len;
     bool responded; /* a response was queued at the first call (413 by Content-Length) */
@@ -286,107 +287,22 @@ static enum MHD_Result stream_run(struct srv_ctx *ctx, struct MHD_Connection *c,
 
 static enum MHD_Result metrics(struct srv_ctx *ctx, struct MHD_Connection *c)
 {
-    struct srv_metrics m;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
+    char *text = srv_metrics_text(ctx->rn, &ctx->cfg);
 
-    if (!f)
+    if (!text)
         return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-    srv_runner_metrics(ctx->rn, &m);
-    (void)fprintf(f,
-                  "# HELP agentjail_runs_started_total Sandboxes started.\n"
-                  "# TYPE agentjail_runs_started_total counter\n"
-                  "agentjail_runs_started_total %llu\n"
-                  "# HELP agentjail_runs_finished_total Runs ended, by result status.\n"
-                  "# TYPE agentjail_runs_finished_total counter\n",
-                  (unsigned long long)m.started);
-    for (int i = 0; i < 16; i++)
-        if (srv_status_names[i])
-            (void)fprintf(f, "agentjail_runs_finished_total{status=\"%s\"} %llu\n", srv_status_names[i],
-                          (unsigned long long)m.finished_by_status[i]);
-    (void)fprintf(f,
-                  "# HELP agentjail_runs_running Sandboxes running now.\n"
-                  "# TYPE agentjail_runs_running gauge\n"
-                  "agentjail_runs_running %u\n"
-                  "# HELP agentjail_http_429_total Runs refused over a concurrency limit.\n"
-                  "# TYPE agentjail_http_429_total counter\n"
-                  "agentjail_http_429_total %llu\n",
-                  m.running, (unsigned long long)m.rejected_429);
-    (void)fprintf(f,
-                  "# HELP agentjail_escape_attempts_total escape_attempt events of ended runs.\n"
-                  "# TYPE agentjail_escape_attempts_total counter\n"
-                  "agentjail_escape_attempts_total %llu\n"
-                  "# HELP agentjail_canaries_total Decoy (canary) touches of ended runs.\n"
-                  "# TYPE agentjail_canaries_total counter\n"
-                  "agentjail_canaries_total %llu\n",
-                  (unsigned long long)m.escape_attempts, (unsigned long long)m.canaries);
-    (void)fputs("# HELP agentjail_run_duration_seconds Runs from accepted to ended.\n"
-                "# TYPE agentjail_run_duration_seconds histogram\n",
-                f);
-    uint64_t cum = 0;
-    for (int b = 0; b < SRV_LATENCY_BUCKETS; b++) {
-        cum += m.latency_le[b];
-        (void)fprintf(f, "agentjail_run_duration_seconds_bucket{le=\"%g\"} %llu\n",
-                      srv_latency_bounds_ms[b] / 1000.0, (unsigned long long)cum);
-    }
-    (void)fprintf(f,
-                  "agentjail_run_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
-                  "agentjail_run_duration_seconds_sum %.3f\n"
-                  "agentjail_run_duration_seconds_count %llu\n",
-                  (unsigned long long)m.latency_count, (double)m.latency_sum_ms / 1000.0,
-                  (unsigned long long)m.latency_count);
-    /* Per tenant: names are checked at load (no quote, backslash or
-     * control character), so they go into labels as they are. */
-    (void)fputs("# HELP agentjail_tenant_runs_running Runs queued or running, by tenant.\n"
-                "# TYPE agentjail_tenant_runs_running gauge\n"
-                "# HELP agentjail_tenant_runs_finished_total Runs ended, by tenant.\n"
-                "# TYPE agentjail_tenant_runs_finished_total counter\n"
-                "# HELP agentjail_tenant_escape_attempts_total escape_attempt events, by tenant.\n"
-                "# TYPE agentjail_tenant_escape_attempts_total counter\n",
-                f);
-    for (size_t i = 0; i < ctx->cfg.n_tenants; i++) {
-        const struct srv_tenant *t = &ctx->cfg.tenants[i];
-        unsigned running;
-        uint64_t finished, escapes;
-        srv_runner_tenant_counts(ctx->rn, t, &running, &finished, &escapes);
-        (void)fprintf(f,
-                      "agentjail_tenant_runs_running{tenant=\"%s\"} %u\n"
-                      "agentjail_tenant_runs_finished_total{tenant=\"%s\"} %llu\n"
-                      "agentjail_tenant_escape_attempts_total{tenant=\"%s\"} %llu\n",
-                      t->name, running, t->name, (unsigned long long)finished, t->name,
-                      (unsigned long long)escapes);
-    }
-    if (m.pool)
-        (void)fprintf(f,
-                      "# HELP agentjail_pool_runs_total Runs by whether a parked sandbox was ready.\n"
-                      "# TYPE agentjail_pool_runs_total counter\n"
-                      "agentjail_pool_runs_total{kind=\"warm\"} %llu\n"
-                      "agentjail_pool_runs_total{kind=\"cold\"} %llu\n"
-                      "# HELP agentjail_pool_ready Parked sandboxes ready (as of the last run start).\n"
-                      "# TYPE agentjail_pool_ready gauge\n"
-                      "agentjail_pool_ready %u\n",
-                      (unsigned long long)m.warm_runs, (unsigned long long)m.cold_runs, m.pool_ready);
-    if (fclose(f) != 0) {
-        free(buf);
-        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-    }
-    return send_text(c, MHD_HTTP_OK, buf, "text/plain; version=0.0.4", NULL);
+    return send_text(c, MHD_HTTP_OK, text, "text/plain; version=0.0.4", NULL);
 }
 
 /* ---- the rest of /v1/: srv_api_call --------------------------------------------------------- */
 
-/* A complete-body /v1/ request, answered by srv_api_call as the MCP
- * server's calls are. */
-static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
-                                  const char *method, const char *url, const struct srv_conn *cc)
+/* Send a reply of srv_api_call's shape (its body taken). */
+static enum MHD_Result queue_reply(struct MHD_Connection *c, struct srv_reply reply)
 {
-    struct srv_reply reply;
     struct MHD_Response *resp;
     enum MHD_Result ret;
     char ra[16];
 
-    srv_api_call(ctx, t, method, url, cc->body, cc->len, &reply);
     if (!reply.body)
         return MHD_NO; /* out of memory: MHD closes the connection */
     resp = MHD_create_response_from_buffer(reply.len, reply.body, MHD_RESPMEM_MUST_FREE);
@@ -402,6 +318,44 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx,
         return MHD_NO;
     }
     ret = MHD_queue_response(c, reply.status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* A complete-body /v1/ request, answered by srv_api_call as the MCP
+ * server's calls are. */
+static enum MHD_Result send_reply(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
+                                  const char *method, const char *url, const struct srv_conn *cc)
+{
+    struct srv_reply reply;
+
+    srv_api_call(ctx, t, method, url, cc->body, cc->len, &reply);
+    return queue_reply(c, reply);
+}
+
+/* GET /v1/sessions/ID/files/PATH: a regular file is streamed from its
+ * fd (MHD closes it); a directory's listing and errors are JSON. */
+static enum MHD_Result get_file(struct MHD_Connection *c, struct srv_ctx *ctx, struct srv_tenant *t,
+                                const char *url)
+{
+    struct srv_reply reply = {0};
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    uint64_t size = 0;
+    int fd = -1;
+
+    if (!srv_files_open_get(ctx, t, url, &fd, &size, &reply))
+        return queue_reply(c, reply);
+    resp = MHD_create_response_from_fd64(size, fd);
+    if (!resp) {
+        (void)close(fd);
+        return MHD_NO;
+    }
+    if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream") != MHD_YES) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
+    ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -446,7 +400,31 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s %s: only GET", method, url);
         return stream_run(ctx, c, t, id);
     }
+    if (strcmp(method, "GET") == 0 && srv_is_files_path(url))
+        return get_file(c, ctx, t, url);
     return send_reply(c, ctx, t, method, url, cc);
+}
+
+static enum MHD_Result begin_upload(struct srv_ctx *ctx, struct MHD_Connection *c, const char *url,
+                                    struct srv_conn *cc, const char *content_length)
+{
+    struct srv_tenant *t = authenticate(ctx, c);
+    struct srv_reply reply = {0};
+
+    if (!t) {
+        cc->responded = true;
+        return send_error(c, MHD_HTTP_UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' is required");
+    }
+    if (content_length && strtoull(content_length, NULL, 10) > ctx->cfg.max_file_bytes) {
+        cc->responded = true;
+        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "the file is larger than %llu bytes (max_file_bytes)",
+                          (unsigned long long)ctx->cfg.max_file_bytes);
+    }
+    if (srv_upload_begin(ctx, t, url, &cc->upload, &reply) < 0) {
+        cc->responded = true;
+        return queue_reply(c, reply);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -464,6 +442,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         *con_cls = cc;
         __atomic_add_fetch(&ctx->in_flight, 1, __ATOMIC_SEQ_CST);
+        /* A file PUT is streamed into the workspace as it comes (capped
+         * by max_file_bytes and the quota, not max_body_bytes). */
+        if (strcmp(method, "PUT") == 0 && srv_is_files_path(url))
+            return begin_upload(ctx, c, url, cc, cl);
         /* Refused before a byte of it is read. */
         if (cl && strtoull(cl, NULL, 10) > ctx->cfg.max_body_bytes) {
             cc->responded = true;
@@ -475,6 +457,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->responded) {
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (cc->upload) {
+        struct srv_reply reply = {0};
+        if (*upload_data_size) {
+            srv_upload_write(cc->upload, upload_data, *upload_data_size);
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        srv_upload_end(cc->upload, &reply);
+        srv_upload_free(cc->upload);
+        cc->upload = NULL;
+        return queue_reply(c, reply);
     }
     if (*upload_data_size) {
         /* A body without a Content-Length (chunked) that grows too large:
@@ -509,6 +503,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)c;
     (void)toe;
     if (cc) {
+        srv_upload_free(cc->upload); /* a client that left mid-upload: the unnamed file goes */
         free(cc->body);
         free(cc);
         *con_cls = NULL;
@@ -705,6 +700,34 @@ static char *make_events_dir(const char *store, char *msg, size_t msg_size)
 
 /* ---- the server ------------------------------------------------------------------------------ */
 
+/* libmicrohttpd on the listening socket: a thread per connection, at
+ * most max_connections, max_connections_per_ip of them from one address
+ * (so that one client holding connections open, slowly or not at all
+ * sending, cannot take every thread: slowloris), each closed after
+ * connection_timeout seconds without a byte; TLS when configured. */
+static struct MHD_Daemon *start_daemon(struct srv_ctx *ctx, int lfd)
+{
+    struct MHD_OptionItem opts[12];
+    size_t n = 0;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, lfd, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, ctx};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, ctx->cfg.max_connections, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, ctx->cfg.connection_timeout, NULL};
+    if (ctx->cfg.max_connections_per_ip)
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, ctx->cfg.max_connections_per_ip,
+                                            NULL};
+    if (ctx->cfg.tls_cert_pem) {
+        flags |= MHD_USE_TLS;
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, ctx->cfg.tls_cert_pem};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, ctx->cfg.tls_key_pem};
+    }
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, ctx, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+}
+
 int aj_server_main(const char *config_path)
 {
     const struct aj_server_opts o = {.config_path = config_path, .mcp_in_fd = -1, .mcp_out_fd = -1};
@@ -743,13 +766,19 @@ int aj_server_run(const struct aj_server_opts *o)
     (void)sigemptyset(&stop);
     (void)sigaddset(&stop, SIGTERM);
     (void)sigaddset(&stop, SIGINT);
+    (void)sigaddset(&stop, SIGHUP); /* the events log's reopen (logrotate) */
     if (pthread_sigmask(SIG_BLOCK, &stop, NULL) != 0)
         goto out;
     if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0)
         goto fail_msg;
+    /* Before any thread: as root it moves the server to a mount
+     * namespace of its own (session.c). */
+    if (srv_sessions_new(&ctx, &ctx.sessions, msg, sizeof(msg)) < 0)
+        goto fail_msg;
     events_dir = make_events_dir(ctx.cfg.store, msg, sizeof(msg));
     if (!events_dir ||
-        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0)
+        srv_runner_new(&ctx.cfg, ctx.pol, ctx.store, events_dir, &ctx.rn, msg, sizeof(msg)) < 0 ||
+        srv_sessions_start(ctx.sessions, msg, sizeof(msg)) < 0)
         goto fail_msg;
     if (o->mcp_in_fd >= 0) { /* `agentjail mcp`: MCP on stdio, no HTTP (mcp_stdio.c) */
         status = srv_mcp_stdio_main(&ctx, o);
@@ -759,11 +788,7 @@ int aj_server_run(const struct aj_server_opts *o)
     lfd = listen_on(ctx.cfg.listen, &unix_path, msg, sizeof(msg));
     if (lfd < 0)
         goto fail_msg;
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                             MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, &ctx, MHD_OPTION_LISTEN_SOCKET, lfd,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &ctx, MHD_OPTION_CONNECTION_LIMIT,
-                         ctx.cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+    d = start_daemon(&ctx, lfd);
     if (!d) {
         (void)snprintf(msg, sizeof(msg), "libmicrohttpd could not start on %s", ctx.cfg.listen);
         goto fail_msg;
@@ -772,7 +797,9 @@ int aj_server_run(const struct aj_server_opts *o)
     (void)fprintf(stderr, "agentjail serve: ready\n");
     do {
         sig = sigwaitinfo(&stop, NULL);
-    } while (sig < 0 && errno == EINTR);
+        if (sig == SIGHUP)
+            srv_eventlog_reopen();
+    } while ((sig < 0 && errno == EINTR) || sig == SIGHUP);
     (void)fprintf(stderr, "agentjail serve: signal %d: stopping\n", sig);
 
     /* Stop accepting, end every run (recorded as signaled), answer the
@@ -790,6 +817,8 @@ int aj_server_run(const struct aj_server_opts *o)
         (void)usleep(10000);
     MHD_stop_daemon(d);
     d = NULL;
+    /* No request is left: every session ends, its workspace removed. */
+    srv_sessions_stop(ctx.sessions);
     status = 0;
     goto out;
 fail_msg:
@@ -800,7 +829,9 @@ out:
     srv_mcp_http_stop();
     if (lfd >= 0)
         (void)close(lfd);
+    srv_sessions_stop(ctx.sessions);
     srv_runner_free(ctx.rn);
+    srv_sessions_free(ctx.sessions);
     srv_store_close(ctx.store);
     if (unix_path) {
         (void)unlink(unix_path);
@@ -811,6 +842,7 @@ out:
         free(events_dir);
     }
     aj_policy_free(ctx.pol);
+    srv_eventlog_close();
     srv_config_clear(&ctx.cfg);
     return status;
 }

@@ -35,9 +35,14 @@ struct srv_runner {
     bool stopping;
     struct srv_metrics m;
 
-    struct aj_pool *pool; /* the runner thread's: made and freed there */
+    /* Per tenant (cfg->tenants' order), NULL: cold; the runner thread's:
+     * made and freed there. */
+    struct tenant_pool {
+        struct aj_pool *pool;
+    } *pools;
     struct srv_run *graveyard; /* finished in this batch, the runner's reference still held */
     int64_t pruned_ms;         /* when old records were last removed (retention_days) */
+    unsigned keepalive_s;      /* srv_runner_next_output's wait with nothing to say */
     int efd, ep;
     pthread_t thread;
     bool thread_started;
@@ -45,7 +50,7 @@ struct srv_runner {
 
 const char *const srv_status_names[16] = {
     "ok", "nonzero_exit", "signaled", "timeout", "setup_error", "cpu_limit", "memory_limit",
-    "pids_limit", "output_limit", "escape_attempt", "cancelled", "lost",
+    "pids_limit", "output_limit", "escape_attempt", "cancelled", "lost", "workspace_full",
 };
 
 const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS] = {10,   25,   50,    100,   250,   500,
@@ -131,6 +136,8 @@ char *srv_record_json(const struct srv_run *r, const char *state_name)
     bad |= set_new(o, "status", json_string(state_name ? state_name : r->status));
     bad |= set_new(o, "created_ms", json_integer(r->created_ms));
     bad |= json_object_set_new(o, "argv", argv);
+    if (r->session_id[0])
+        bad |= set_new(o, "session", json_string(r->session_id));
     if (!state_name) {
         bad |= set_new(o, "ended_ms", json_integer(r->ended_ms));
         bad |= set_new(o, "exit_code", json_integer(r->exit_code));
@@ -138,6 +145,8 @@ char *srv_record_json(const struct srv_run *r, const char *state_name)
             bad |= set_new(o, "policy_sha256", json_string(r->policy_sha256));
         if (r->error[0])
             bad |= set_new(o, "error", json_string(r->error));
+        if (r->outputs_json)
+            bad |= json_object_set_new(o, "outputs", json_incref(r->outputs_json));
         if (r->result_json) {
             json_t *res = json_loads(r->result_json, 0, NULL);
             bad |= set_new(o, "result", res);
@@ -184,6 +193,7 @@ static void free_run(struct srv_run *r)
     free(r->result_json);
     free(r->events_path);
     json_decref(r->events);
+    srv_session_run_free(r);
     free(r);
 }
 
@@ -229,6 +239,14 @@ static void read_events(struct srv_runner *rn, struct srv_run *r)
             size_t len = (size_t)(nl - r->ev_line);
             json_t *ev = json_loadb(r->ev_line, len, 0, NULL);
             const char *type = json_string_value(json_object_get(ev, "type"));
+            if (ev)
+                srv_eventlog_write(r->tenant->name, r->id, ev);
+            if (ev && type && strcmp(type, "net_denied") == 0) {
+                (void)pthread_mutex_lock(&rn->lock);
+                rn->m.net_denied++;
+                r->tenant->net_denied++;
+                (void)pthread_mutex_unlock(&rn->lock);
+            }
             if (ev && type && strcmp(type, "start") != 0 && strcmp(type, "exit") != 0) {
                 (void)pthread_mutex_lock(&rn->lock);
                 if (!r->events)
@@ -291,7 +309,8 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
         r->exit_code = -1;
     }
     if (!r->policy_sha256[0])
-        (void)snprintf(r->policy_sha256, sizeof(r->policy_sha256), "%s", rn->policy_sha256);
+        (void)snprintf(r->policy_sha256, sizeof(r->policy_sha256), "%s",
+                       r->tenant->policy_sha256[0] ? r->tenant->policy_sha256 : rn->policy_sha256);
     if (r->h) {
         (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
         aj_sandbox_free(r->h);
@@ -305,6 +324,8 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     r->ev_fd = -1;
     if (r->events_path)
         (void)unlink(r->events_path);
+    /* The sandbox is gone: outputs, workspace_full, the workspace let go. */
+    srv_session_run_ended(r);
     r->ended_ms = srv_now_ms();
     if (srv_store_finish(rn->store, r) < 0)
         (void)fprintf(stderr, "agentjail serve: store: could not record the end of run %s\n", r->id);
@@ -336,8 +357,10 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     }
     rn->active--;
     idx = srv_status_index(r->status);
-    if (idx >= 0)
+    if (idx >= 0) {
         rn->m.finished_by_status[idx]++;
+        r->tenant->finished_by_status[idx]++;
+    }
     (void)pthread_cond_broadcast(&rn->done);
     (void)pthread_mutex_unlock(&rn->lock);
     /* The runner's reference goes after the current epoll batch: events
@@ -395,12 +418,20 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     req.stdio[1] = AJ_STDIO_PIPE_NEW;
     req.stdio[2] = AJ_STDIO_PIPE_NEW;
     req.timeout_ms = r->timeout_ms;
+    req.memory_max = r->memory_max;
+    req.cpu_time_ms = r->cpu_time_ms;
+    req.output_limit = r->output_limit;
     r->ev_fd = -1;
     if (rn->events_dir && asprintf(&r->events_path, "%s/%s.jsonl", rn->events_dir, r->id) < 0)
         r->events_path = NULL; /* out of memory: this run's events are not streamed */
     req.events_path = r->events_path;
-    if ((rn->pool ? aj_pool_start(rn->pool, &req, &r->h, &err) : aj_sandbox_start(rn->pol, &req, &r->h, &err)) <
-        0) {
+    /* The tenant's own pool (or its policy, cold), never another's; a
+     * run with a policy of its own (a request's network variant, a
+     * workspace's bind) runs cold. */
+    req.workdir = r->workdir;
+    struct aj_pool *pool = r->pol ? NULL : rn->pools[r->tenant->index].pool;
+    const struct aj_policy *pol = r->pol ? r->pol : r->tenant->pol ? r->tenant->pol : rn->pol;
+    if ((pool ? aj_pool_start(pool, &req, &r->h, &err) : aj_sandbox_start(pol, &req, &r->h, &err)) < 0) {
         r->h = NULL;
         (void)snprintf(r->error, sizeof(r->error), "%s", err.msg);
         finish(rn, r);
@@ -409,15 +440,22 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     /* The pool's counts, read here by its owner thread: a metrics request
      * must not call aj_pool_get_stats while this thread frees the pool. */
     struct aj_pool_stats ps = {0};
-    if (rn->pool)
-        aj_pool_get_stats(rn->pool, &ps);
+    if (pool)
+        aj_pool_get_stats(pool, &ps);
     (void)pthread_mutex_lock(&rn->lock);
     r->state = SRV_RUNNING;
     rn->m.started++;
     rn->m.running++;
-    rn->m.warm_runs = ps.warm_runs;
-    rn->m.cold_runs = ps.cold_runs;
-    rn->m.pool_ready = ps.ready;
+    if (pool) {
+        struct srv_tenant *t = r->tenant;
+        /* The server's sums move by this pool's change. */
+        rn->m.warm_runs += ps.warm_runs - t->warm_runs;
+        rn->m.cold_runs += ps.cold_runs - t->cold_runs;
+        rn->m.pool_ready = rn->m.pool_ready + ps.ready - t->pool_ready;
+        t->warm_runs = ps.warm_runs;
+        t->cold_runs = ps.cold_runs;
+        t->pool_ready = ps.ready;
+    }
     kill_now = r->kill_requested || rn->stopping;
     (void)pthread_mutex_unlock(&rn->lock);
 
@@ -574,6 +612,8 @@ static void on_wake(struct srv_runner *rn)
         bool cancel;
         (void)pthread_mutex_lock(&rn->lock);
         cancel = q->kill_requested || rn->stopping;
+        rn->m.queued--;
+        q->tenant->queued--;
         (void)pthread_mutex_unlock(&rn->lock);
         if (cancel) {
             (void)snprintf(q->status, sizeof(q->status), "cancelled");
@@ -597,13 +637,23 @@ static void *runner_main(void *arg)
      * signal follows the thread that made the pool, which must outlive
      * it, and this thread frees it after the last run. A pool that cannot
      * be made (a policy that cannot be pooled) leaves runs cold. */
-    if (rn->cfg->pool_size) {
-        if (aj_pool_new(rn->pol, rn->cfg->pool_size, &rn->pool, &err) < 0) {
-            rn->pool = NULL;
-            (void)fprintf(stderr, "agentjail serve: warm pool: %s; every run starts cold\n", err.msg);
+    for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
+        struct srv_tenant *t = &rn->cfg->tenants[i];
+        if (!t->pool_size || !t->pol)
+            continue;
+        if (aj_pool_new(t->pol, t->pool_size, &rn->pools[i].pool, &err) < 0) {
+            rn->pools[i].pool = NULL;
+            (void)fprintf(stderr, "agentjail serve: warm pool of tenant %s: %s; its runs start cold\n", t->name,
+                          err.msg);
+            continue;
         }
+        struct aj_pool_stats ps = {0};
+        aj_pool_get_stats(rn->pools[i].pool, &ps);
         (void)pthread_mutex_lock(&rn->lock);
-        rn->m.pool = rn->pool != NULL;
+        rn->m.pool = true;
+        t->pool = true;
+        t->pool_ready = ps.ready;
+        rn->m.pool_ready += ps.ready;
         (void)pthread_mutex_unlock(&rn->lock);
     }
 
@@ -628,8 +678,10 @@ static void *runner_main(void *arg)
         if (done)
             break;
     }
-    aj_pool_free(rn->pool);
-    rn->pool = NULL;
+    for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
+        aj_pool_free(rn->pools[i].pool);
+        rn->pools[i].pool = NULL;
+    }
     return NULL;
 }
 
@@ -649,14 +701,23 @@ int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, st
     rn->pol = pol;
     rn->store = store;
     rn->efd = rn->ep = -1;
-    if (events_dir && !(rn->events_dir = strdup(events_dir))) {
+    /* 15 s, or less with a shorter connection_timeout: libmicrohttpd
+     * closes a connection whose content reader blocked longer than that
+     * since the last byte went out, cutting a quiet stream before its exit. */
+    rn->keepalive_s = cfg->connection_timeout && cfg->connection_timeout / 2 < 15 ? cfg->connection_timeout / 2 : 15;
+    if (!rn->keepalive_s)
+        rn->keepalive_s = 1;
+    rn->pools = calloc(cfg->n_tenants ? cfg->n_tenants : 1, sizeof(*rn->pools));
+    if (!rn->pools || (events_dir && !(rn->events_dir = strdup(events_dir)))) {
         (void)snprintf(msg, msg_size, "out of memory");
+        free(rn->pools);
         free(rn);
         return -1;
     }
     if (aj_policy_sha256(pol, rn->policy_sha256, &err) < 0) {
         (void)snprintf(msg, msg_size, "policy: %s", err.msg);
         free(rn->events_dir);
+        free(rn->pools);
         free(rn);
         return -1;
     }
@@ -685,17 +746,18 @@ fail:
     (void)pthread_mutex_destroy(&rn->lock);
     (void)pthread_cond_destroy(&rn->done);
     free(rn->events_dir);
+    free(rn->pools);
     free(rn);
     return -1;
 }
 
 int srv_runner_take_rate(struct srv_runner *rn, struct srv_tenant *t, unsigned *retry_after)
 {
-    double per_ms = rn->cfg->max_runs_per_minute / 60000.0, cap = rn->cfg->max_runs_per_minute;
+    double per_ms = t->max_runs_per_minute / 60000.0, cap = t->max_runs_per_minute;
     int64_t now = srv_now_ms();
     int rc = 0;
 
-    if (!rn->cfg->max_runs_per_minute)
+    if (!t->max_runs_per_minute)
         return 0;
     (void)pthread_mutex_lock(&rn->lock);
     if (!t->tokens_ms) {
@@ -724,12 +786,14 @@ int srv_runner_submit(struct srv_runner *rn, struct srv_run *r)
         (void)pthread_mutex_unlock(&rn->lock);
         return -ESHUTDOWN;
     }
-    if (rn->active >= rn->cfg->max_runs || r->tenant->running >= rn->cfg->max_runs_per_tenant) {
+    if (rn->active >= rn->cfg->max_runs || r->tenant->running >= r->tenant->max_runs) {
         rn->m.rejected_429++;
         (void)pthread_mutex_unlock(&rn->lock);
         return -EAGAIN;
     }
     rn->active++;
+    rn->m.queued++;
+    r->tenant->queued++;
     r->tenant->running++;
     r->state = SRV_QUEUED;
     r->fd_in = r->fd_out = r->fd_err = r->ev_fd = -1;
@@ -862,11 +926,11 @@ ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t 
         }
         if (n || done)
             break;
-        /* Back every 15 s with nothing (stream 0), so the caller can keep
-         * a quiet connection from looking idle. */
+        /* Back every keepalive_s with nothing (stream 0), so the caller
+         * can keep a quiet connection from looking idle. */
         struct timespec until;
         (void)clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 15;
+        until.tv_sec += rn->keepalive_s;
         if (pthread_cond_timedwait(&rn->done, &rn->lock, &until) == ETIMEDOUT) {
             timed_out = true;
             break;
@@ -890,6 +954,13 @@ void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t,
     *running = t->running;
     *finished = t->finished;
     *escapes = t->escapes;
+    (void)pthread_mutex_unlock(&rn->lock);
+}
+
+void srv_runner_tenant_snapshot(struct srv_runner *rn, const struct srv_tenant *t, struct srv_tenant *ret)
+{
+    (void)pthread_mutex_lock(&rn->lock);
+    *ret = *t;
     (void)pthread_mutex_unlock(&rn->lock);
 }
 
@@ -925,5 +996,6 @@ void srv_runner_free(struct srv_runner *rn)
     (void)pthread_mutex_destroy(&rn->lock);
     (void)pthread_cond_destroy(&rn->done);
     free(rn->events_dir);
+    free(rn->pools);
     free(rn);
 }

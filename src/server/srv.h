@@ -25,12 +25,42 @@ extern const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS];
 struct srv_tenant {
     char *name;
     uint8_t token_sha256[32];
+    /* From the config; what a tenant does not set is the server's (filled
+     * in at load, tenant.c). */
+    char *policy_path;            /* loaded on top of the server's policy; NULL: none */
+    char *profile;                /* loaded on top of the server's policy, before policy_path */
+    unsigned max_runs;            /* queued + running at once */
+    unsigned max_runs_per_minute; /* a token bucket of that size; 0: none */
+    uint64_t max_timeout_ms;      /* the runs' timeout and what a request may ask for */
+    unsigned pool_size;           /* its warm pool's sandboxes; 0: cold runs */
+    uint32_t uid_base, uid_count; /* its host uids (root mode): never another tenant's */
+    bool set_max_runs, set_rate, set_timeout, set_pool, set_uid; /* given in the config */
+
+    /* Built at load (srv_tenants_build), read-only afterwards. */
+    size_t index;                 /* in cfg->tenants */
+    struct aj_policy *pol;        /* its own policy object: its uid range, its timeout. Every run
+                                   * of t starts from it (a session's policy too), never from
+                                   * the server's */
+    struct aj_policy *pol_nonet;  /* pol with network.mode none (a request's "network": "none"),
+                                   * NULL when pol has no network already */
+    char net_mode[16];            /* pol's network.mode */
+    uint64_t lim_memory, lim_cpu_time_ms, lim_output; /* pol's limits, 0: none (bounds of "limits") */
+    char policy_sha256[65];
+
     /* Under the runner's lock. */
     unsigned running;    /* queued or running now */
+    unsigned queued;     /* accepted, not started yet */
     uint64_t finished;   /* runs ended */
+    uint64_t finished_by_status[16];
     uint64_t escapes;    /* escape_attempt events of its runs */
+    uint64_t net_denied; /* net_denied events of its runs, as processed */
     double tokens;       /* the run-rate bucket (max_runs_per_minute) */
     int64_t tokens_ms;   /* when it was last filled */
+    bool pool;           /* its warm pool is in use */
+    uint64_t warm_runs, cold_runs; /* its pool's counts (aj_pool_get_stats) */
+    unsigned pool_ready;
+    /* The session code's gauge (srv_tenant_sessions_add); atomic. */
+    int sessions_live;
 };
 
 struct srv_config {
@@ -41,19 +71,77 @@ struct srv_config {
     struct srv_tenant *tenants;
     size_t n_tenants;
     unsigned max_runs;            /* queued + running, all tenants */
-    unsigned max_runs_per_tenant; /* queued + running, one tenant */
+    unsigned max_runs_per_tenant; /* queued + running, one tenant (a tenant's default max_runs) */
     size_t max_body_bytes;
     size_t max_output_bytes;      /* per stream, what the server keeps */
     uint64_t max_timeout_ms;      /* the policy's timeout: requests may only tighten it */
     unsigned max_connections;
+    unsigned max_connections_per_ip; /* 0: no per-address limit */
+    unsigned connection_timeout;  /* seconds a connection may stay idle */
     unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
     unsigned max_runs_per_minute; /* per tenant, a token bucket of that size; 0: no rate limit */
     unsigned retention_days;      /* records of ended runs kept; 0: forever */
+    /* Sessions and workspaces (the config's "sessions" object; session.c). */
+    unsigned max_sessions_per_tenant; /* live sessions of one tenant; 0: no sessions */
+    uint64_t session_ttl_ms;          /* the default ttl, and the most a session may ask */
+    uint64_t session_idle_ms;         /* the default idle_timeout, and the most */
+    uint64_t workspace_quota;         /* bytes: the default quota, and the most */
+    uint64_t max_file_bytes;          /* one file in or out (PUT, GET, a run's files) */
+    uint64_t max_outputs_bytes;       /* a run's outputs in its record, all together */
+    uint32_t ws_uid_base, ws_uid_count; /* host uids that own workspaces, one per workspace */
+    char *events_log;             /* JSON Lines sink of every run's events: a path, "-": stdout; NULL: none */
+    char *tls_cert_path, *tls_key_path;
+    char *tls_cert_pem, *tls_key_pem; /* read and checked at load; NULL: no TLS */
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
 int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t msg_size);
 void srv_config_clear(struct srv_config *cfg);
+
+/* ---- tenants (tenant.c) ------------------------------------------------------------- */
+
+/* Each tenant's own policy (the server's profile and file, then the
+ * tenant's on top, its timeout and uid range), checked to be no looser
+ * than the server's and its uid range to overlap no other tenant's. -1
+ * with the config key at fault in key and the message in msg. */
+int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *msg, size_t msg_size);
+void srv_tenants_clear(struct srv_config *cfg);
+/* The session code's hook for the sessions_live gauge (/metrics): +1 as
+ * a session of t is created, -1 as it ends (closed, expired). Any thread. */
+void srv_tenant_sessions_add(struct srv_tenant *t, int delta);
+int srv_tenant_sessions_live(const struct srv_tenant *t);
+struct srv_run;
+/* A run request's "limits" {timeout, memory, cpu_time, output} (numbers
+ * of seconds or bytes, or texts such as "10s", "512M") into r, each
+ * checked against t's policy: NULL, or the message of a 400 naming the
+ * field. A request may only tighten. */
+const char *srv_tenant_request_limits(const struct srv_tenant *t, json_t *limits, struct srv_run *r, char *msg,
+                                      size_t msg_size);
+/* A run request's "network" ("none" | "loopback"): NULL and r->pol set
+ * to t's variant when it tightens t's policy, or the message of a 400. */
+const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, struct srv_run *r, char *msg,
+                                       size_t msg_size);
+
+/* ---- TLS (tls.c) ------------------------------------------------------------------------ */
+
+/* Read and check the certificate chain and key (PEM): 0, or -1 with
+ * which ("cert" or "key") and the reason. */
+int srv_tls_load(struct srv_config *cfg, const char **which, char *msg, size_t msg_size);
+
+/* ---- the events log (eventlog.c) --------------------------------------------------------- */
+
+/* Every run's audit events as JSON Lines, each with "tenant" and
+ * "run_id" added, for log shippers: spec is an absolute path (appended,
+ * made 0600) or "-" (stdout). One sink per process. */
+int srv_eventlog_open(const char *spec, char *msg, size_t msg_size);
+/* SIGHUP (logrotate): open the path again; a failure keeps the old file. */
+void srv_eventlog_reopen(void);
+/* One event line (ev is the library's event object; not changed). */
+void srv_eventlog_write(const char *tenant, const char *run_id, json_t *ev);
+/* Lines that could not be written (the sink full, gone, ...). */
+uint64_t srv_eventlog_errors(void);
+bool srv_eventlog_enabled(void);
+void srv_eventlog_close(void);
 
 /* ---- runs ----------------------------------------------------------------------- */
 
@@ -83,6 +171,11 @@ struct srv_run {
     char *stdin_data;
     size_t stdin_len;
     uint64_t timeout_ms;
+    /* The request's "limits" (0: the policy's; checked to only tighten)
+     * and its "network": a policy other than the tenant's (NULL: the
+     * tenant's, from its warm pool). */
+    uint64_t memory_max, cpu_time_ms, output_limit;
+    const struct aj_policy *pol;
     int64_t created_ms;
 
     /* Under the runner's lock. */
@@ -115,6 +208,17 @@ struct srv_run {
     json_t *events;
     bool events_truncated;
     char error[512];   /* a run that could not start */
+
+    /* A run with a workspace (session.c): set before it is submitted,
+     * then read-only until the runner's srv_session_run_ended. */
+    struct aj_policy *own_pol;   /* the run's own (a temporary workspace's bind): freed with it */
+    const char *workdir;         /* "/workspace", or NULL */
+    struct srv_session *session; /* a reference, or NULL */
+    struct srv_ws *ws;           /* the session's workspace or a temporary one, or NULL */
+    bool ws_temp;                /* the workspace is the run's own: removed as it ends */
+    char **outputs;              /* workspace paths whose contents go into the record */
+    char session_id[33];         /* "" when none */
+    json_t *outputs_json;        /* set by the runner as the run ends; NULL: none asked */
 };
 
 /* ---- store ---------------------------------------------------------------------- */
@@ -122,6 +226,22 @@ struct srv_run {
 struct srv_store;
 int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t msg_size);
 void srv_store_close(struct srv_store *s);
+/* Sessions (session.c): live ones are in memory, every one is a row.
+ * At open, rows a killed server left live are marked "lost". */
+struct srv_session_row {
+    char id[33];
+    const char *tenant;
+    int64_t created_ms, ended_ms, expires_ms;
+    uint64_t idle_ms, quota;
+    const char *status; /* live, deleted, expired, lost */
+    const char *reason; /* NULL or why it ended */
+    const char *policy_sha256;
+};
+int srv_store_session_insert(struct srv_store *s, const struct srv_session_row *row);
+int srv_store_session_end(struct srv_store *s, const char *id, const char *status, const char *reason,
+                          int64_t ended_ms);
+/* The row of id if tenant owns it, as JSON text (caller frees): 0, -ENOENT, -EIO. */
+int srv_store_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
 /* Remove the records of runs that ended before before_ms: how many, or -EIO. */
@@ -147,14 +267,18 @@ struct srv_runner;
 struct srv_metrics {
     uint64_t started, rejected_429, finished_by_status[16];
     uint64_t escape_attempts, canaries; /* events of ended runs */
+    uint64_t net_denied;                /* net_denied events, as processed */
+    unsigned queued;                    /* accepted, not started yet */
     /* Accepted to ended, per run: counts at or under srv_latency_bounds_ms
      * (cumulative when printed), their sum. */
     uint64_t latency_le[SRV_LATENCY_BUCKETS], latency_count, latency_sum_ms;
     unsigned running;
-    bool pool;                        /* a warm pool is in use */
-    uint64_t warm_runs, cold_runs;    /* its counts (aj_pool_get_stats) */
+    bool pool;                        /* a warm pool is in use (some tenant's) */
+    uint64_t warm_runs, cold_runs;    /* the pools' counts, summed (aj_pool_get_stats) */
     unsigned pool_ready;
 };
+/* The Prometheus text of GET /metrics (metrics.c); NULL when out of memory. */
+char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg);
 /* events_dir: where runs' audit events files go (the server's own,
  * 0700), or NULL for none. */
 int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
@@ -176,13 +300,16 @@ void srv_run_unref(struct srv_runner *rn, struct srv_run *r);
  * up to max bytes of it to buf, advance that offset, say which stream
  * (1, 2), or an event's JSON past off[0] (stream 3): the byte count; 0
  * once the run has ended and all was copied;
- * -EAGAIN after 15 s with neither. */
+ * -EAGAIN after 15 s with neither (half of connection_timeout when that
+ * is shorter). */
 ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t off[3], char *buf, size_t max,
                               int *stream);
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m);
 /* A tenant's counts, read under the runner's lock. */
 void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t, unsigned *running,
                               uint64_t *finished, uint64_t *escapes);
+/* A copy of t's counts (the fields under the runner's lock). */
+void srv_runner_tenant_snapshot(struct srv_runner *rn, const struct srv_tenant *t, struct srv_tenant *ret);
 /* Remove records past retention_days (now: whatever the hour). The
  * runner thread's, or before it runs anything. */
 void srv_runner_prune(struct srv_runner *rn, bool now);
@@ -209,6 +336,7 @@ struct srv_ctx {
     struct srv_store *store;
     struct srv_runner *rn;
     int in_flight; /* HTTP requests between their first call and their completion (atomic) */
+    struct srv_sessions *sessions; /* session.c */
 };
 
 struct srv_reply {
@@ -221,9 +349,14 @@ struct srv_reply {
 
 /* Serve one /v1/ request whose body is complete in memory, for tenant t
  * (already authenticated): the same routing, checks, caps, status codes
- * and JSON as over HTTP. Streaming endpoints (SSE /stream, streamed file
- * bodies) are HTTP-only. A `wait: true` run blocks the calling thread
- * until the run ends. path has no query string. */
+ * and JSON as over HTTP (docs/server.md): /v1/runs, /v1/runs/ID,
+ * /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/runs and
+ * /v1/sessions/ID/files/PATH (PUT with the file as the body, capped at
+ * max_file_bytes; GET answers the raw bytes, content_type
+ * "application/octet-stream", or a directory's JSON listing). Only the
+ * SSE stream (/v1/runs/ID/stream) is HTTP's alone. A `wait: true` run
+ * blocks the calling thread until the run ends. path has no query
+ * string. */
 void srv_api_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method, const char *path,
                   const char *body, size_t body_len, struct srv_reply *reply);
 void srv_reply_clear(struct srv_reply *reply);
@@ -248,6 +381,63 @@ void srv_api_run_reply(struct srv_ctx *ctx, struct srv_run *r, struct srv_reply 
 /* A random 32-hex-digit id (run, session): false if getrandom failed. */
 bool srv_new_id(char id[33]);
 bool srv_valid_id(const char *id);
+
+/* ---- sessions and workspaces (session.c, workspace.c) ------------------------------ */
+
+struct srv_sessions;
+struct srv_session;
+struct srv_ws;
+
+/* Sessions need root (a tmpfs per workspace): as root, the server moves
+ * to a mount namespace of its own (so a killed server's workspaces go
+ * with it), makes "workspaces/" beside the store (root's, 0700) and
+ * removes what a killed server left there; not as root, sessions and
+ * run workspaces are refused (501). Call before any thread is started.
+ * Then srv_sessions_start (the expiry thread) once ctx->rn exists. */
+int srv_sessions_new(struct srv_ctx *ctx, struct srv_sessions **ret, char *msg, size_t msg_size);
+int srv_sessions_start(struct srv_sessions *ss, char *msg, size_t msg_size);
+/* Shutdown: every live session ends ("lost", the server shut down), its
+ * workspace removed. Runs have ended (srv_runner_stop) before. */
+void srv_sessions_stop(struct srv_sessions *ss);
+void srv_sessions_free(struct srv_sessions *ss);
+/* The live sessions (metrics). */
+unsigned srv_sessions_live(struct srv_sessions *ss);
+
+/* The /v1/sessions routes (api.c dispatches): reply filled. rest is the
+ * path after /v1/sessions ("" or "/ID..."). */
+void srv_sessions_call(struct srv_ctx *ctx, struct srv_tenant *t, const char *method, const char *rest,
+                       const char *body, size_t body_len, struct srv_reply *reply);
+/* A run's workspace, before it is submitted: the session's (session_id,
+ * with the session marked busy: one run at a time) or a temporary one
+ * (files or outputs without a session), files (an object of base64)
+ * written into it, outputs (an array of paths) kept. 0, or -1 with the
+ * error reply. */
+int srv_session_prepare_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *session_id, json_t *files,
+                            json_t *outputs, struct srv_run *r, struct srv_reply *reply);
+/* The runner thread, as a run ends (its sandbox gone): outputs read,
+ * workspace_full decided, the session let go, a temporary workspace
+ * removed. */
+void srv_session_run_ended(struct srv_run *r);
+/* What a run holds of sessions and workspaces, freed (the run is freed,
+ * or was never submitted). */
+void srv_session_run_free(struct srv_run *r);
+
+/* Streamed file bodies (HTTP only). A PUT of /v1/sessions/ID/files/PATH:
+ * begin (0, or -1 and the error reply), write each piece, end (reply
+ * filled); free at any point drops what was written (an O_TMPFILE: a
+ * client that leaves mid-upload leaves no file). */
+struct srv_upload;
+bool srv_is_files_path(const char *url);
+int srv_upload_begin(struct srv_ctx *ctx, struct srv_tenant *t, const char *url, struct srv_upload **ret,
+                     struct srv_reply *reply);
+void srv_upload_write(struct srv_upload *up, const char *data, size_t len);
+void srv_upload_end(struct srv_upload *up, struct srv_reply *reply);
+void srv_upload_free(struct srv_upload *up);
+/* A GET of /v1/sessions/ID/files/PATH that is a regular file: 1 and an
+ * fd (the caller's) and its size to stream; 0 and reply filled
+ * otherwise (a directory's listing, an error). */
+int srv_files_open_get(struct srv_ctx *ctx, struct srv_tenant *t, const char *url, int *ret_fd, uint64_t *ret_size,
+                       struct srv_reply *reply);
 
 /* ---- HTTP ----------------------------------------------------------------------- */
 

@@ -27,8 +27,23 @@ static const char schema[] =
     " error TEXT, stdout BLOB, stderr BLOB, stdout_bytes INTEGER, stderr_bytes INTEGER,"
     " stdout_truncated INTEGER, stderr_truncated INTEGER, events TEXT, events_truncated INTEGER);"
     "CREATE INDEX IF NOT EXISTS runs_tenant ON runs (tenant, created_ms);"
+    "CREATE TABLE IF NOT EXISTS sessions ("
+    " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms INTEGER NOT NULL, ended_ms INTEGER,"
+    " expires_ms INTEGER, idle_ms INTEGER, quota INTEGER, status TEXT NOT NULL, reason TEXT,"
+    " policy_sha256 TEXT);"
+    /* A server killed with live sessions: their tmpfs died with its mount
+     * namespace; the directories go as the sessions module starts. */
+    "UPDATE sessions SET status = 'lost', reason = 'the server stopped while the session was live (its workspace"
+    " does not outlive the server)', ended_ms = CAST(strftime('%s','now') AS INTEGER) * 1000"
+    " WHERE status = 'live';"
     "UPDATE runs SET status = 'lost', error = 'the server stopped before the run ended',"
     " ended_ms = CAST(strftime('%s','now') AS INTEGER) * 1000 WHERE status IN ('queued', 'running');";
+
+static const char *col_name(sqlite3_stmt *st)
+{
+    const unsigned char *t = sqlite3_column_text(st, 1); /* table_info: cid, name, ... */
+    return t ? (const char *)t : "";
+}
 
 /* The directory (0700, made if missing) and the file (0600) exist before
  * SQLite opens it, so it never creates the file with the umask's mode;
@@ -76,6 +91,26 @@ static int prepare_path(const char *path, char *msg, size_t msg_size)
     return 0;
 }
 
+/* A column a store made by an earlier build lacks. */
+static int add_column(struct srv_store *s, const char *table, const char *col, char **emsg)
+{
+    sqlite3_stmt *st = NULL;
+    char sql[200];
+    bool have = false;
+
+    (void)snprintf(sql, sizeof(sql), "PRAGMA table_info(%s)", table);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    while (sqlite3_step(st) == SQLITE_ROW)
+        if (strcmp(col_name(st), col) == 0)
+            have = true;
+    (void)sqlite3_finalize(st);
+    if (have)
+        return 0;
+    (void)snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN %s TEXT", table, col);
+    return sqlite3_exec(s->db, sql, NULL, NULL, emsg) == SQLITE_OK ? 0 : -1;
+}
+
 int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t msg_size)
 {
     struct srv_store *s;
@@ -96,7 +131,8 @@ int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t m
     (void)sqlite3_busy_timeout(s->db, 5000);
     if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL, &emsg) !=
             SQLITE_OK ||
-        sqlite3_exec(s->db, schema, NULL, NULL, &emsg) != SQLITE_OK) {
+        sqlite3_exec(s->db, schema, NULL, NULL, &emsg) != SQLITE_OK || add_column(s, "runs", "session", &emsg) < 0 ||
+        add_column(s, "runs", "outputs", &emsg) < 0) {
         (void)snprintf(msg, msg_size, "store: %s: %s", path, emsg ? emsg : sqlite3_errmsg(s->db));
         sqlite3_free(emsg);
         goto fail;
@@ -145,8 +181,11 @@ int srv_store_insert(struct srv_store *s, const struct srv_run *r)
     if (!argv)
         return -ENOMEM;
     if (sqlite3_prepare_v2(s->db,
-                           "INSERT INTO runs (id, tenant, created_ms, argv, status) VALUES (?, ?, ?, ?, 'queued')",
+                           "INSERT INTO runs (id, tenant, created_ms, argv, status, session)"
+                           " VALUES (?, ?, ?, ?, 'queued', ?)",
                            -1, &st, NULL) == SQLITE_OK &&
+        (r->session_id[0] ? sqlite3_bind_text(st, 5, r->session_id, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 5)) ==
+            SQLITE_OK &&
         sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC) == SQLITE_OK &&
         sqlite3_bind_text(st, 2, r->tenant->name, -1, SQLITE_STATIC) == SQLITE_OK &&
         sqlite3_bind_int64(st, 3, r->created_ms) == SQLITE_OK &&
@@ -169,6 +208,15 @@ int srv_store_prune(struct srv_store *s, int64_t before_ms)
                            -1, &st, NULL) == SQLITE_OK &&
         sqlite3_bind_int64(st, 1, before_ms) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
         rc = sqlite3_changes(s->db);
+    (void)sqlite3_finalize(st);
+    st = NULL;
+    /* Ended sessions go by the same rule. */
+    if (rc >= 0 && (sqlite3_prepare_v2(s->db,
+                                       "DELETE FROM sessions WHERE ended_ms IS NOT NULL AND ended_ms < ?"
+                                       " AND status != 'live'",
+                                       -1, &st, NULL) != SQLITE_OK ||
+                    sqlite3_bind_int64(st, 1, before_ms) != SQLITE_OK || sqlite3_step(st) != SQLITE_DONE))
+        rc = -EIO;
     (void)sqlite3_finalize(st);
     return rc;
 }
@@ -200,13 +248,14 @@ int srv_store_finish(struct srv_store *s, const struct srv_run *r)
 {
     sqlite3_stmt *st = NULL;
     char *events = r->events ? json_dumps(r->events, JSON_COMPACT) : NULL;
+    char *outputs = r->outputs_json ? json_dumps(r->outputs_json, JSON_COMPACT) : NULL;
     int rc = -EIO;
 
     if (sqlite3_prepare_v2(s->db,
                            "UPDATE runs SET ended_ms = ?, status = ?, exit_code = ?, policy_sha256 = ?,"
                            " result = ?, error = ?, stdout = ?, stderr = ?, stdout_bytes = ?,"
                            " stderr_bytes = ?, stdout_truncated = ?, stderr_truncated = ?, events = ?,"
-                           " events_truncated = ? WHERE id = ?",
+                           " events_truncated = ?, outputs = ? WHERE id = ?",
                            -1, &st, NULL) == SQLITE_OK &&
         sqlite3_bind_int64(st, 1, r->ended_ms) == SQLITE_OK &&
         sqlite3_bind_text(st, 2, r->status, -1, SQLITE_STATIC) == SQLITE_OK &&
@@ -224,10 +273,12 @@ int srv_store_finish(struct srv_store *s, const struct srv_run *r)
         sqlite3_bind_int(st, 12, r->err.truncated) == SQLITE_OK &&
         (events ? sqlite3_bind_text(st, 13, events, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 13)) == SQLITE_OK &&
         sqlite3_bind_int(st, 14, r->events_truncated) == SQLITE_OK &&
-        sqlite3_bind_text(st, 15, r->id, -1, SQLITE_STATIC) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
+        (outputs ? sqlite3_bind_text(st, 15, outputs, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 15)) == SQLITE_OK &&
+        sqlite3_bind_text(st, 16, r->id, -1, SQLITE_STATIC) == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE)
         rc = 0;
     (void)sqlite3_finalize(st);
     free(events);
+    free(outputs);
     return rc;
 }
 
@@ -265,7 +316,7 @@ int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, 
     if (sqlite3_prepare_v2(s->db,
                            "SELECT created_ms, ended_ms, argv, status, exit_code, policy_sha256, result, error,"
                            " stdout, stderr, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, events,"
-                           " events_truncated FROM runs WHERE id = ? AND tenant = ?",
+                           " events_truncated, session, outputs FROM runs WHERE id = ? AND tenant = ?",
                            -1, &st, NULL) != SQLITE_OK ||
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_bind_text(st, 2, tenant, -1, SQLITE_STATIC) != SQLITE_OK)
@@ -294,6 +345,8 @@ int srv_store_get_json(struct srv_store *s, const char *tenant, const char *id, 
     r.err.truncated = sqlite3_column_int(st, 13) != 0;
     r.events = sqlite3_column_type(st, 14) != SQLITE_NULL ? json_loads(col_text(st, 14), 0, NULL) : NULL;
     r.events_truncated = sqlite3_column_int(st, 15) != 0;
+    (void)snprintf(r.session_id, sizeof(r.session_id), "%s", col_text(st, 16));
+    r.outputs_json = sqlite3_column_type(st, 17) != SQLITE_NULL ? json_loads(col_text(st, 17), 0, NULL) : NULL;
     if (!argv || !r.out.data || !r.err.data || (sqlite3_column_type(st, 6) != SQLITE_NULL && !r.result_json)) {
         rc = -ENOMEM;
         goto out;
@@ -319,5 +372,84 @@ out:
     free(r.out.data);
     free(r.err.data);
     json_decref(r.events);
+    json_decref(r.outputs_json);
+    return rc;
+}
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+
+int srv_store_session_insert(struct srv_store *s, const struct srv_session_row *row)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO;
+
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT INTO sessions (id, tenant, created_ms, expires_ms, idle_ms, quota, status,"
+                           " policy_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_bind_text(st, 1, row->id, -1, SQLITE_STATIC) == SQLITE_OK &&
+        sqlite3_bind_text(st, 2, row->tenant, -1, SQLITE_STATIC) == SQLITE_OK &&
+        sqlite3_bind_int64(st, 3, row->created_ms) == SQLITE_OK &&
+        sqlite3_bind_int64(st, 4, row->expires_ms) == SQLITE_OK &&
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)row->idle_ms) == SQLITE_OK &&
+        sqlite3_bind_int64(st, 6, (sqlite3_int64)row->quota) == SQLITE_OK &&
+        sqlite3_bind_text(st, 7, row->status, -1, SQLITE_STATIC) == SQLITE_OK &&
+        sqlite3_bind_text(st, 8, row->policy_sha256, -1, SQLITE_STATIC) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_DONE)
+        rc = 0;
+    (void)sqlite3_finalize(st);
+    return rc;
+}
+
+int srv_store_session_end(struct srv_store *s, const char *id, const char *status, const char *reason,
+                          int64_t ended_ms)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO;
+
+    if (sqlite3_prepare_v2(s->db, "UPDATE sessions SET status = ?, reason = ?, ended_ms = ? WHERE id = ?", -1, &st,
+                           NULL) == SQLITE_OK &&
+        sqlite3_bind_text(st, 1, status, -1, SQLITE_STATIC) == SQLITE_OK &&
+        (reason ? sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 2)) == SQLITE_OK &&
+        sqlite3_bind_int64(st, 3, ended_ms) == SQLITE_OK && sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_DONE)
+        rc = 0;
+    (void)sqlite3_finalize(st);
+    return rc;
+}
+
+int srv_store_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *o = NULL;
+    int rc = -EIO, step;
+
+    *ret = NULL;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT created_ms, ended_ms, expires_ms, idle_ms, quota, status, reason, policy_sha256"
+                           " FROM sessions WHERE id = ? AND tenant = ?",
+                           -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
+        sqlite3_bind_text(st, 2, tenant, -1, SQLITE_STATIC) != SQLITE_OK)
+        goto out;
+    step = sqlite3_step(st);
+    if (step == SQLITE_DONE) {
+        rc = -ENOENT;
+        goto out;
+    }
+    if (step != SQLITE_ROW)
+        goto out;
+    o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "id", id, "status", col_text(st, 5), "created_ms",
+                  (json_int_t)sqlite3_column_int64(st, 0), "expires_ms", (json_int_t)sqlite3_column_int64(st, 2),
+                  "idle_timeout", (json_int_t)(sqlite3_column_int64(st, 3) / 1000), "workspace_quota",
+                  (json_int_t)sqlite3_column_int64(st, 4), "ended_ms",
+                  (json_int_t)sqlite3_column_int64(st, 1), "policy_sha256", col_text(st, 7));
+    if (o && sqlite3_column_type(st, 6) != SQLITE_NULL)
+        (void)json_object_set_new(o, "reason", json_string(col_text(st, 6)));
+    *ret = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    rc = *ret ? 0 : -ENOMEM;
+out:
+    json_decref(o);
+    (void)sqlite3_finalize(st);
     return rc;
 }

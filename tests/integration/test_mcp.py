@@ -386,9 +386,6 @@ def test_stdio_channel_is_not_reachable_from_the_payload():
 
 
 def test_session_tools_keep_a_workspace_between_runs_and_close_at_disconnect():
-    probe = stdio([{"op": "connect"}, {"op": "call", "name": "create_session", "args": {}}])["steps"][1]["result"]
-    if probe.get("structuredContent", {}).get("http_status") == 404:
-        pytest.skip("this server has no session endpoints yet")  # until the sessions branch is merged
     if not IS_ROOT:
         # Sessions need root (a tmpfs workspace per session): the server
         # answers 501, which the tool reports as a failed call.
@@ -579,8 +576,6 @@ def test_http_session_handles_belong_to_their_connection_and_close_with_it(http_
     s = http_server()
     a, b = http_session(s), http_session(s)
     j = http_call(s, a, "create_session", {})
-    if j["result"]["structuredContent"].get("http_status") == 404:
-        pytest.skip("this server has no session endpoints yet")  # until the sessions branch is merged
     sid = j["result"]["structuredContent"]["session_id"]
     # Positive control: A uses it.
     j = http_call(s, a, "write_file", {"session_id": sid, "path": "x.txt", "content": "x"})

@@ -8,7 +8,7 @@
 #include "aj_policy_model.h"
 
 /* Root mode: a host uid/gid of its own for this run, from the policy's
- * range, held (an OFD lock on one byte of /run/agentjail/uids.lock) until
+ * range, held (an OFD lock on the byte at offset uid of /run/agentjail/uids.lock) until
  * released. Two live sandboxes never share a host uid, so one cannot
  * signal, ptrace or read the files of another even if both escaped their
  * namespaces. */

@@ -47,8 +47,15 @@ int aj_userns_lease_host_id(const struct aj_policy *pol, struct aj_uid_lease *re
         start = (uint32_t)getpid();
     for (uint32_t i = 0; i < pol->uid_count; i++) {
         uint32_t slot = (start + i) % pol->uid_count;
-        struct flock fl = {
-            .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1, .l_pid = 0};
+        /* The byte at the uid's own offset, not the slot's: supervisors
+         * with different ranges (a server's tenants, an `agentjail run
+         * --uid-range`) lease from one file, and a slot number means a
+         * different uid in each range. */
+        struct flock fl = {.l_type = F_WRLCK,
+                           .l_whence = SEEK_SET,
+                           .l_start = (off_t)pol->uid_base + slot,
+                           .l_len = 1,
+                           .l_pid = 0};
         /* OFD locks belong to the open file, not the process: released when
          * the supervisor's fd closes, including when it is SIGKILLed. */
         if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {

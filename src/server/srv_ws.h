@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Workspaces (workspace.c): one tmpfs per session (or per one-shot run
+ * with files), size=quota, mounted on a directory of "workspaces/" beside
+ * the store (root's, 0700: nothing a run does can replace the bind
+ * source), and the file operations of the API on it, every path resolved
+ * from the tmpfs root's fd with openat2 (RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV). */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct srv_ws {
+    char *path;     /* the mount point (the runs' bind source) */
+    char name[40];  /* its name in the workspaces directory */
+    int dirfd;      /* the tmpfs root: every file operation starts here */
+    uint32_t owner; /* host uid and gid of what is in it (id-mapped to the sandbox user) */
+    uint64_t quota;
+    bool mounted;
+};
+
+/* The workspaces directory: dirname(store)/workspaces, root's 0700,
+ * emptied of what a killed server left (unmounted, removed). Enters a
+ * mount namespace of the server's own first (MS_SLAVE: the host's
+ * mounts reach it, its tmpfs mounts never reach the host and end with
+ * the server). Root only; before any thread. */
+int srv_ws_root_init(const char *store, int *ret_fd, char **ret_path, char *msg, size_t msg_size);
+/* A tmpfs of quota bytes at root/name owned by owner. */
+int srv_ws_create(int rootfd, const char *root_path, const char *name, uint64_t quota, uint32_t owner,
+                  struct srv_ws **ret, char *msg, size_t msg_size);
+/* Detach the tmpfs and remove its directory (what is open in it stays
+ * readable through those fds until they close). */
+void srv_ws_unmount(int rootfd, struct srv_ws *ws);
+void srv_ws_free(struct srv_ws *ws);
+/* No free block or inode left. */
+bool srv_ws_full(const struct srv_ws *ws);
+uint64_t srv_ws_used(const struct srv_ws *ws);
+
+/* File operations: 0 (or an fd), or a negative HTTP status with msg
+ * filled: -400 bad path, -403 a symbolic link or a path out of the
+ * workspace, -404, -409 in the way, -413 over max, -507 workspace_full,
+ * -500. */
+/* Check and normalise a workspace path (relative, or under
+ * "/workspace/"): ret points into path. allow_root: "" (the root). */
+int srv_ws_path(const char *path, bool allow_root, const char **ret, char *msg, size_t msg_size);
+/* Write a file: begin (an O_TMPFILE in the parent, made as needed),
+ * write, commit (linked under a temporary name and renamed over path). */
+struct srv_ws_file {
+    int dirfd, fd;
+    char *name; /* the last component */
+    uint64_t bytes, max;
+    int err;    /* the first error (negative status), 0 */
+    char msg[300];
+};
+int srv_ws_put_begin(struct srv_ws *ws, const char *path, uint64_t max, struct srv_ws_file *f);
+void srv_ws_put_write(struct srv_ws_file *f, const void *data, size_t len);
+int srv_ws_put_commit(struct srv_ws *ws, struct srv_ws_file *f);
+void srv_ws_put_abort(struct srv_ws_file *f);
+/* Open for GET: a regular file (1, *ret_fd, *ret_size) or a directory's
+ * listing as JSON (0, *ret_json). */
+int srv_ws_get(struct srv_ws *ws, const char *path, int *ret_fd, uint64_t *ret_size, char **ret_json, char *msg,
+               size_t msg_size);
+int srv_ws_delete(struct srv_ws *ws, const char *path, char *msg, size_t msg_size);
+
+/* base64 (nettle's), for files and outputs in run requests. */
+char *srv_base64_encode(const uint8_t *p, size_t n);
+/* NULL: not base64 (or out of memory: *oom). */
+uint8_t *srv_base64_decode(const char *s, size_t n, size_t *ret_len, bool *oom);
+/* The outputs of a run: {path: {"base64", "bytes", "truncated"} or
+ * {"error"}}, budget bytes in all. */
+json_t *srv_ws_outputs(struct srv_ws *ws, char *const *paths, uint64_t max_file, uint64_t budget);

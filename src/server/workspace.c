@@ -1,0 +1,644 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Workspaces: a tmpfs per workspace, its size the quota (the kernel
+ * refuses the block past it: ENOSPC, never a full host disk), mounted
+ * with the new mount API on a directory made here, under "workspaces/"
+ * beside the store: root's and 0700, so no path a run can reach leads to
+ * it and nothing a run does can replace the bind source. Runs see the
+ * tmpfs through the library's id-mapped writable bind (owner: the
+ * workspace's uid), so it stays writable whatever host uid each run
+ * gets. Files the API writes are made as that owner, so the runs see
+ * them as their own.
+ *
+ * Every path from a client or a run is resolved from the tmpfs root's fd
+ * with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+ * RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), one component at a time where
+ * directories are made: a symbolic link a run planted (to /etc/shadow,
+ * to ../..) is refused (ELOOP), never followed, whatever it points to. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <nettle/base64.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "srv.h"
+#include "srv_ws.h"
+
+#define WS_RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
+#define WS_MAX_LIST 10000
+
+static int ws_openat(int dirfd, const char *path, int flags, mode_t mode)
+{
+    struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC | O_NOCTTY), .mode = mode, .resolve = WS_RESOLVE};
+
+    for (int i = 0; i < 16; i++) {
+        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+        if (fd >= 0)
+            return (int)fd;
+        /* EAGAIN: a rename raced the lookup (RESOLVE_BENEATH re-checks). */
+        if (errno != EAGAIN && errno != EINTR)
+            return -errno;
+    }
+    return -EAGAIN;
+}
+
+static int fail(char *msg, size_t msg_size, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(char *msg, size_t msg_size, int status, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, msg_size, fmt, ap);
+    va_end(ap);
+    return -status;
+}
+
+/* The status and message of a failed resolution of path. */
+static int resolve_fail(int e, const char *path, char *msg, size_t msg_size)
+{
+    switch (e) {
+    case -ENOENT:
+        return fail(msg, msg_size, 404, "%s: no such file in the workspace", path);
+    case -ELOOP:
+        return fail(msg, msg_size, 403, "%s: a symbolic link is in the path, and links are never followed "
+                                        "(paths are confined to the workspace)", path);
+    case -EXDEV:
+        return fail(msg, msg_size, 403, "%s: leads out of the workspace", path);
+    case -ENOTDIR:
+        return fail(msg, msg_size, 409, "%s: a component of the path is not a directory", path);
+    case -ENAMETOOLONG:
+        return fail(msg, msg_size, 400, "%s: too long", path);
+    case -ENOSPC:
+    case -EDQUOT:
+        return fail(msg, msg_size, 507, "workspace_full: %s: the workspace's quota is used up", path);
+    default:
+        return fail(msg, msg_size, 500, "%s: %s", path, strerror(-e));
+    }
+}
+
+/* ---- the workspaces directory and the mounts ----------------------------------------- */
+
+static bool ours(const char *name)
+{
+    return (name[0] == 's' || name[0] == 'r') && name[1] == '-' && strlen(name) == 34 &&
+           strspn(name + 2, "0123456789abcdef") == 32;
+}
+
+int srv_ws_root_init(const char *store, int *ret_fd, char **ret_path, char *msg, size_t msg_size)
+{
+    const char *slash = strrchr(store, '/');
+    char *root = NULL;
+    struct stat st;
+    DIR *d = NULL;
+    int fd = -1, dfd;
+
+    /* A namespace of the server's own: the tmpfs mounts below never
+     * reach the host's table and end with the server (a SIGKILL
+     * included). Slave, so mounts the host makes later still reach it. */
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
+        (void)snprintf(msg, msg_size, "workspaces: a mount namespace of the server's own: %s", strerror(errno));
+        return -1;
+    }
+    if (asprintf(&root, "%.*s/workspaces", (int)(slash - store), store) < 0) {
+        (void)snprintf(msg, msg_size, "out of memory");
+        return -1;
+    }
+    if (strchr(root, ':')) {
+        (void)snprintf(msg, msg_size, "workspaces: %s: a ':' in the path (a bind is HOST:SANDBOX)", root);
+        goto fail;
+    }
+    if (mkdir(root, 0700) < 0 && errno != EEXIST) {
+        (void)snprintf(msg, msg_size, "workspaces: mkdir %s: %s", root, strerror(errno));
+        goto fail;
+    }
+    fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        (void)snprintf(msg, msg_size, "workspaces: %s: %s", root, strerror(errno));
+        goto fail;
+    }
+    if (st.st_uid != 0 || ((st.st_mode & 077) && fchmod(fd, 0700) < 0)) {
+        (void)snprintf(msg, msg_size, "workspaces: %s must be root's and 0700", root);
+        goto fail;
+    }
+    /* What a killed server left: its mounts went with its namespace
+     * (a server of an older build may have left them in the host's: they
+     * are detached here), then the empty directories. */
+    dfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0)
+            (void)close(dfd);
+        (void)snprintf(msg, msg_size, "workspaces: %s: %s", root, strerror(errno));
+        goto fail;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        char *p = NULL;
+        if (!ours(e->d_name))
+            continue;
+        if (asprintf(&p, "%s/%s", root, e->d_name) >= 0) {
+            for (int i = 0; i < 8 && umount2(p, MNT_DETACH | UMOUNT_NOFOLLOW) == 0; i++)
+                ;
+            free(p);
+        }
+        if (unlinkat(fd, e->d_name, AT_REMOVEDIR) < 0)
+            (void)fprintf(stderr, "agentjail serve: workspaces: could not remove %s/%s: %s\n", root, e->d_name,
+                          strerror(errno));
+        else
+            (void)fprintf(stderr, "agentjail serve: workspaces: removed %s, left by a server that stopped\n",
+                          e->d_name);
+    }
+    (void)closedir(d);
+    *ret_fd = fd;
+    *ret_path = root;
+    return 0;
+fail:
+    if (fd >= 0)
+        (void)close(fd);
+    free(root);
+    return -1;
+}
+
+int srv_ws_create(int rootfd, const char *root_path, const char *name, uint64_t quota, uint32_t owner,
+                  struct srv_ws **ret, char *msg, size_t msg_size)
+{
+    struct srv_ws *ws = calloc(1, sizeof(*ws));
+    char val[32];
+    int fs = -1, mnt = -1, target = -1;
+    struct statfs sf;
+    bool made = false;
+
+    if (!ws) {
+        (void)snprintf(msg, msg_size, "out of memory");
+        return -1;
+    }
+    ws->dirfd = -1;
+    ws->owner = owner;
+    ws->quota = quota;
+    (void)snprintf(ws->name, sizeof(ws->name), "%s", name);
+    if (asprintf(&ws->path, "%s/%s", root_path, name) < 0) {
+        ws->path = NULL;
+        (void)snprintf(msg, msg_size, "out of memory");
+        goto fail;
+    }
+    if (mkdirat(rootfd, name, 0700) < 0) {
+        (void)snprintf(msg, msg_size, "workspace: mkdir %s: %s", ws->path, strerror(errno));
+        goto fail;
+    }
+    made = true;
+    /* Each inode of a tmpfs costs kernel memory the size does not count:
+     * bounded too, one per 4 KiB of quota (a file with data takes a page
+     * of it anyway), at least 1024. */
+    fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0)
+        goto fail_errno;
+    (void)snprintf(val, sizeof(val), "%llu", (unsigned long long)quota);
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "size", val, 0) < 0)
+        goto fail_errno;
+    (void)snprintf(val, sizeof(val), "%llu", (unsigned long long)(quota / 4096 > 1024 ? quota / 4096 : 1024));
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", val, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0)
+        goto fail_errno;
+    (void)snprintf(val, sizeof(val), "%u", owner);
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "uid", val, 0) < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "gid", val, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        goto fail_errno;
+    mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (mnt < 0)
+        goto fail_errno;
+    /* Attached through fds: the directory made above, by its fd. */
+    target = openat(rootfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (target < 0 || move_mount(mnt, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        goto fail_errno;
+    ws->mounted = true;
+    ws->dirfd = openat(mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (ws->dirfd < 0 || fstatfs(ws->dirfd, &sf) < 0 || sf.f_type != TMPFS_MAGIC)
+        goto fail_errno;
+    (void)close(fs);
+    (void)close(mnt);
+    (void)close(target);
+    *ret = ws;
+    return 0;
+fail_errno:
+    (void)snprintf(msg, msg_size, "workspace: a tmpfs at %s: %s", ws->path, strerror(errno));
+fail:
+    if (fs >= 0)
+        (void)close(fs);
+    if (mnt >= 0)
+        (void)close(mnt);
+    if (target >= 0)
+        (void)close(target);
+    if (made)
+        srv_ws_unmount(rootfd, ws);
+    srv_ws_free(ws);
+    return -1;
+}
+
+void srv_ws_unmount(int rootfd, struct srv_ws *ws)
+{
+    if (!ws)
+        return;
+    /* By path: every component is the server's (root's, 0700). */
+    if (ws->mounted && umount2(ws->path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+        (void)fprintf(stderr, "agentjail serve: workspace: umount %s: %s\n", ws->path, strerror(errno));
+    ws->mounted = false;
+    if (unlinkat(rootfd, ws->name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        (void)fprintf(stderr, "agentjail serve: workspace: rmdir %s: %s\n", ws->path, strerror(errno));
+}
+
+void srv_ws_free(struct srv_ws *ws)
+{
+    if (!ws)
+        return;
+    if (ws->dirfd >= 0)
+        (void)close(ws->dirfd);
+    free(ws->path);
+    free(ws);
+}
+
+bool srv_ws_full(const struct srv_ws *ws)
+{
+    struct statvfs sv;
+
+    return fstatvfs(ws->dirfd, &sv) == 0 && (sv.f_bavail == 0 || sv.f_favail == 0);
+}
+
+uint64_t srv_ws_used(const struct srv_ws *ws)
+{
+    struct statvfs sv;
+
+    if (fstatvfs(ws->dirfd, &sv) < 0)
+        return 0;
+    return (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+}
+
+/* ---- paths ----------------------------------------------------------------------------- */
+
+int srv_ws_path(const char *path, bool allow_root, const char **ret, char *msg, size_t msg_size)
+{
+    const char *p = path;
+
+    if (strncmp(p, "/workspace/", 11) == 0)
+        p += 11;
+    else if (strcmp(p, "/workspace") == 0)
+        p += 10;
+    if (strlen(p) > 4000)
+        return fail(msg, msg_size, 400, "path: at most 4000 bytes");
+    if (!*p) {
+        if (!allow_root)
+            return fail(msg, msg_size, 400, "path: a file's path in the workspace is required");
+        *ret = p;
+        return 0;
+    }
+    if (*p == '/')
+        return fail(msg, msg_size, 400, "%s: a path relative to the workspace (or under /workspace/)", path);
+    for (const char *c = p; *c;) {
+        size_t n = strcspn(c, "/");
+        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+            return fail(msg, msg_size, 400, "%s: empty, '.' and '..' components are refused", path);
+        if (n > 255)
+            return fail(msg, msg_size, 400, "%s: a component longer than 255 bytes", path);
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)c[i] < 0x20 || c[i] == 0x7f)
+                return fail(msg, msg_size, 400, "path: control characters are refused");
+        c += n;
+        if (*c == '/' && !c[1])
+            return fail(msg, msg_size, 400, "%s: a trailing '/'", path);
+        if (*c)
+            c++;
+    }
+    *ret = p;
+    return 0;
+}
+
+/* The directory that holds path's last component, made (as the owner)
+ * where missing when create: its fd, *ret_name the last component. */
+static int open_parent(struct srv_ws *ws, const char *path, bool create, const char **ret_name, char *msg,
+                       size_t msg_size)
+{
+    const char *last = strrchr(path, '/');
+    int cur = fcntl(ws->dirfd, F_DUPFD_CLOEXEC, 3);
+
+    *ret_name = last ? last + 1 : path;
+    if (cur < 0)
+        return fail(msg, msg_size, 500, "dup: %s", strerror(errno));
+    for (const char *c = path; last && c <= last;) {
+        size_t n = strcspn(c, "/");
+        char comp[256];
+        int fd;
+        memcpy(comp, c, n);
+        comp[n] = '\0';
+        c += n + 1;
+        fd = ws_openat(cur, comp, O_RDONLY | O_DIRECTORY, 0);
+        if (fd == -ENOENT && create) {
+            if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) {
+                int e = -errno;
+                (void)close(cur);
+                return resolve_fail(e, path, msg, msg_size);
+            }
+            fd = ws_openat(cur, comp, O_RDONLY | O_DIRECTORY, 0);
+            /* Made by root: the runs' owner's, as if a run had made it
+             * (the mode whatever the server's umask). */
+            if (fd >= 0 && (fchown(fd, ws->owner, ws->owner) < 0 || fchmod(fd, 0755) < 0)) {
+                int e = -errno;
+                (void)close(fd);
+                (void)close(cur);
+                return resolve_fail(e, path, msg, msg_size);
+            }
+        }
+        (void)close(cur);
+        if (fd < 0)
+            return resolve_fail(fd, path, msg, msg_size);
+        cur = fd;
+    }
+    return cur;
+}
+
+/* ---- PUT ------------------------------------------------------------------------------------ */
+
+int srv_ws_put_begin(struct srv_ws *ws, const char *path, uint64_t max, struct srv_ws_file *f)
+{
+    const char *name;
+
+    *f = (struct srv_ws_file){.dirfd = -1, .fd = -1, .max = max};
+    f->dirfd = open_parent(ws, path, true, &name, f->msg, sizeof(f->msg));
+    if (f->dirfd < 0) {
+        f->err = f->dirfd;
+        f->dirfd = -1;
+        return f->err;
+    }
+    f->name = strdup(name);
+    if (!f->name) {
+        f->err = fail(f->msg, sizeof(f->msg), 500, "out of memory");
+        return f->err;
+    }
+    /* Unnamed until it is complete: a client that leaves mid-upload (or
+     * a write that fails) leaves nothing, not even a temporary name. */
+    f->fd = openat(f->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (f->fd < 0 || fchown(f->fd, ws->owner, ws->owner) < 0 || fchmod(f->fd, 0644) < 0) {
+        f->err = resolve_fail(-errno, path, f->msg, sizeof(f->msg));
+        return f->err;
+    }
+    return 0;
+}
+
+void srv_ws_put_write(struct srv_ws_file *f, const void *data, size_t len)
+{
+    const char *p = data;
+
+    if (f->err)
+        return;
+    if (f->bytes + len > f->max) {
+        f->err = fail(f->msg, sizeof(f->msg), 413, "the file is larger than %llu bytes (max_file_bytes)",
+                      (unsigned long long)f->max);
+        return;
+    }
+    while (len) {
+        ssize_t n = write(f->fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            if (errno == ENOSPC || errno == EDQUOT || errno == EFBIG)
+                f->err = fail(f->msg, sizeof(f->msg), 507,
+                              "workspace_full: the workspace's quota is used up (%llu bytes written)",
+                              (unsigned long long)f->bytes);
+            else
+                f->err = fail(f->msg, sizeof(f->msg), 500, "write: %s", strerror(errno));
+            return;
+        }
+        p += n;
+        len -= (size_t)n;
+        f->bytes += (uint64_t)n;
+    }
+}
+
+int srv_ws_put_commit(struct srv_ws *ws, struct srv_ws_file *f)
+{
+    char tmp[64], proc[64];
+    uint8_t rnd[8];
+
+    (void)ws;
+    if (f->err)
+        return f->err;
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        return f->err = fail(f->msg, sizeof(f->msg), 500, "getrandom: %s", strerror(errno));
+    (void)snprintf(tmp, sizeof(tmp), ".aj-upload-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
+                   rnd[4], rnd[5], rnd[6], rnd[7]);
+    /* A name for it, then renamed over the target: a reader sees the old
+     * file or the whole new one. AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH;
+     * /proc/self/fd is the fallback. */
+    if (linkat(f->fd, "", f->dirfd, tmp, AT_EMPTY_PATH) < 0) {
+        (void)snprintf(proc, sizeof(proc), "/proc/self/fd/%d", f->fd);
+        if (linkat(AT_FDCWD, proc, f->dirfd, tmp, AT_SYMLINK_FOLLOW) < 0)
+            return f->err = resolve_fail(-errno, f->name, f->msg, sizeof(f->msg));
+    }
+    if (renameat(f->dirfd, tmp, f->dirfd, f->name) < 0) {
+        int e = errno;
+        (void)unlinkat(f->dirfd, tmp, 0);
+        if (e == EISDIR || e == ENOTEMPTY || e == EEXIST)
+            return f->err = fail(f->msg, sizeof(f->msg), 409, "%s: a directory is in the way", f->name);
+        return f->err = resolve_fail(-e, f->name, f->msg, sizeof(f->msg));
+    }
+    return 0;
+}
+
+void srv_ws_put_abort(struct srv_ws_file *f)
+{
+    if (f->fd >= 0)
+        (void)close(f->fd);
+    if (f->dirfd >= 0)
+        (void)close(f->dirfd);
+    free(f->name);
+    f->fd = f->dirfd = -1;
+    f->name = NULL;
+}
+
+/* ---- GET, DELETE ------------------------------------------------------------------------------ */
+
+static const char *type_name(mode_t m)
+{
+    return S_ISREG(m) ? "file" : S_ISDIR(m) ? "dir" : S_ISLNK(m) ? "symlink" : "other";
+}
+
+static char *list_dir(int fd, const char *path)
+{
+    int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    json_t *o = json_object(), *entries = json_array();
+    bool truncated = false;
+    char *s = NULL;
+
+    if (!d || !o || !entries) {
+        if (!d && dfd >= 0)
+            (void)close(dfd);
+        goto out;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (json_array_size(entries) >= WS_MAX_LIST) {
+            truncated = true;
+            break;
+        }
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue; /* removed meanwhile */
+        /* A name a run made need not be UTF-8: U+FFFD for such bytes. */
+        json_t *en = json_pack("{s:o, s:s, s:I}", "name", srv_text_json(e->d_name, strlen(e->d_name)), "type",
+                               type_name(st.st_mode), "size", (json_int_t)st.st_size);
+        if (!en || json_array_append_new(entries, en) < 0)
+            goto out;
+    }
+    if (json_object_set_new(o, "path", srv_text_json(path, strlen(path))) < 0 || json_object_set_new(o, "type", json_string("dir")) < 0 ||
+        json_object_set(o, "entries", entries) < 0 || json_object_set_new(o, "truncated", json_boolean(truncated)) < 0)
+        goto out;
+    s = json_dumps(o, JSON_COMPACT);
+out:
+    if (d)
+        (void)closedir(d);
+    json_decref(o);
+    json_decref(entries);
+    return s;
+}
+
+int srv_ws_get(struct srv_ws *ws, const char *path, int *ret_fd, uint64_t *ret_size, char **ret_json, char *msg,
+               size_t msg_size)
+{
+    struct stat st;
+    /* O_NONBLOCK: a FIFO a run made must not hang the request. */
+    int fd = ws_openat(ws->dirfd, *path ? path : ".", O_RDONLY | O_NONBLOCK, 0);
+
+    if (fd < 0)
+        return resolve_fail(fd, *path ? path : "/", msg, msg_size);
+    if (fstat(fd, &st) < 0) {
+        int e = -errno;
+        (void)close(fd);
+        return resolve_fail(e, path, msg, msg_size);
+    }
+    if (S_ISDIR(st.st_mode)) {
+        *ret_json = list_dir(fd, path);
+        (void)close(fd);
+        return *ret_json ? 0 : fail(msg, msg_size, 500, "out of memory");
+    }
+    if (!S_ISREG(st.st_mode)) {
+        (void)close(fd);
+        return fail(msg, msg_size, 400, "%s: not a regular file or a directory", path);
+    }
+    *ret_fd = fd;
+    *ret_size = (uint64_t)st.st_size;
+    return 1;
+}
+
+int srv_ws_delete(struct srv_ws *ws, const char *path, char *msg, size_t msg_size)
+{
+    const char *name;
+    int d = open_parent(ws, path, false, &name, msg, msg_size), rc = 0;
+
+    if (d < 0)
+        return d;
+    /* unlinkat never follows the last component: a link is removed, not
+     * what it points to. */
+    if (unlinkat(d, name, 0) < 0) {
+        if (errno == EISDIR && unlinkat(d, name, AT_REMOVEDIR) == 0)
+            rc = 0;
+        else if (errno == ENOTEMPTY || errno == EEXIST)
+            rc = fail(msg, msg_size, 409, "%s: a directory that is not empty", path);
+        else
+            rc = resolve_fail(-errno, path, msg, msg_size);
+    }
+    (void)close(d);
+    return rc;
+}
+
+/* ---- base64 and outputs ---------------------------------------------------------------------- */
+
+char *srv_base64_encode(const uint8_t *p, size_t n)
+{
+    char *s = malloc(BASE64_ENCODE_RAW_LENGTH(n) + 1);
+
+    if (!s)
+        return NULL;
+    base64_encode_raw(s, n, p);
+    s[BASE64_ENCODE_RAW_LENGTH(n)] = '\0';
+    return s;
+}
+
+uint8_t *srv_base64_decode(const char *s, size_t n, size_t *ret_len, bool *oom)
+{
+    struct base64_decode_ctx c;
+    uint8_t *out = malloc(BASE64_DECODE_LENGTH(n) + 1);
+    size_t len = BASE64_DECODE_LENGTH(n) + 1;
+
+    *oom = !out;
+    if (!out)
+        return NULL;
+    base64_decode_init(&c);
+    if (!base64_decode_update(&c, &len, out, n, s) || !base64_decode_final(&c)) {
+        free(out);
+        return NULL;
+    }
+    *ret_len = len;
+    return out;
+}
+
+json_t *srv_ws_outputs(struct srv_ws *ws, char *const *paths, uint64_t max_file, uint64_t budget)
+{
+    json_t *o = json_object();
+
+    for (size_t i = 0; o && paths && paths[i]; i++) {
+        char msg[300];
+        const char *p = paths[i];
+        int fd = -1;
+        uint64_t size = 0;
+        char *listing = NULL;
+        json_t *v;
+        int rc = srv_ws_path(paths[i], false, &p, msg, sizeof(msg));
+        if (rc == 0)
+            rc = srv_ws_get(ws, p, &fd, &size, &listing, msg, sizeof(msg));
+        free(listing);
+        if (rc == 0)
+            (void)snprintf(msg, sizeof(msg), "%s: a directory", paths[i]);
+        if (rc != 1) {
+            v = json_pack("{s:s}", "error", msg);
+        } else {
+            uint64_t want = size < max_file ? size : max_file;
+            if (want > budget)
+                want = budget;
+            uint8_t *buf = malloc(want ? want : 1);
+            size_t got = 0;
+            while (buf && got < want) {
+                ssize_t n = read(fd, buf + got, want - got);
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n <= 0)
+                    break;
+                got += (size_t)n;
+            }
+            char *b64 = buf ? srv_base64_encode(buf, got) : NULL;
+            budget -= got;
+            v = b64 ? json_pack("{s:s, s:I, s:b}", "base64", b64, "bytes", (json_int_t)size, "truncated",
+                                got < size)
+                    : NULL;
+            free(b64);
+            free(buf);
+            (void)close(fd);
+        }
+        if (!v || json_object_set_new(o, paths[i], v) < 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}

@@ -1,0 +1,456 @@
+"""`agentjail serve`: sessions, their workspaces and the files API, against a
+real server over a real socket (test_server.py's Server). Each workspace is
+a tmpfs that the server mounts in a mount namespace of its own: the tests
+look at it through /proc/PID/root and /proc/PID/mountinfo of the server, and
+at the host's side of the same directory (the disk under the mount point),
+which must stay empty. Each denial has its positive control beside it."""
+import base64
+import hashlib
+import json
+import os
+import signal
+import socket
+
+import pytest
+
+from conftest import IS_ROOT, new_tag, pids_with, wait_for
+from test_server import TOKEN_A, TOKEN_B, server, tmp  # noqa: F401 (fixtures)
+
+KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+pytestmark = [pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a tmpfs per workspace, "
+                                                     "id-mapped binds); the server tests run as root"),
+              pytest.mark.skipif(KERNEL < (6, 3), reason="id-mapped tmpfs mounts need Linux 6.3")]
+
+
+def b64(data):
+    return base64.b64encode(data).decode()
+
+
+def ws_dir(s, sid, kind="s"):
+    return os.path.join(os.path.dirname(s.store), "workspaces", "%s-%s" % (kind, sid))
+
+
+def server_mounts(s):
+    """The mount points of the server's own mount namespace."""
+    with open("/proc/%d/mountinfo" % s.proc.pid) as f:
+        return [line.split()[4] for line in f]
+
+
+def mounted_anywhere(path):
+    """Whether any process on the host has path mounted (any namespace)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/mountinfo" % pid) as f:
+                if any(line.split()[4] == path for line in f):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def in_server(s, path):
+    """path as the server sees it (its mount namespace)."""
+    return "/proc/%d/root%s" % (s.proc.pid, path)
+
+
+def new_session(s, token=TOKEN_A, **body):
+    status, _, j = s.request("POST", "/v1/sessions", body, token=token)
+    assert status == 201, j
+    return j["id"]
+
+
+def srun(s, sid, body, token=TOKEN_A):
+    return s.request("POST", "/v1/sessions/%s/runs" % sid, body, token=token)
+
+
+def sh(s, sid, script, **kw):
+    status, _, rec = srun(s, sid, dict({"argv": ["sh", "-c", script]}, **kw))
+    assert status == 200, rec
+    return rec
+
+
+def files_url(sid, path=""):
+    return "/v1/sessions/%s/files/%s" % (sid, path)
+
+
+def test_session_lifecycle_and_graceful_stop(server):
+    s = server()
+    sid = new_session(s, ttl=600, idle_timeout=300, workspace_quota="4M")
+    status, _, j = s.request("GET", "/v1/sessions/" + sid)
+    assert status == 200 and j["status"] == "live" and j["workspace_quota"] == 4 << 20 and j["idle_timeout"] == 300
+    d = ws_dir(s, sid)
+    # The workspace is a tmpfs of the quota's size, in the server's namespace
+    # only: the host's mount table never has it.
+    assert d in server_mounts(s)
+    with open("/proc/%d/mountinfo" % s.proc.pid) as f:
+        line = [x for x in f if x.split()[4] == d][0]
+    assert " - tmpfs " in line and "size=4096k" in line and "nosuid" in line and "nodev" in line, line
+    with open("/proc/self/mountinfo") as f:
+        assert d not in [x.split()[4] for x in f], "the workspace is not in the host's mount table"
+    # The bind source is under a root-owned 0700 directory.
+    st = os.stat(os.path.dirname(d))
+    assert st.st_uid == 0 and st.st_mode & 0o777 == 0o700
+
+    rec = sh(s, sid, "pwd; echo one > f.txt")
+    assert rec["status"] == "ok" and rec["stdout"] == "/workspace\n" and rec["session"] == sid
+    status, _, again = s.request("GET", "/v1/runs/" + rec["id"])
+    assert status == 200 and again["session"] == sid
+
+    status, _, j = s.request("DELETE", "/v1/sessions/" + sid)
+    assert status == 200 and j["status"] == "deleted" and j["ended_ms"] >= j["created_ms"]
+    assert d not in server_mounts(s) and not os.path.exists(d)
+    # Ended: its runs and files are 410, its record stays.
+    assert srun(s, sid, {"argv": ["true"]})[0] == 410
+    assert s.request("GET", files_url(sid, "f.txt"))[0] == 410
+    assert s.request("GET", "/v1/sessions/" + sid)[2]["status"] == "deleted"
+
+    # SIGTERM with a live session and a run in it: the run is killed and
+    # recorded, the session ends ("lost"), its workspace removed.
+    sid2 = new_session(s)
+    d2 = ws_dir(s, sid2)
+    tag = new_tag()
+    status, _, j = srun(s, sid2, {"argv": ["sleep", tag], "wait": False})
+    assert status == 202 and wait_for(lambda: pids_with(tag), 15)
+    run2 = j["id"]
+    assert os.path.isdir(d2)
+    assert s.stop() == 0
+    assert not os.path.exists(d2) and not pids_with(tag) and not mounted_anywhere(d2)
+    s2 = server(store=s.store)
+    j = s2.request("GET", "/v1/sessions/" + sid2)[2]
+    assert j["status"] == "lost" and "shut down" in j["reason"], j
+    rec = s2.request("GET", "/v1/runs/" + run2)[2]
+    assert rec["status"] == "signaled" and rec["session"] == sid2, rec
+
+
+def test_workspace_persists_and_stays_writable_across_host_uids(server):
+    s = server()
+    sid = new_session(s)
+    status, _, j = s.request("PUT", files_url(sid, "src/notes.txt"), raw=b"from the API\n")
+    assert status == 201 and j == {"path": "src/notes.txt", "bytes": 13}
+    uids = set()
+    for i in range(3):
+        rec = sh(s, sid, "echo run%d >> src/notes.txt && mkdir -p d%d && echo x > d%d/f && id -u" % (i, i, i))
+        assert rec["status"] == "ok" and rec["stdout"] == "1000\n", rec
+        uids.add(rec["result"]["host_uid"])
+    assert len(uids) >= 2, "runs got distinct host uids: %r" % uids
+    rec = sh(s, sid, "cat src/notes.txt; ls")
+    assert rec["stdout"] == "from the API\nrun0\nrun1\nrun2\nd0\nd1\nd2\nsrc\n"
+    # On the host every file is the workspace owner's, none a run's uid, and
+    # what the API made is that owner's as well.
+    root = in_server(s, ws_dir(s, sid))
+    owners = {os.lstat(os.path.join(dp, n)).st_uid for dp, dns, fns in os.walk(root) for n in dns + fns}
+    assert len(owners) == 1 and not owners & uids and list(owners)[0] >= 65536, (owners, uids)
+    status, _, body = s.request("GET", files_url(sid, "d2/f"))
+    assert status == 200 and body == "x\n"
+    # The host's side of the mount point (the disk) has nothing.
+    assert os.listdir(ws_dir(s, sid)) == []
+
+
+def test_tenant_b_gets_404_for_tenant_a_session_files_and_runs(server):
+    s = server()
+    sid = new_session(s)
+    assert s.request("PUT", files_url(sid, "secret.txt"), raw=b"a's\n")[0] == 201
+    rec = sh(s, sid, "cat secret.txt")
+    for method, path, body in [("GET", "/v1/sessions/" + sid, None), ("DELETE", "/v1/sessions/" + sid, None),
+                               ("POST", "/v1/sessions/%s/runs" % sid, {"argv": ["cat", "secret.txt"]}),
+                               ("GET", files_url(sid, "secret.txt"), None), ("GET", files_url(sid), None),
+                               ("DELETE", files_url(sid, "secret.txt"), None),
+                               ("GET", "/v1/runs/" + rec["id"], None)]:
+        status, _, j = s.request(method, path, body, token=TOKEN_B)
+        assert status == 404, (method, path, j)
+    status, _, j = s.request("PUT", files_url(sid, "secret.txt"), raw=b"b's\n", token=TOKEN_B)
+    assert status == 404, j
+    assert s.request("GET", "/v1/sessions", token=TOKEN_B)[2] == {"sessions": []}
+    # Tenant A: all still there, unchanged.
+    assert s.request("GET", files_url(sid, "secret.txt"))[2] == "a's\n"
+    assert s.request("GET", "/v1/sessions")[2] == {"sessions": [sid]}
+    assert s.request("GET", "/v1/runs/" + rec["id"])[0] == 200
+
+
+def test_symlinks_planted_by_a_run_are_never_followed(server):
+    s = server()
+    sid = new_session(s)
+    with open("/etc/shadow", "rb") as f:
+        shadow = hashlib.sha256(f.read()).hexdigest()
+    rec = sh(s, sid, "ln -s /etc/shadow shadow; ln -s ../.. up; ln -s /proc/self/root pr; mkdir d; "
+                     "echo ok > d/ok; ln -s d dl")
+    assert rec["status"] == "ok", rec
+    for path in ["shadow", "up", "up/etc/passwd", "pr/etc/passwd", "dl/ok"]:
+        status, _, j = s.request("GET", files_url(sid, path))
+        assert status == 403 and "symbolic link" in j["error"], (path, j)
+    for path in ["up/x", "dl/new", "pr/tmp/x"]:
+        status, _, j = s.request("PUT", files_url(sid, path), raw=b"x")
+        assert status == 403, (path, j)
+    assert srun(s, sid, {"argv": ["true"], "files": {"up/x": b64(b"x")}})[0] == 403
+    rec = sh(s, sid, "true", outputs=["shadow", "d/ok"])
+    assert "symbolic link" in rec["outputs"]["shadow"]["error"]
+    assert base64.b64decode(rec["outputs"]["d/ok"]["base64"]) == b"ok\n"
+    # Positive control: the same directory without the link.
+    assert s.request("GET", files_url(sid, "d/ok"))[2] == "ok\n"
+    # A PUT over the link replaces the link (rename never follows it).
+    assert s.request("PUT", files_url(sid, "shadow"), raw=b"mine\n")[0] == 201
+    listing = s.request("GET", files_url(sid))[2]
+    assert {e["name"]: e["type"] for e in listing["entries"]}["shadow"] == "file"
+    assert s.request("DELETE", files_url(sid, "up"))[0] == 200   # the link itself
+    assert os.path.exists("/etc/passwd")
+    with open("/etc/shadow", "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == shadow
+
+
+def test_path_traversal_is_refused(server):
+    s = server()
+    sid = new_session(s)
+    assert s.request("PUT", files_url(sid, "a/b.txt"), raw=b"b")[0] == 201
+    for path in ["../../../etc/passwd", "a/../../x", "%2e%2e/%2e%2e/etc/passwd", "/etc/passwd", "a/./b.txt",
+                 "a//b.txt", "a/"]:
+        status, _, j = s.request("GET", files_url(sid, path))
+        assert status == 400, (path, status, j)
+        assert s.request("PUT", files_url(sid, path), raw=b"x")[0] == 400, path
+    for files in [{"../x": b64(b"x")}, {"/etc/cron.d/x": b64(b"x")}, {"a/../../x": b64(b"x")}]:
+        status, _, j = srun(s, sid, {"argv": ["true"], "files": files})
+        assert status == 400, (files, j)
+    assert srun(s, sid, {"argv": ["true"], "outputs": ["/etc/passwd"]})[0] == 400
+    assert srun(s, sid, {"argv": ["true"], "files": {"x": "not base64!"}})[0] == 400
+    # Names that are not UTF-8 (a run's, a URL's) still get JSON answers.
+    assert sh(s, sid, "touch \"$(printf 'n\\377')\"")["status"] == "ok"
+    names = [e["name"] for e in s.request("GET", files_url(sid))[2]["entries"]]
+    assert "n\ufffd" in names, names
+    status, _, j = s.request("GET", files_url(sid, "%ff"))
+    assert status == 404 and "\ufffd" in j["error"], j
+    # Control: the same file by its plain path, and "/workspace/..." paths.
+    assert s.request("GET", files_url(sid, "a/b.txt"))[2] == "b"
+    rec = sh(s, sid, "cat a/b.txt c.txt", files={"/workspace/c.txt": b64(b"c")}, outputs=["/workspace/a/b.txt"])
+    assert rec["stdout"] == "bc" and rec["outputs"]["/workspace/a/b.txt"]["base64"] == b64(b"b")
+
+
+def test_quota_is_kernel_enforced_workspace_full(server):
+    s = server(extra={"sessions": {"workspace_quota": 8 << 20}})
+    assert s.request("POST", "/v1/sessions", {"workspace_quota": 16 << 20})[0] == 400  # may only tighten
+    sid = new_session(s, workspace_quota=1 << 20)
+    rec = sh(s, sid, "dd if=/dev/zero of=big bs=64k count=64; echo dd=$?")
+    assert rec["status"] == "workspace_full" and "No space left" in rec["stderr"], rec
+    assert rec["result"]["status"] == "nonzero_exit" or "dd=1" in rec["stdout"]
+    size = os.stat(in_server(s, ws_dir(s, sid) + "/big")).st_size
+    assert size <= 1 << 20
+    j = s.request("GET", "/v1/sessions/" + sid)[2]
+    assert j["workspace_used"] == 1 << 20
+    # The bytes are in the tmpfs: the host's disk under the mount point has nothing.
+    assert os.listdir(ws_dir(s, sid)) == []
+    status, _, j = s.request("PUT", files_url(sid, "more.bin"), raw=b"x" * 100000)
+    assert status == 507 and j["error"].startswith("workspace_full"), j
+    assert s.request("GET", files_url(sid, "more.bin"))[0] == 404, "a failed PUT leaves nothing"
+    # Control: room again, the same PUT goes through, and a run is ok.
+    assert s.request("DELETE", files_url(sid, "big"))[0] == 200
+    assert s.request("PUT", files_url(sid, "more.bin"), raw=b"x" * 100000)[0] == 201
+    assert sh(s, sid, "wc -c < more.bin")["stdout"].strip() == "100000"
+
+
+def test_max_file_bytes_is_413(server):
+    s = server(extra={"sessions": {"max_file_bytes": 1000}})
+    sid = new_session(s)
+    status, _, j = s.request("PUT", files_url(sid, "f"), raw=b"x" * 1001)
+    assert status == 413, j
+    assert s.request("PUT", files_url(sid, "f"), raw=b"x" * 1000)[0] == 201
+    sh(s, sid, "head -c 5000 /dev/zero > big")
+    assert s.request("GET", files_url(sid, "big"))[0] == 413
+    assert len(s.request("GET", files_url(sid, "f"))[2]) == 1000
+
+
+def test_ttl_and_idle_expiry_remove_the_workspace(server):
+    s = server()
+    by_ttl = new_session(s, ttl=1)
+    by_idle = new_session(s, idle_timeout=1)
+    keep = new_session(s)
+    for sid, reason in [(by_ttl, "ttl"), (by_idle, "idle_timeout")]:
+        assert wait_for(lambda: s.request("GET", "/v1/sessions/" + sid)[2]["status"] == "expired", 30)
+        j = s.request("GET", "/v1/sessions/" + sid)[2]
+        assert j["reason"] == reason, j
+        assert ws_dir(s, sid) not in server_mounts(s) and not os.path.exists(ws_dir(s, sid))
+        assert srun(s, sid, {"argv": ["true"]})[0] == 410
+    # Control: a session with the default timeouts is still there.
+    assert s.request("GET", "/v1/sessions/" + keep)[2]["status"] == "live"
+    assert ws_dir(s, keep) in server_mounts(s)
+
+
+def test_one_run_at_a_time_per_session(server):
+    s = server()
+    sid = new_session(s)
+    tag = new_tag()
+    status, _, j = srun(s, sid, {"argv": ["sleep", tag], "wait": False})
+    assert status == 202
+    run_id = j["id"]
+    assert wait_for(lambda: pids_with(tag), 15)
+    status, _, j = srun(s, sid, {"argv": ["true"]})
+    assert status == 409 and "in flight" in j["error"], j
+    assert s.request("GET", "/v1/sessions/" + sid)[2]["run"] == run_id
+    # Files stay usable meanwhile.
+    assert s.request("PUT", files_url(sid, "f"), raw=b"f")[0] == 201
+    assert s.request("DELETE", "/v1/runs/" + run_id)[2]["status"] == "signaled"
+    assert sh(s, sid, "cat f")["stdout"] == "f"
+
+
+def test_session_policy_may_only_tighten(server):
+    s = server()
+    for body, want in [({"policy": {"limits": {"timeout": "1h"}}}, "may only tighten"),
+                       ({"policy": {"filesystem": {"binds": [{"host": "/usr/share", "sandbox": "/hostshare", "mode": "ro"}]}}}, "may only tighten"),
+                       ({"policy": {"environment": {"pass": ["HOME"]}}}, "may only tighten"),
+                       ({"policy": {"detection": {"alert_cmd": "touch /tmp/x"}}}, "may only tighten"),
+                       ({"policy": {"nonsense": 1}}, "nonsense"),
+                       ({"profile": "no-such-profile"}, "profile"),
+                       ({"ttl": 10 ** 7}, "may only tighten"),
+                       ({"bogus": 1}, "unknown field")]:
+        status, _, j = s.request("POST", "/v1/sessions", body)
+        assert status == 400 and want in j["error"], (body, j)
+    assert s.request("GET", "/v1/sessions")[2] == {"sessions": []}, "a refused session leaves nothing"
+    assert [n for n in os.listdir(os.path.dirname(ws_dir(s, "x" * 32)))] == []
+    # A tighter timeout is taken, and the kernel-side outcome follows it.
+    sid = new_session(s, policy={"limits": {"timeout": "1s"}})
+    rec = sh(s, sid, "sleep 30")
+    assert rec["status"] == "timeout", rec
+    # A built-in profile on top of the server's default policy tightens it.
+    prof = new_session(s, profile="python")
+    assert sh(s, prof, "python3 -c 'print(6*7)'")["stdout"] == "42\n"
+    plain = new_session(s)
+    assert s.request("GET", "/v1/sessions/" + sid)[2]["policy_sha256"] != \
+        s.request("GET", "/v1/sessions/" + plain)[2]["policy_sha256"]
+
+
+def test_one_shot_run_with_files_and_outputs(server):
+    s = server(extra={"sessions": {"max_outputs_bytes": 1000}})
+    status, _, rec = s.run({"argv": ["sh", "-c", "cat in/data.txt; pwd; head -c 3000 /dev/zero > big; echo o > o.txt"],
+                            "files": {"in/data.txt": b64(b"hello\n")}, "outputs": ["o.txt", "big", "missing"]})
+    assert status == 200 and rec["status"] == "ok" and rec["stdout"] == "hello\n/workspace\n", rec
+    outs = rec["outputs"]
+    assert base64.b64decode(outs["o.txt"]["base64"]) == b"o\n" and outs["o.txt"]["truncated"] is False
+    assert outs["big"]["bytes"] == 3000 and outs["big"]["truncated"] is True
+    assert len(base64.b64decode(outs["big"]["base64"])) <= 1000
+    assert "no such file" in outs["missing"]["error"]
+    # Its workspace went with it; the stored record keeps the outputs.
+    root = os.path.dirname(ws_dir(s, rec["id"], "r"))
+    assert os.listdir(root) == [] and not any("/workspaces/" in m for m in server_mounts(s))
+    assert s.request("GET", "/v1/runs/" + rec["id"])[2]["outputs"] == outs
+    # Control: a run without files or outputs has no workspace.
+    status, _, rec = s.run({"argv": ["sh", "-c", "pwd; ls /workspace 2>&1 || true"]})
+    assert rec["stdout"].startswith("/") and "outputs" not in rec and "No such file" in rec["stdout"], rec
+
+
+def test_client_leaving_mid_upload_leaves_no_file(server):
+    s = server()
+    sid = new_session(s)
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    sock.sendall(("PUT %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 4000000\r\n\r\n"
+                  % (files_url(sid, "up.bin"), TOKEN_A)).encode() + b"y" * 1000000)
+
+    def used():
+        return s.request("GET", "/v1/sessions/" + sid)[2]["workspace_used"]
+    assert wait_for(lambda: used() >= 500000, 15), "the upload is being written"
+    assert s.request("GET", files_url(sid))[2]["entries"] == [], "unnamed while it is written"
+    sock.close()
+    assert wait_for(lambda: used() == 0, 15), "the unnamed file went with the connection"
+    assert s.request("GET", files_url(sid))[2]["entries"] == []
+    # Control: the same upload, whole, lands.
+    assert s.request("PUT", files_url(sid, "up.bin"), raw=b"y" * 4000000)[0] == 201
+    assert used() >= 4000000
+
+
+def test_sigkill_with_a_live_session_then_restart_leaves_nothing(server):
+    s = server()
+    sid = new_session(s)
+    assert s.request("PUT", files_url(sid, "f"), raw=b"f")[0] == 201
+    tag = new_tag()
+    status, _, j = srun(s, sid, {"argv": ["sleep", tag], "wait": False})
+    assert status == 202
+    run_id = j["id"]
+    assert wait_for(lambda: pids_with(tag), 15)
+    d = ws_dir(s, sid)
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait()
+    assert wait_for(lambda: not pids_with(tag), 15), "the session's run died with the server"
+    assert wait_for(lambda: not mounted_anywhere(d), 15), "its tmpfs died with the server's namespace"
+    assert os.listdir(d) == [], "nothing of the workspace is on the host's disk"
+    s2 = server(store=s.store)
+    assert not os.path.exists(d), "the restarted server removed the directory"
+    j = s2.request("GET", "/v1/sessions/" + sid)[2]
+    assert j["status"] == "lost" and "stopped" in j["reason"], j
+    assert s2.request("GET", "/v1/runs/" + run_id)[2]["status"] == "lost"
+    assert srun(s2, sid, {"argv": ["true"]})[0] == 410
+    assert "removed s-%s" % sid in s2.err()
+    # Control: the restarted server makes sessions as before.
+    sid2 = new_session(s2)
+    assert sh(s2, sid2, "echo ok")["stdout"] == "ok\n"
+
+
+def test_in_memory_file_calls_match_http(server):
+    """GET of a directory is a JSON listing; DELETE of a missing file 404; a
+    file where a directory is needed 409."""
+    s = server()
+    sid = new_session(s)
+    assert s.request("PUT", files_url(sid, "x/y/z.txt"), raw=b"z")[0] == 201
+    j = s.request("GET", files_url(sid, "x"))[2]
+    assert j["type"] == "dir" and j["entries"] == [{"name": "y", "type": "dir", "size": 60}] or \
+        [e["name"] for e in j["entries"]] == ["y"]
+    assert s.request("PUT", files_url(sid, "x/y/z.txt/w"), raw=b"w")[0] == 409
+    assert s.request("DELETE", files_url(sid, "x/y"))[0] == 409       # not empty
+    assert s.request("DELETE", files_url(sid, "x/y/z.txt"))[0] == 200
+    assert s.request("DELETE", files_url(sid, "x/y/z.txt"))[0] == 404
+    assert s.request("DELETE", files_url(sid, "x/y"))[0] == 200
+    rec = sh(s, sid, "ls -la x; stat -c '%U %a' x")
+    assert rec["stdout"].splitlines()[-1] == "agent 755", rec
+    assert s.request("POST", files_url(sid, "q"), raw=b"")[0] == 405
+
+
+def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkeypatch):
+    """Not root: no tmpfs can be mounted for a workspace; sessions and run
+    workspaces are refused with a clear 501, one-shot runs still work."""
+    import test_server
+    os.chmod(tmp, 0o755)
+    state = os.path.join(tmp, "state")
+    os.mkdir(state, 0o700)
+    os.chown(state, 65534, 65534)
+    wrapper = os.path.join(tmp, "as-nobody")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp %s \"$@\"\n"
+                % test_server.AJ_BIN)
+    os.chmod(wrapper, 0o755)
+    monkeypatch.setattr(test_server, "AJ_BIN", wrapper)
+    s = server()
+    assert "sessions: off: not root" in s.err()
+    status, _, j = s.request("POST", "/v1/sessions", {})
+    assert status == 501 and "root" in j["error"], j
+    status, _, j = s.run({"argv": ["true"], "files": {"a": b64(b"a")}})
+    assert status == 501 and "root" in j["error"], j
+    assert s.request("GET", files_url("0" * 32, "a"))[0] == 501
+    assert not os.path.exists(os.path.join(state, "workspaces"))
+    # Control: a one-shot run without a workspace is served.
+    status, _, j = s.run({"argv": ["sh", "-c", "echo hi"]})
+    assert status == 200 and j["stdout"] == "hi\n", j
+
+
+def test_live_sessions_are_capped_per_tenant(server):
+    s = server(extra={"sessions": {"max_per_tenant": 1}})
+    sid = new_session(s)
+    status, _, j = s.request("POST", "/v1/sessions", {})
+    assert status == 429 and "max_per_tenant" in j["error"], j
+    assert len(os.listdir(os.path.dirname(ws_dir(s, sid)))) == 1, "a refused session leaves no workspace"
+    # Per tenant: B has its own place; A gets one back once its session ends.
+    new_session(s, token=TOKEN_B)
+    assert s.request("DELETE", "/v1/sessions/" + sid)[0] == 200
+    new_session(s)
+    assert s.metrics()["agentjail_sessions_live"] == 2
+
+
+def test_a_workspaces_directory_it_cannot_use_turns_sessions_off_not_the_server(tmp, server):
+    state = os.path.join(tmp, "state")
+    os.mkdir(state, 0o700)
+    with open(os.path.join(state, "workspaces"), "w") as f:
+        f.write("not a directory\n")
+    s = server()
+    assert "sessions are off on this server: workspaces:" in s.err()
+    status, _, j = s.request("POST", "/v1/sessions", {})
+    assert status == 501 and "workspaces" in j["error"], j
+    assert s.run({"argv": ["true"], "outputs": ["x"]})[0] == 501
+    with open(os.path.join(state, "workspaces")) as f:
+        assert f.read() == "not a directory\n", "left as it was"
+    assert s.run({"argv": ["true"]})[2]["status"] == "ok"
