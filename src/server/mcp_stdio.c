@@ -264,6 +264,17 @@ int srv_mcp_apply_opts(struct srv_config *cfg, const struct aj_server_opts *o, c
         (void)snprintf(msg, msg_size, "out of memory");
         return -1;
     }
+    if (o->policy_path || o->profile) {
+        /* The tenants' policies were built from the config's at load:
+         * again, from these. (A max_timeout the config's own policy
+         * tightened stays: the bound only ever tightens.) */
+        char key[300] = "", why[700];
+        srv_tenants_clear(cfg);
+        if (srv_tenants_build(cfg, key, sizeof(key), why, sizeof(why)) < 0) {
+            (void)snprintf(msg, msg_size, "%s%s%s", key, key[0] ? ": " : "", why);
+            return -1;
+        }
+    }
     if (!pick_tenant(cfg, o->tenant)) {
         if (o->tenant)
             (void)snprintf(msg, msg_size, "--tenant %s: no such tenant in the config", o->tenant);
