@@ -654,3 +654,17 @@ def test_http_conformance_suite_scenarios_that_apply(http_server):
     finally:
         proxy.kill()
         proxy.wait()
+
+
+@needs_root
+def test_http_mcp_sessions_are_capped_per_tenant(http_server):
+    from test_server import TOKEN_B
+    s = http_server()
+    sids = [http_session(s) for _ in range(64)]
+    status, _, j = post(s, init_msg("2025-11-25"))
+    assert status == 429 and "64 per tenant" in j["error"]["message"], (status, j)
+    # Another tenant is not held back by it, and an ended session frees a place.
+    assert http_session(s, token=TOKEN_B)
+    status, _, _ = post(s, None, session=sids[0], headers={"X-Method": "DELETE"})
+    assert status == 200
+    assert http_session(s)
