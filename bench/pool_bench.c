@@ -8,6 +8,12 @@
  *   aj-pool-bench memory K                  memory of K idle pooled sandboxes
  *   aj-pool-bench peak N CMD...             peak RSS of CMD's process tree
  *
+ * Before the mode, --gap-ms MS sets latency's idle time between rounds
+ * (default 10: the pool refills in it), and --set KEY=VALUE sets a policy key (repeatable):
+ * --set interpreter.language=python --set interpreter.preload=pandas makes
+ * the pools warm interpreters (bench/interp.py), whose commands are then
+ * /usr/bin/python3 -c CODE (a path: the bare runs spawn it without PATH).
+ *
  * Prints one JSON object; the scripts in bench/ turn it into tables. A
  * benchmark, not a test: it fails only when it cannot run at all. */
 #include <errno.h>
@@ -114,6 +120,14 @@ static int latency(struct aj_policy *pol, unsigned long n, char **cmd)
          * calls): the pool refills in the gap. Sustained back-to-back load
          * is what the throughput mode measures. */
         usleep(gap_us);
+        /* ... and at least until it is full again (an interpreter pool's
+         * refill imports its preload: seconds on a busy machine). */
+        for (int w = 0; w < 6000; w++) {
+            aj_pool_get_stats(pool, &ps);
+            if (ps.ready >= 2)
+                break;
+            usleep(10000);
+        }
         for (int k = 0; k < 2; k++) {
             bool do_bare = (k == 0) == bare_first;
             uint64_t t0 = now_ns();
@@ -145,20 +159,20 @@ static int latency(struct aj_policy *pol, unsigned long n, char **cmd)
 static double throughput_of(struct aj_policy *pol, bool warm, double secs, unsigned clients, char **cmd,
                             unsigned long *ret_fail)
 {
-    int go[2], counts[2];
+    int go[2], counts[2], ready[2];
     pid_t pids[64];
     unsigned long total = 0, fails = 0;
 
-    if (pipe(go) < 0 || pipe(counts) < 0)
+    if (pipe(go) < 0 || pipe(counts) < 0 || pipe(ready) < 0)
         exit(1);
     for (unsigned c = 0; c < clients; c++) {
         pids[c] = fork();
         if (pids[c] == 0) {
             struct aj_pool *pool = warm ? new_pool(pol, 2) : NULL;
             unsigned long got[2] = {0, 0};
-            char b;
+            char b = 'r';
             close(go[1]);
-            if (read(go[0], &b, 1) < 0)
+            if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) < 0)
                 _exit(1);
             uint64_t end = now_ns() + (uint64_t)(secs * 1e9);
             while (now_ns() < end) {
@@ -172,8 +186,15 @@ static double throughput_of(struct aj_policy *pol, bool warm, double secs, unsig
         }
     }
     close(go[0]);
-    usleep(300000); /* every client's pool is prepared */
+    for (unsigned c = 0; c < clients; c++) { /* every client's pool is prepared */
+        char b;
+        if (read(ready[0], &b, 1) != 1)
+            exit(1);
+    }
+    usleep(300000); /* and its filler idle */
     close(go[1]);
+    close(ready[0]);
+    close(ready[1]);
     for (unsigned c = 0; c < clients; c++) {
         unsigned long got[2];
         if (read(counts[0], got, sizeof(got)) == (ssize_t)sizeof(got)) {
@@ -339,7 +360,7 @@ static int peak(unsigned long n, char **cmd)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: aj-pool-bench latency N CMD...\n"
+    fprintf(stderr, "usage: aj-pool-bench [--gap-ms MS] [--set KEY=VALUE]... latency N CMD...\n"
                     "       aj-pool-bench throughput SECONDS CLIENTS CMD...\n"
                     "       aj-pool-bench memory K\n"
                     "       aj-pool-bench peak N CMD...\n");
@@ -362,6 +383,29 @@ int main(int argc, char **argv)
     pol = aj_policy_new(); /* the defaults */
     if (!pol)
         return 1;
+    while (argc >= 3 && strcmp(argv[1], "--gap-ms") == 0) {
+        if (aj_parse_u64(argv[2], 60000, &a) < 0)
+            usage();
+        gap_us = (unsigned)(a * 1000);
+        argc -= 2;
+        argv += 2;
+    }
+    while (argc >= 3 && strcmp(argv[1], "--set") == 0) {
+        char key[128];
+        struct aj_error err = {0};
+        const char *eq = strchr(argv[2], '=');
+        if (!eq || (size_t)(eq - argv[2]) >= sizeof(key))
+            usage();
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - argv[2]), argv[2]);
+        if (aj_policy_set(pol, key, eq + 1, &err) < 0) {
+            fprintf(stderr, "aj-pool-bench: %s\n", err.msg);
+            return 2;
+        }
+        argc -= 2;
+        argv += 2;
+    }
+    if (argc < 3)
+        usage();
     if (strcmp(argv[1], "latency") == 0 && argc >= 4 && aj_parse_u64(argv[2], 1000000, &a) == 0 && a > 0)
         r = latency(pol, (unsigned long)a, argv + 3);
     else if (strcmp(argv[1], "throughput") == 0 && argc >= 5 && aj_parse_u64(argv[2], 3600, &a) == 0 && a > 0 &&

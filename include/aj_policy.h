@@ -59,6 +59,12 @@ AJ_EXPORT char *aj_policy_to_json(const struct aj_policy *pol, bool compact);
 AJ_EXPORT int aj_policy_sha256(const struct aj_policy *pol, char ret_hex[65],
                                struct aj_error *err);
 
+/* The interpreter the policy names (interpreter.language): "python", or
+ * NULL for none. A pool of such a policy parks warm interpreters, and a
+ * run of `python3 -c CODE ...` or `python3 SCRIPT ...` under it uses the
+ * interpreter's bootstrap (docs/interpreters.md). */
+AJ_EXPORT const char *aj_policy_interpreter(const struct aj_policy *pol);
+
 /* Policy files (JSON; see docs/policy.md). Loading fills pol on top of what
  * it holds (a profile, an earlier file). Errors name FILE:LINE:COLUMN and
  * the key path (errnum 0: bad input). */

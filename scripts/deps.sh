@@ -14,15 +14,16 @@ compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 py
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
         git make sqlite3 jq curl tar bsdutils openssl strace nodejs)
 case "$what" in
+  # debootstrap, binutils, systemd, node + npm: tests/integration/test_deploy_*.py (the
+  # container image's base roots, the seccomp enumeration, the unit check, the
+  # Kubernetes schemas: tests/deploy/package.json, installed below with npm ci).
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
-               "${compat[@]}") ;;
-  bench) pkgs+=(bubblewrap firejail) ;;
+               debootstrap binutils systemd "${compat[@]}") ;;
+  bench) pkgs+=(bubblewrap firejail python3-pandas) ;;  # python3-pandas: bench/interp.py
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;
   *) echo "usage: $0 [build|test|bench|compat]" >&2; exit 2 ;;
 esac
-# npm for the MCP tests' client (below): Debian's when the machine's nodejs has none.
-if [ "$what" = test ] && ! command -v npm >/dev/null; then pkgs+=(npm); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -37,8 +38,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq >/dev/null
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# The MCP tests' client: the official MCP TypeScript SDK, at the versions
-# tests/mcp/package-lock.json pins (npm registry).
-if [ "$what" = test ] && command -v npm >/dev/null && [ ! -d "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
-  (cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+if [ "$what" = test ]; then
+  # npm comes with nodejs from some sources; Debian's own nodejs needs its npm package.
+  if ! command -v npm >/dev/null; then
+    [ "$(id -u)" = 0 ] || { echo "agentjail: npm is missing (run this script as root to install it)" >&2; exit 1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+  fi
+  # The Kubernetes schemas the deploy tests validate against: exactly the lock's versions.
+  deploy_checks="$(cd "$(dirname "$0")/.." && pwd)/tests/deploy"
+  if [ ! -f "$deploy_checks/node_modules/.package-lock.json" ] ||
+     ! cmp -s "$deploy_checks/package-lock.json" "$deploy_checks/node_modules/.deps-lock.json"; then
+    (cd "$deploy_checks" && npm ci --no-audit --no-fund --loglevel=error >/dev/null &&
+     cp package-lock.json node_modules/.deps-lock.json)
+  fi
+  # The MCP tests' client: the official MCP TypeScript SDK, at the versions
+  # tests/mcp/package-lock.json pins (npm registry).
+  mcp_checks="$(cd "$(dirname "$0")/.." && pwd)/tests/mcp"
+  if [ ! -d "$mcp_checks/node_modules/@modelcontextprotocol/sdk" ] ||
+     ! cmp -s "$mcp_checks/package-lock.json" "$mcp_checks/node_modules/.deps-lock.json"; then
+    (cd "$mcp_checks" && npm ci --no-audit --no-fund --loglevel=error >/dev/null &&
+     cp package-lock.json node_modules/.deps-lock.json)
+  fi
 fi

@@ -20,6 +20,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "deploy", "docker", "moby-default.json")
 DST = os.path.join(HERE, "..", "deploy", "docker", "seccomp.json")
+# The same profile for Kubernetes nodes: kustomize reads no file outside
+# the kustomization's directory, so deploy/kubernetes/base has a copy.
+DSTS = [DST, os.path.join(HERE, "..", "deploy", "kubernetes", "base", "seccomp.json")]
 
 # Each is refused (or, for clone/clone3, refused with namespace flags) by
 # Docker's default profile to a container without CAP_SYS_ADMIN.
@@ -70,13 +73,20 @@ def main():
     with open(SRC) as f:
         text = generate(json.load(f))
     if check:
-        with open(DST) as f:
-            if f.read() != text:
-                print("deploy/docker/seccomp.json is stale: run scripts/gen-docker-seccomp.py", file=sys.stderr)
+        for dst in DSTS:
+            try:
+                with open(dst) as f:
+                    same = f.read() == text
+            except FileNotFoundError:
+                same = False
+            if not same:
+                print("%s is stale: run scripts/gen-docker-seccomp.py" % os.path.relpath(dst, os.path.join(HERE, "..")),
+                      file=sys.stderr)
                 return 1
         return 0
-    with open(DST, "w") as f:
-        f.write(text)
+    for dst in DSTS:
+        with open(dst, "w") as f:
+            f.write(text)
     return 0
 
 

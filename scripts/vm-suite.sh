@@ -69,6 +69,25 @@ for k in ("private_root", "seccomp", "landlock_fs", "user_namespace", "cgroup", 
 PY
 }
 
+deployment_way() { # way, [delegation: root|nobody]: agentjail check --json names that way
+  local want=$1 who=$2 json=/tmp/ajvm-deployment-$2.json
+  if [ "$who" = root ]; then
+    delegated_root "$AJ_BIN" check --json >"$json"
+  else  # a delegated service: systemd hands its cgroup to its User=
+    systemd-run --uid=65534 --gid=65534 -p Delegate=yes --wait --pipe --quiet -E HOME=/tmp -- \
+      "$AJ_BIN" check --json >"$json"
+  fi
+  [ $? -le 1 ] || return 1
+  python3 - "$want" "$json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[2]))["deployment"]
+print(d["summary"])
+assert d["way"] == sys.argv[1], d
+# Delegated: the limits are there in both; only root's uid and capabilities differ.
+assert not [m for m in d["missing_for_every_layer"] if "cgroup" in m], d
+PY
+}
+
 no_cgroup_left() { # nothing of agentjail's under the cgroup tree but empty leaves of live units
   local left
   left=$(find /sys/fs/cgroup -mindepth 1 -type d -name 'agentjail*' ! -name agentjail-leaf)
@@ -105,6 +124,10 @@ echo "== $tag: $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), Landlock in $(
 step "agentjail check: every layer this kernel has is usable" check_layers
 step "agentjail run -- /bin/true (root, not delegated)" "$AJ_BIN" run -- /bin/true
 step "demo: every technique refused, limits applied (root, delegated scope)" demo
+# The server's leaf: check's trial run moves the caller into agentjail-leaf
+# before it enables the controllers (docs/deploy.md, "Single host").
+step "check says every-layer in a delegated scope (root, pure cgroup v2)" deployment_way every-layer root
+step "check says rootless, with limits, in a delegated service (nobody)" deployment_way rootless nobody
 
 SUITES=(tests/integration/test_kernels.py tests/escape)
 if [ "$mode" = full ]; then

@@ -35,6 +35,11 @@ struct ctx {
     const char *root; /* NULL: live host */
     json_t *findings;
     struct aj_error *err;
+    /* What the trial run showed, for the report's "trial" object (the
+     * CLI derives the deployment way from it, docs/deploy.md). */
+    enum { TRIAL_NOT_RUN, TRIAL_FAILED, TRIAL_DEGRADED, TRIAL_RAN } trial;
+    bool trial_rootless;
+    uint64_t trial_missing; /* layers of the default policy the trial lacked */
 };
 
 #define KEEP "nothing to change; persist the current value in /etc/sysctl.d/ so a reboot keeps it"
@@ -612,6 +617,40 @@ static void missing_layers(const struct aj_result *res, uint64_t want, char *buf
     }
 }
 
+static uint64_t missing_mask(const struct aj_result *res, uint64_t want)
+{
+    uint64_t m = 0;
+
+    for (unsigned i = 0; i < AJ_LAYER_COUNT && i < 64; i++)
+        if ((want & AJ_LAYER_BIT(i)) && !aj_result_has_layer(res, (enum aj_layer)i))
+            m |= AJ_LAYER_BIT(i);
+    return m;
+}
+
+/* "trial": {"outcome": "not_run"|"failed"|"degraded"|"ran", "mode":
+ * "root"|"rootless"|null, "missing": [layer names of the default policy
+ * the trial lacked]}: run.trial's finding as data. */
+static json_t *trial_json(const struct ctx *c)
+{
+    static const char *const outcomes[] = {"not_run", "failed", "degraded", "ran"};
+    json_t *o, *missing = json_array();
+
+    if (!missing)
+        return NULL;
+    for (unsigned i = 0; i < AJ_LAYER_COUNT && i < 64; i++)
+        if ((c->trial_missing & AJ_LAYER_BIT(i)) &&
+            json_array_append_new(missing, json_string(aj_layer_name((enum aj_layer)i))) < 0) {
+            json_decref(missing);
+            return NULL;
+        }
+    o = json_pack("{s:s, s:o, s:o}", "outcome", outcomes[c->trial], "mode",
+                  c->trial == TRIAL_RAN || c->trial == TRIAL_DEGRADED
+                      ? json_string(c->trial_rootless ? "rootless" : "root")
+                      : json_null(),
+                  "missing", missing);
+    return o;
+}
+
 static int check_trial_run(struct ctx *c)
 {
     static const char *const why = "check reads the host's settings; a container's seccomp profile, capabilities "
@@ -644,7 +683,11 @@ static int check_trial_run(struct ctx *c)
         char degraded[256] = "";
         /* Would --allow-degraded work? Say so, with what it lacks. */
         pol.allow_degraded = true;
+        c->trial = TRIAL_FAILED;
         if (aj_run_ex(&pol, &req, &res, &(struct aj_error){0}) == 0 && res.degraded) {
+            c->trial = TRIAL_DEGRADED;
+            c->trial_rootless = res.rootless;
+            c->trial_missing = missing_mask(&res, security | limits | AJ_LAYER_BIT(AJ_LAYER_UID_ISOLATION));
             missing_layers(&res, security | limits, miss, sizeof(miss));
             snprintf(degraded, sizeof(degraded), "; --allow-degraded would run, without: %.200s", miss);
         }
@@ -657,10 +700,14 @@ static int check_trial_run(struct ctx *c)
     aj_policy_clear(&pol);
     (void)close(devnull);
     if (res.status != AJ_STATUS_OK) {
+        c->trial = TRIAL_FAILED;
         snprintf(value, sizeof(value), "agentjail run of /bin/true ended %s (%.400s)", aj_status_name(res.status),
                  res.error);
         return add(c, "run.trial", AJ_POSTURE_FAIL, value, why, "see the error; docs/deploy.md covers containers");
     }
+    c->trial = TRIAL_RAN;
+    c->trial_rootless = res.rootless;
+    c->trial_missing = missing_mask(&res, security | limits | AJ_LAYER_BIT(AJ_LAYER_UID_ISOLATION));
     missing_layers(&res, security, miss, sizeof(miss));
     if (miss[0]) {
         snprintf(value, sizeof(value), "agentjail run works, without: %s", miss);
@@ -718,7 +765,8 @@ int aj_posture_check(const struct aj_posture_options *opts, json_t **ret, struct
                 json_decref(report);
                 return aj_err(err, ENOMEM, "posture report");
             }
-        if (json_object_set_new(report, "summary", sum) < 0) {
+        if (json_object_set_new(report, "summary", sum) < 0 ||
+            json_object_set_new(report, "trial", trial_json(&c)) < 0) {
             json_decref(report);
             return aj_err(err, ENOMEM, "posture report");
         }

@@ -55,6 +55,8 @@ enum {
     OPT_EVENT_BUDGET,
     OPT_NO_DECOYS,
     OPT_DECOY_CLOUD,
+    OPT_INTERPRETER,
+    OPT_PRELOAD,
     OPT_HELP,
 };
 
@@ -97,6 +99,8 @@ static const struct option run_options[] = {
     {"event-budget", required_argument, NULL, OPT_EVENT_BUDGET},
     {"no-decoys", no_argument, NULL, OPT_NO_DECOYS},
     {"decoy-cloud", no_argument, NULL, OPT_DECOY_CLOUD},
+    {"interpreter", required_argument, NULL, OPT_INTERPRETER},
+    {"preload", required_argument, NULL, OPT_PRELOAD},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -104,6 +108,7 @@ static const struct option run_options[] = {
 static void run_usage(FILE *f)
 {
     fputs("usage: agentjail run [--profile NAME] [--policy FILE] [FLAGS] -- CMD [ARGS...]\n"
+          "       agentjail run --interpreter python [--preload MODULE]... [FLAGS] -- CODE_FILE|-c CODE [ARGS...]\n"
           "\n"
           "  --profile NAME            start from a built-in profile (default, python, shell)\n"
           "  --policy FILE             start from a policy file (JSON, see docs/policy.md);\n"
@@ -155,6 +160,12 @@ static void run_usage(FILE *f)
           "  --no-decoys               no docker.sock / Kubernetes token / device decoys\n"
           "  --decoy-cloud             also plant cloud credential decoys (env, ~/.aws)\n"
           "\n"
+          "Interpreters (docs/interpreters.md): the bootstrap a warm pool parks, started cold:\n"
+          "  --interpreter python      run CODE_FILE (read here, on the host) as `python3 -c`\n"
+          "                            would run its text, or -c CODE, or python3 SCRIPT\n"
+          "                            (a path inside the sandbox)\n"
+          "  --preload MODULE          import MODULE before the code (repeatable)\n"
+          "\n"
           "  --result FILE             write the result JSON to FILE (refused inside a\n"
           "                            --bind-rw directory; FILE's directories must not\n"
           "                            be symlinks)\n"
@@ -198,6 +209,90 @@ static int set_policy_flag(struct aj_policy *pol, const char *name, const char *
 
     (void)snprintf(flag, sizeof(flag), "--%s", name);
     return aj_policy_set(pol, flag, value, err);
+}
+
+/* The most code a CODE_FILE may hold (the library's bound on a request). */
+#define INTERP_CODE_MAX (8u << 20)
+
+static void free_interp_argv(char **v)
+{
+    if (v)
+        free(v[2]);
+    free(v);
+}
+
+/* --interpreter python: the command line as an interpreter request.
+ * "-c CODE ARGS" and "python3 ..." as they are; "CODE_FILE ARGS": the
+ * file read here, on the host, and run as `python3 -c` runs its text. */
+static int interp_argv(char **cmd, char ***ret, struct aj_error *err)
+{
+    size_t n = 0, len = 0;
+    char **v;
+    FILE *f;
+    char *code;
+
+    *ret = NULL;
+    while (cmd[n])
+        n++;
+    v = calloc(n + 3, sizeof(char *));
+    if (!v)
+        return aj_err(err, ENOMEM, "--interpreter");
+    v[0] = (char *)"python3";
+    if (strcmp(cmd[0], "python3") == 0 || strcmp(cmd[0], "/usr/bin/python3") == 0) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = cmd[i];
+        v[2] = v[2] ? strdup(v[2]) : NULL; /* freed with the rest */
+        if (n > 2 && !v[2]) {
+            free(v);
+            return aj_err(err, ENOMEM, "--interpreter");
+        }
+        *ret = v;
+        return 0;
+    }
+    if (strcmp(cmd[0], "-c") == 0) {
+        if (!cmd[1]) {
+            free(v);
+            return aj_err(err, 0, "--interpreter: -c needs the code");
+        }
+        v[1] = (char *)"-c";
+        v[2] = strdup(cmd[1]);
+        for (size_t i = 2; i < n; i++)
+            v[i + 1] = cmd[i];
+        if (!v[2]) {
+            free(v);
+            return aj_err(err, ENOMEM, "--interpreter");
+        }
+        *ret = v;
+        return 0;
+    }
+    f = fopen(cmd[0], "re");
+    if (!f) {
+        int e = errno;
+        free(v);
+        return aj_err(err, 0, "--interpreter: CODE_FILE %s: %s", cmd[0], strerror(e));
+    }
+    code = malloc(INTERP_CODE_MAX + 1);
+    if (code)
+        len = fread(code, 1, INTERP_CODE_MAX + 1, f);
+    if (!code || ferror(f) || len > INTERP_CODE_MAX || memchr(code, '\0', len)) {
+        int e = errno;
+        bool big = code && len > INTERP_CODE_MAX;
+        (void)fclose(f);
+        free(code);
+        free(v);
+        if (big)
+            return aj_err(err, 0, "--interpreter: CODE_FILE %s is larger than %u bytes", cmd[0], INTERP_CODE_MAX);
+        return aj_err(err, 0, "--interpreter: CODE_FILE %s: %s", cmd[0],
+                      e ? strerror(e) : "has a NUL byte (python3 -c cannot take it either)");
+    }
+    (void)fclose(f);
+    code[len] = '\0';
+    v[1] = (char *)"-c";
+    v[2] = code;
+    for (size_t i = 1; i < n; i++)
+        v[i + 2] = cmd[i];
+    *ret = v;
+    return 0;
 }
 
 static void print_degraded_warning(const struct aj_result *res)
@@ -318,6 +413,8 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_EVENT_BUDGET:
         case OPT_NO_DECOYS:
         case OPT_DECOY_CLOUD:
+        case OPT_INTERPRETER:
+        case OPT_PRELOAD:
             r = set_policy_flag(pol, run_options[longindex].name, optarg, &err);
             break;
         case OPT_RESULT:
@@ -377,11 +474,21 @@ int aj_cmd_run(int argc, char **argv)
         /* The CLI's own 0, 1 and 2, named: the library never hands them
          * over by default. */
         struct aj_request req = AJ_REQUEST_INIT;
+        char **iargv = NULL;
         req.argv = argv + optind;
+        if (aj_policy_interpreter(pol)) {
+            r = interp_argv(argv + optind, &iargv, &err);
+            if (r < 0) {
+                (void)sigprocmask(SIG_SETMASK, &old_mask, NULL);
+                goto usage_error;
+            }
+            req.argv = iargv;
+        }
         req.events_path = events_path;
         for (int i = 0; i < 3; i++)
             req.stdio[i] = AJ_STDIO_OF_FD(i);
         r = run_until_end(pol, &req, &ending, &got, &res, &err);
+        free_interp_argv(iargv);
     }
     if (res.degraded)
         print_degraded_warning(&res);

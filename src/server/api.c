@@ -141,7 +141,7 @@ static const char *parse_run(struct srv_ctx *ctx, json_t *req, struct srv_run *r
             *wait = json_is_true(v);
         } else {
             (void)snprintf(msg, msg_size, "unknown field '%s' (known: language, code, argv, stdin, env, timeout, "
-                           "limits, network, wait)", key);
+                           "files, outputs, limits, network, wait)", key);
             return msg;
         }
     }

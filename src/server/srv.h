@@ -365,8 +365,8 @@ void srv_reply_error(struct srv_reply *reply, unsigned status, const char *fmt, 
     __attribute__((format(printf, 3, 4)));
 
 /* For a caller that follows a run as it goes (MCP progress and cancel):
- * parse, check and submit the body of POST path ("/v1/runs") as that
- * request would, whatever its `wait`: 0 and *ret the run, with a
+ * parse, check and submit the body of POST path ("/v1/runs" or
+ * "/v1/sessions/ID/runs") as that request would, whatever its `wait`: 0 and *ret the run, with a
  * reference that is the caller's (srv_run_unref); or -1, *ret NULL and
  * reply filled with the error the request would get (400, 404, 429 with
  * retry_after, 500, 503). Then: srv_runner_wait_for / srv_runner_wait,
@@ -391,8 +391,9 @@ struct srv_ws;
 /* Sessions need root (a tmpfs per workspace): as root, the server moves
  * to a mount namespace of its own (so a killed server's workspaces go
  * with it), makes "workspaces/" beside the store (root's, 0700) and
- * removes what a killed server left there; not as root, sessions and
- * run workspaces are refused (501). Call before any thread is started.
+ * removes what a killed server left there; not as root (or when that
+ * set-up fails: one stderr line), sessions and run workspaces are
+ * refused (501) and the server goes on. Call before any thread starts.
  * Then srv_sessions_start (the expiry thread) once ctx->rn exists. */
 int srv_sessions_new(struct srv_ctx *ctx, struct srv_sessions **ret, char *msg, size_t msg_size);
 int srv_sessions_start(struct srv_sessions *ss, char *msg, size_t msg_size);

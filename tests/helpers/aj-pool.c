@@ -12,7 +12,9 @@
  * exists (a test does something to the parked sandboxes in between).
  * --pass NAME adds NAME to the policy's env_pass; a command segment that
  * starts with @NAME=VALUE sets that variable in this process just before
- * its run (as a server would per request). */
+ * its run (as a server would per request). --set KEY=VALUE sets a policy
+ * key (interpreter.language=python, interpreter.preload=json: a pool of
+ * warm interpreters); --bind HOST[:SANDBOX] adds a read-only bind. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -37,8 +39,8 @@ int main(int argc, char **argv)
     struct aj_pool *pool = NULL;
     struct aj_error err = {0};
     struct aj_pool_stats ps;
-    const char *profile = NULL, *outdir = NULL, *evdir = NULL, *wait_file = NULL, *pass[8];
-    size_t n_pass = 0;
+    const char *profile = NULL, *outdir = NULL, *evdir = NULL, *wait_file = NULL, *pass[8], *sets[16], *binds[8];
+    size_t n_pass = 0, n_sets = 0, n_binds = 0;
     uint64_t size = 2;
     int i = 1, fds_before, failures = 0;
     unsigned run = 0;
@@ -56,8 +58,12 @@ int main(int argc, char **argv)
             wait_file = argv[++i];
         else if (strcmp(argv[i], "--pass") == 0 && i + 1 < argc)
             n_pass < 8 ? (void)(pass[n_pass++] = argv[++i]) : (void)i++;
+        else if (strcmp(argv[i], "--bind") == 0 && i + 1 < argc)
+            n_binds < 8 ? (void)(binds[n_binds++] = argv[++i]) : (void)i++;
+        else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && strchr(argv[i + 1], '='))
+            n_sets < 16 ? (void)(sets[n_sets++] = argv[++i]) : (void)i++;
         else {
-            fprintf(stderr, "usage: aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] [--wait-file PATH] -- CMD... [::: CMD...]...\n");
+            fprintf(stderr, "usage: aj-pool [--size N] [--profile NAME] [--outdir DIR] [--events DIR] [--wait-file PATH] [--set KEY=VALUE] [--bind HOST[:SANDBOX]] -- CMD... [::: CMD...]...\n");
             return 2;
         }
     }
@@ -81,6 +87,22 @@ int main(int argc, char **argv)
             aj_policy_free(pol);
             return 2;
         }
+    for (size_t k = 0; k < n_binds; k++)
+        if (aj_policy_add_bind(pol, binds[k], false, &err) < 0) {
+            fprintf(stderr, "aj-pool: %s\n", err.msg);
+            aj_policy_free(pol);
+            return 2;
+        }
+    for (size_t k = 0; k < n_sets; k++) {
+        char key[128];
+        const char *eq = strchr(sets[k], '=');
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - sets[k]), sets[k]);
+        if (aj_policy_set(pol, key, eq + 1, &err) < 0) {
+            fprintf(stderr, "aj-pool: %s\n", err.msg);
+            aj_policy_free(pol);
+            return 2;
+        }
+    }
     fds_before = count_fds();
     if (aj_pool_new(pol, (unsigned)size, &pool, &err) < 0) {
         fprintf(stderr, "aj-pool: %s\n", err.msg);

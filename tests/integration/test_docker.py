@@ -62,6 +62,10 @@ def _root_files(dest):
 
 
 class Docker:
+    # vfs works on any filesystem; a test that builds images may ask for
+    # overlay2 (test_deploy_image.py), which copies no layer.
+    storage_driver = "vfs"
+
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="ajtest-docker-", dir="/tmp")
         self.sock = os.path.join(self.dir, "docker.sock")
@@ -88,7 +92,7 @@ class Docker:
             json.dump({"deprecated-key-path": os.path.join(self.dir, "key.json")}, f)
         with open(os.path.join(self.dir, "dockerd.log"), "w") as log:
             self.proc = subprocess.Popen(
-                ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false", "--storage-driver=vfs",
+                ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false", "--storage-driver=" + self.storage_driver,
                  "--data-root", os.path.join(self.dir, "data"), "--exec-root", os.path.join(self.dir, "exec"),
                  "--pidfile", os.path.join(self.dir, "dockerd.pid"), "--host", "unix://" + self.sock,
                  "--config-file", os.path.join(self.dir, "daemon.json"), "--cgroup-parent", self.cgroup_parent],

@@ -14,12 +14,30 @@ import socket
 import pytest
 
 from conftest import IS_ROOT, new_tag, pids_with, wait_for
-from test_server import TOKEN_A, TOKEN_B, server, tmp  # noqa: F401 (fixtures)
+from test_server import TOKEN_A, TOKEN_B, Server, tmp  # noqa: F401 (a fixture)
 
 KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
 pytestmark = [pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a tmpfs per workspace, "
                                                      "id-mapped binds); the server tests run as root"),
               pytest.mark.skipif(KERNEL < (6, 3), reason="id-mapped tmpfs mounts need Linux 6.3")]
+
+
+@pytest.fixture
+def server(tmp):
+    """test_server.py's, and the server's stderr has no sanitizer report
+    (the ASan pass: UBSan reports do not change the exit status)."""
+    servers = []
+
+    def start(**kw):
+        srv = Server(tmp, **kw)
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        if srv.proc.poll() is None:
+            assert srv.stop() == 0, srv.err()
+        assert "runtime error:" not in srv.err() and "Sanitizer" not in srv.err(), srv.err()
 
 
 def b64(data):
@@ -241,6 +259,10 @@ def test_quota_is_kernel_enforced_workspace_full(server):
     status, _, j = s.request("PUT", files_url(sid, "more.bin"), raw=b"x" * 100000)
     assert status == 507 and j["error"].startswith("workspace_full"), j
     assert s.request("GET", files_url(sid, "more.bin"))[0] == 404, "a failed PUT leaves nothing"
+    tag = new_tag()
+    status, _, j = srun(s, sid, {"argv": ["sleep", tag], "files": {"more.bin": b64(b"x" * 100000)}})
+    assert status == 507 and j["error"].startswith("files.workspace_full"), j
+    assert not pids_with(tag) and s.request("GET", "/v1/sessions/" + sid)[2]["run"] is None, "nothing ran"
     # Control: room again, the same PUT goes through, and a run is ok.
     assert s.request("DELETE", files_url(sid, "big"))[0] == 200
     assert s.request("PUT", files_url(sid, "more.bin"), raw=b"x" * 100000)[0] == 201

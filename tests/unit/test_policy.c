@@ -873,6 +873,7 @@ static bool is_scalar(const struct aj_policy_key *k)
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
         break;

@@ -28,6 +28,14 @@ enum aj_network {
     AJ_NET_LOOPBACK,    /* the default: empty netns with lo up, the sandbox talks to itself */
 };
 
+/* interpreter.language: a pool of this policy parks interpreters (docs/interpreters.md). */
+enum aj_interp_lang {
+    AJ_INTERP_NONE = 0,
+    AJ_INTERP_PYTHON,
+};
+#define AJ_INTERP_MAX_PRELOAD 64
+#define AJ_INTERP_MODULE_MAX 128
+
 enum aj_on_escape {
     AJ_ON_ESCAPE_DENY = 0, /* refuse, record, go on */
     AJ_ON_ESCAPE_KILL,     /* end the whole run at the first escape-indicative event */
@@ -124,6 +132,12 @@ struct aj_policy {
      * per run; past it they are counted and summarised once a second
      * (events_suppressed), and the events file's growth is capped. */
     uint64_t event_budget;
+
+    /* Warm interpreters (src/lib/run/interp.c): the language a pool parks,
+     * and the modules it imports inside each parked sandbox first. */
+    enum aj_interp_lang interp_lang;
+    char **preload;             /* module names ("numpy", "matplotlib.pyplot"), in order */
+    size_t n_preload;
 };
 
 enum aj_limit_bit {
@@ -175,6 +189,7 @@ enum aj_key_type {
     AJ_KEY_NAME_LIST,  /* char *[] variable names: JSON array; text "NAME" */
     AJ_KEY_ID_RANGE,   /* two uint32 (base at .offset, count at .count_offset): {base, count}; "BASE:COUNT" */
     AJ_KEY_LIMIT_SET,  /* uint32 of AJ_LIMIT_* bits: JSON list of limit names or a boolean */
+    AJ_KEY_MODULE_LIST, /* char *[] dotted module names: JSON array; text "NAME" (interpreter.preload) */
 };
 
 /* What 0 means for a number. */
@@ -292,6 +307,10 @@ int aj_policy_add_bind_paths_ex(struct aj_policy *pol, const char *host, const c
 int aj_policy_add_tmpfs(struct aj_policy *pol, const char *spec, struct aj_error *err);
 int aj_policy_add_env(struct aj_policy *pol, const char *kv, struct aj_error *err);
 int aj_policy_add_env_pass(struct aj_policy *pol, const char *name, struct aj_error *err);
+int aj_policy_add_preload(struct aj_policy *pol, const char *name, struct aj_error *err);
+/* A dotted Python module name: identifiers ([A-Za-z_][A-Za-z0-9_]*) joined by '.', at most
+ * AJ_INTERP_MODULE_MAX bytes. */
+bool aj_policy_module_name_ok(const char *s);
 int aj_policy_set_uid_range(struct aj_policy *pol, const char *spec, struct aj_error *err);
 bool aj_policy_env_name_ok(const char *s, size_t n);
 bool aj_policy_path_is_or_under(const char *path, const char *prefix);

@@ -47,6 +47,7 @@ static json_t *dump_scalar(const struct aj_policy *pol, const struct aj_policy_k
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
         break;
@@ -158,6 +159,8 @@ static json_t *dump_key(const struct aj_policy *pol, const struct aj_policy_key 
         return dump_env(pol);
     case AJ_KEY_NAME_LIST:
         return dump_names(pol->env_pass, pol->n_env_pass);
+    case AJ_KEY_MODULE_LIST:
+        return dump_names(pol->preload, pol->n_preload);
     case AJ_KEY_ID_RANGE:
         return json_pack("{s:I, s:I}", "base", (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count);
     case AJ_KEY_LIMIT_SET:

@@ -146,6 +146,15 @@ static void diff_custom(struct text *t, const struct aj_policy_key *k, const str
     case AJ_KEY_NAME_LIST:
         diff_env_pass(t, k->key, a, b);
         return;
+    case AJ_KEY_MODULE_LIST:
+        /* Not a protection: what a warm interpreter has imported already. */
+        for (int side = 0; side < 2; side++) {
+            const struct aj_policy *x = side ? b : a, *y = side ? a : b;
+            for (size_t i = 0; i < x->n_preload; i++)
+                if (!has_str(y->preload, y->n_preload, x->preload[i]))
+                    addf(t, "%s: only %s preloads %s\n", k->key, side ? "B" : "A", x->preload[i]);
+        }
+        return;
     case AJ_KEY_LIMIT_SET:
         for (size_t i = 0; i < AJ_ARRAY_SIZE(aj_limit_names); i++) {
             bool ra = a->required_limits & aj_limit_names[i].bit, rb = b->required_limits & aj_limit_names[i].bit;

@@ -68,6 +68,7 @@ static void type_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
         base = "see below";
@@ -90,6 +91,7 @@ static void default_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_BIND_LIST:
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
         (void)snprintf(buf, size, "`[]`");
         return;
     case AJ_KEY_ENV_MAP:
@@ -149,6 +151,7 @@ static void range_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_LIMIT_SET:
         return;
     }

@@ -32,6 +32,7 @@
 static const char *const network_names[] = {[AJ_NET_NONE] = "none", [AJ_NET_LOOPBACK] = "loopback", NULL};
 static const char *const on_escape_names[] = {[AJ_ON_ESCAPE_DENY] = "deny", [AJ_ON_ESCAPE_KILL] = "kill", NULL};
 static const char *const on_off[] = {"off", "on", NULL};
+static const char *const interp_names[] = {[AJ_INTERP_NONE] = "none", [AJ_INTERP_PYTHON] = "python", NULL};
 
 static const struct aj_policy_subkey bind_members[] = {
     {"host", "path, or `\"${NAME}\"`", "(required)", "the host directory or file"},
@@ -75,6 +76,12 @@ const struct aj_policy_group aj_policy_groups[] = {
     {"degraded", NULL, NULL},
     {"seccomp", NULL, NULL},
     {"detection", NULL, NULL},
+    {"interpreter",
+     "Warm interpreters ([interpreters.md](interpreters.md)): a pool made from a policy that names a "
+     "language parks sandboxes in which the interpreter has started and imported `preload`, inside the "
+     "sandbox and under all of its layers; a run of `python3 -c CODE` or `python3 SCRIPT` then takes one. "
+     "Not a protection: `policy diff` notes a difference without calling either side weaker.",
+     NULL},
 };
 const size_t aj_policy_n_groups = sizeof(aj_policy_groups) / sizeof(aj_policy_groups[0]);
 
@@ -562,6 +569,33 @@ const struct aj_policy_key aj_policy_keys[] = {
                "`events_suppressed` summary a second says how many of each kind "
                "([events.md](events.md#events_suppressed-medium)). The events file then grows by at most "
                "4 KiB per budgeted event + 1 MiB of summaries + 64 KiB for the end of the run",
+    },
+
+    /* ---- interpreter ---- */
+    {
+        .key = "interpreter.language",
+        .flag = "--interpreter",
+        .type = AJ_KEY_ENUM,
+        FIELD(interp_lang),
+        .def = AJ_INTERP_NONE,
+        .max = AJ_INTERP_PYTHON,
+        .names = interp_names,
+        .what = "interpreter language",
+        .weaker = AJ_WEAKER_NEITHER,
+        .review = "which interpreter a pool keeps warm",
+        .doc = "`\"python\"`: a pool of this policy parks `python3` interpreters, and `agentjail run` runs "
+               "`CODE_FILE` (or `-c CODE`) with the same bootstrap, cold; `\"none\"`: plain commands",
+    },
+    {
+        .key = "interpreter.preload",
+        .flag = "--preload",
+        .type = AJ_KEY_MODULE_LIST,
+        LIST(preload, n_preload),
+        .weaker = AJ_WEAKER_CUSTOM,
+        .doc_type = "array of module names",
+        .doc = "modules imported, in order, by each interpreter before it parks (and by a cold run before "
+               "the code): `\"numpy\"`, `\"pandas\"`, `\"matplotlib.pyplot\"`. At most 64, each a dotted "
+               "name. Needs `language`",
     },
 };
 const size_t aj_policy_n_keys = sizeof(aj_policy_keys) / sizeof(aj_policy_keys[0]);

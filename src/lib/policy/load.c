@@ -381,6 +381,26 @@ static int load_names(struct loader *L, const struct aj_policy_key *k, const jso
     return 0;
 }
 
+static int load_modules(struct loader *L, const struct aj_policy_key *k, const json_t *v)
+{
+    size_t i;
+    json_t *n;
+    int r = want_type(L, k->key, v, JSON_ARRAY, "an array of module names");
+
+    if (r < 0)
+        return r;
+    json_array_foreach(v, i, n) {
+        char kp[64];
+        (void)snprintf(kp, sizeof(kp), "%s[%zu]", k->key, i);
+        if ((r = want_type(L, kp, n, JSON_STRING, "a module name")) < 0)
+            return r;
+        r = aj_policy_add_preload(L->pol, json_string_value(n), L->err);
+        if (r < 0)
+            return setter_failed(L, kp, r);
+    }
+    return 0;
+}
+
 static int load_id_range(struct loader *L, const struct aj_policy_key *k, const json_t *v)
 {
     const struct allowed members = {.sub = k->sub};
@@ -500,6 +520,8 @@ static int load_key(struct loader *L, const struct aj_policy_key *k, const json_
         return load_env(L, k, v);
     case AJ_KEY_NAME_LIST:
         return load_names(L, k, v);
+    case AJ_KEY_MODULE_LIST:
+        return load_modules(L, k, v);
     case AJ_KEY_ID_RANGE:
         return load_id_range(L, k, v);
     case AJ_KEY_LIMIT_SET:

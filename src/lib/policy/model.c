@@ -125,6 +125,7 @@ void aj_policy_key_format(const struct aj_policy_key *k, uint64_t v, char *buf, 
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
         (void)snprintf(buf, size, "%llu", (unsigned long long)v);
@@ -160,6 +161,7 @@ void aj_policy_init(struct aj_policy *pol)
         case AJ_KEY_TMPFS_LIST:
         case AJ_KEY_ENV_MAP:
         case AJ_KEY_NAME_LIST:
+        case AJ_KEY_MODULE_LIST:
             break;
         }
     }
@@ -204,6 +206,7 @@ void aj_policy_clear(struct aj_policy *pol)
         }
         case AJ_KEY_ENV_MAP:
         case AJ_KEY_NAME_LIST: /* count_offset: a size_t for lists (LIST() in keys.c) */
+        case AJ_KEY_MODULE_LIST:
             n = *(size_t *)(void *)(base + k->count_offset);
             free_strv(*(char ***)(void *)(base + k->offset), n);
             break;
@@ -540,6 +543,50 @@ int aj_policy_add_env_pass(struct aj_policy *pol, const char *name, struct aj_er
     return 0;
 }
 
+const char *aj_policy_interpreter(const struct aj_policy *pol)
+{
+    return pol && pol->interp_lang == AJ_INTERP_PYTHON ? "python" : NULL;
+}
+
+bool aj_policy_module_name_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    bool start = true;
+
+    if (n == 0 || n > AJ_INTERP_MODULE_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '.') {
+            if (start)
+                return false; /* "", "a..b", ".a" */
+            start = true;
+            continue;
+        }
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || (!start && c >= '0' && c <= '9')))
+            return false;
+        start = false;
+    }
+    return !start; /* not "a." */
+}
+
+int aj_policy_add_preload(struct aj_policy *pol, const char *name, struct aj_error *err)
+{
+    char *dup;
+
+    if (!aj_policy_module_name_ok(name))
+        return aj_err(err, 0, "--preload: '%s' is not a module name (identifiers joined by '.', at most %d bytes)",
+                      name ? name : "", AJ_INTERP_MODULE_MAX);
+    if (pol->n_preload >= AJ_INTERP_MAX_PRELOAD)
+        return aj_err(err, 0, "--preload: at most %d modules", AJ_INTERP_MAX_PRELOAD);
+    dup = strdup(name);
+    if (!dup || push((void **)&pol->preload, &pol->n_preload, sizeof(dup), &dup) < 0) {
+        free(dup);
+        return aj_err(err, ENOMEM, "--preload");
+    }
+    return 0;
+}
+
 int aj_policy_set_uid_range(struct aj_policy *pol, const char *spec, struct aj_error *err)
 {
     const struct aj_policy_key *k = aj_policy_key_find("identity.uid_range");
@@ -663,6 +710,7 @@ static int parse_number(const struct aj_policy_key *k, const char *value, uint64
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_ENV_MAP:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
         break;
@@ -757,6 +805,9 @@ int aj_policy_key_set_text(struct aj_policy *pol, const struct aj_policy_key *k,
         break;
     case AJ_KEY_NAME_LIST:
         r = aj_policy_add_env_pass(pol, value, err);
+        break;
+    case AJ_KEY_MODULE_LIST:
+        r = aj_policy_add_preload(pol, value, err);
         break;
     case AJ_KEY_ID_RANGE:
         r = aj_policy_set_uid_range(pol, value, err);

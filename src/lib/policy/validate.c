@@ -177,6 +177,21 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
                     return aj_err(err, 0, "environment pass entry %zu is not a variable name", i);
                 }
             break;
+        case AJ_KEY_MODULE_LIST:
+            if (pol->n_preload > AJ_INTERP_MAX_PRELOAD) {
+                BAD_KEY("%s", "interpreter.preload");
+                return aj_err(err, 0, "interpreter.preload: at most %d modules", AJ_INTERP_MAX_PRELOAD);
+            }
+            for (size_t i = 0; i < pol->n_preload; i++)
+                if (!aj_policy_module_name_ok(pol->preload[i])) {
+                    BAD_KEY("interpreter.preload[%zu]", i);
+                    return aj_err(err, 0, "interpreter.preload entry %zu is not a module name", i);
+                }
+            if (pol->n_preload && pol->interp_lang == AJ_INTERP_NONE) {
+                BAD_KEY("%s", "interpreter.preload");
+                return aj_err(err, 0, "interpreter.preload needs interpreter.language (\"python\")");
+            }
+            break;
         case AJ_KEY_BOOL:
         case AJ_KEY_STRING: /* workdir and hostname: below, with the cross-key checks */
         case AJ_KEY_CONST:

@@ -47,6 +47,9 @@
 
 static int arm_death_signal(int sock);
 
+/* The fd a warm interpreter's bootstrap finds its request channel on. */
+#define INTERP_CHANNEL_FD 3
+
 static __attribute__((noreturn)) void child_fail(struct aj_child_ctx *c, struct aj_error *err, int code)
 {
     aj_proto_send_msg(c->sock, AJ_MSG_ERROR, 0, c->layers, c->landlock_abi, err);
@@ -167,6 +170,41 @@ static void receive_run(struct aj_child_ctx *c)
     for (int i = 0; i < 3; i++)
         (void)close(fds[i]);
     c->argv = run_argv;
+}
+
+/* A warm interpreter's request channel (interp.c): a stream socketpair,
+ * one end to the supervisor, the other as fd 3 without close-on-exec, the
+ * only fd the bootstrap inherits past 0-2 (it closes it before the code
+ * runs). After close_range, so it survives; before seccomp, so the filter
+ * need not allow what this takes. The sync socket moves off 3 first. */
+static int child_interp_channel(struct aj_child_ctx *c, struct aj_error *err)
+{
+    struct aj_sync_msg m = {.type = AJ_MSG_INTERP};
+    int sv[2], r;
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return aj_err(err, errno, "interpreter request channel");
+    if (c->sock == INTERP_CHANNEL_FD || sv[0] == INTERP_CHANNEL_FD) {
+        int *fd = c->sock == INTERP_CHANNEL_FD ? &c->sock : &sv[0];
+        int moved = fcntl(*fd, F_DUPFD_CLOEXEC, INTERP_CHANNEL_FD + 1);
+        if (moved < 0)
+            return aj_err(err, errno, "interpreter request channel: move fd 3");
+        (void)close(*fd);
+        *fd = moved;
+    }
+    if (sv[1] == INTERP_CHANNEL_FD) {
+        if (fcntl(sv[1], F_SETFD, 0) < 0)
+            return aj_err(err, errno, "interpreter request channel: fd 3");
+    } else {
+        if (dup3(sv[1], INTERP_CHANNEL_FD, 0) < 0)
+            return aj_err(err, errno, "interpreter request channel: fd 3");
+        (void)close(sv[1]);
+    }
+    r = aj_proto_send_fds(c->sock, &m, &sv[0], 1);
+    (void)close(sv[0]);
+    if (r < 0)
+        return aj_err(err, -r, "hand the interpreter's request channel to the supervisor");
+    return 0;
 }
 
 /* Init, right after unshare(CLONE_NEWTIME), before any process is in the
@@ -318,6 +356,8 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_BIT(AJ_LAYER_FDS_CLOSED) | AJ_LAYER_BIT(AJ_LAYER_ENV_CLEARED);
+    if (c->interp && child_interp_channel(c, &err) < 0)
+        child_fail(c, &err, 125);
     r = (c->skip & AJ_SKIP_SECCOMP) ? -1 : aj_seccomp_child_load(&c->bpf, &err);
     if (r == -1 && (c->skip & AJ_SKIP_SECCOMP))
         r = 0;

@@ -35,6 +35,10 @@ struct aj_child_ctx {
     int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
     int in_fd;            /* parked: /dev/null for init's stdin, else -1 */
     bool parked;          /* pooled: the payload waits for AJ_MSG_RUN before exec */
+    /* A warm interpreter (interp.c): the payload makes a request channel,
+     * sends one end up (AJ_MSG_INTERP), keeps the other as its fd 3 and
+     * execs argv (the bootstrap) at once; 0-2 are /dev/null until a request. */
+    bool interp;
     bool netns_late;      /* the network namespace comes from the helper (AJ_MSG_NETNS) */
     int cg_join[AJ_CG_MAX_JOIN]; /* v1 "tasks" files to write "0" to, first thing */
     size_t n_cg_join;

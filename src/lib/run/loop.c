@@ -384,7 +384,11 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
         st->layers |= msg->layers;
     } else if (msg->type == AJ_MSG_READY) {
         st->layers |= msg->layers;
-        emit_start(st);
+        if (!st->defer_start)
+            emit_start(st);
+    } else if (msg->type == AJ_MSG_INTERP && nfds == 1 && st->interp_fd < 0) {
+        st->interp_fd = fds[0];
+        fds[0] = -1;
     } else if (msg->type == AJ_MSG_EXIT) {
         st->exit_wstatus = msg->wstatus;
         st->have_exit = true;
@@ -764,6 +768,12 @@ static void check_cgroup_limits(struct supervise_state *st)
 
 #define CGROUP_POLL_MS 20
 
+
+void aj_loop_mark_started(struct supervise_state *st)
+{
+    st->defer_start = false;
+    emit_start(st);
+}
 
 /* Every message the sandbox side queued before this moment: the payload
  * sends READY (and with it the start event) before it execs, so draining

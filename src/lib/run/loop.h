@@ -120,6 +120,11 @@ struct supervise_state {
     bool decoys_armed;                   /* leases taken, AJ_MSG_ARMED sent to init */
     struct alert alert;
     bool degraded, started;
+    /* A warm interpreter (interp.c): its payload says READY as it execs the
+     * bootstrap, long before a run; the start event waits for the run
+     * (aj_loop_mark_started). interp_fd: our end of its request channel. */
+    bool defer_start;
+    int interp_fd;
     /* outcome */
     bool have_exit, have_child_err;
     int exit_wstatus, init_status, interrupted;
@@ -153,6 +158,9 @@ struct supervise_state {
     uint32_t always[AJ_SLOTS];   /* an fd epoll cannot watch (EPERM): taken as always ready */
     uint64_t timer_at;           /* armed for (ms), 0: disarmed */
 };
+
+/* A warm interpreter's run has its request: the start event now. */
+void aj_loop_mark_started(struct supervise_state *st);
 
 /* Every message the sandbox side queued before this moment. */
 void aj_loop_drain_msgs(struct supervise_state *st);

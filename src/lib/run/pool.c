@@ -37,6 +37,7 @@ struct aj_pool {
     struct aj_pool_stats stats;
     pthread_t filler;
     bool filler_started, stopping;
+    bool cancel;                            /* __atomic: aj_pool_free is under way (an interpreter's import stops) */
     unsigned running;                       /* warm runs in flight */
     unsigned refs;                          /* the pool's own (until aj_pool_free), one per live warm run */
 };
@@ -49,7 +50,7 @@ static void pool_discard(struct aj_sandbox *sb)
 /* Handle the parked sandbox's messages until its decoys are leased (init
  * then goes on to fork the waiting payload). Bounded: init that neither
  * sends them nor fails within 10 s is broken. */
-static int pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err)
+int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     uint64_t deadline = aj_now_ms() + 10000;
@@ -88,15 +89,18 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
     sb_init(sb, pool->pol);
     result_reset(&sb->prepared);
     r = sb_begin(sb, pool->pol, NULL, &sb->prepared, err);
+    /* A pool of interpreters parks a started one (interp.c). */
+    if (r == 0 && pool->pol->interp_lang != AJ_INTERP_NONE)
+        r = aj_interp_setup_parked(sb, err);
     if (r == 0)
-        r = sb_prepare(sb, true, &sb->prepared, err);
+        r = sb_prepare(sb, !sb->c.interp, &sb->prepared, err);
     if (r < 0) {
         pool_discard(sb);
         return NULL;
     }
     /* A parked sandbox's init waits for the supervisor to lease its decoys
      * before it forks the payload: take them now, not at launch. */
-    if (sb->c.decoys.n > 0 && pool_arm_decoys(sb, err) < 0) {
+    if (sb->c.decoys.n > 0 && aj_pool_arm_decoys(sb, err) < 0) {
         pool_discard(sb);
         return NULL;
     }
@@ -106,6 +110,10 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
         while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
             ;
         sb->netns_helper = 0;
+    }
+    if (sb->c.interp && aj_interp_wait_parked(sb, &pool->cancel, err) < 0) {
+        pool_discard(sb);
+        return NULL;
     }
     return sb;
 }
@@ -226,6 +234,7 @@ void aj_pool_free(struct aj_pool *pool)
 {
     if (!pool)
         return;
+    __atomic_store_n(&pool->cancel, true, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pool->mu);
     pool->stopping = true;
     pthread_cond_signal(&pool->wake);
@@ -259,6 +268,28 @@ void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent)
     pthread_mutex_unlock(&pool->mu);
     aj_cgroup_destroy(spent); /* only if the list was full, or the pool is going */
     pool_unref(pool);
+}
+
+const struct aj_policy *aj_pool_policy(const struct aj_pool *pool)
+{
+    return pool->pol;
+}
+
+void aj_pool_count_cold(struct aj_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->stats.cold_runs++;
+    pthread_mutex_unlock(&pool->mu);
+}
+
+void aj_pool_warm_failed(struct aj_pool *pool, struct aj_cgroup *spent)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->stats.warm_runs--;
+    pool->stats.cold_runs++;
+    pool->stats.discarded++;
+    pthread_mutex_unlock(&pool->mu);
+    aj_pool_run_ended(pool, spent);
 }
 
 void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
@@ -299,7 +330,7 @@ static bool run_request_fits(const struct aj_policy *pol, char *const *argv)
     return pol->n_env_pass + pol->n_env + 8 <= AJ_RUN_MAX_ARGS && len <= AJ_RUN_MAX_BYTES;
 }
 
-static struct aj_sandbox *pool_take(struct aj_pool *pool)
+struct aj_sandbox *aj_pool_take(struct aj_pool *pool)
 {
     struct aj_sandbox *sb = NULL;
 
@@ -367,6 +398,8 @@ static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool p
 
     *ret = NULL;
     r = aj_req_take(pool->pol, req, &rq, err);
+    if (r == 0 && pool->pol->interp_lang != AJ_INTERP_NONE)
+        return aj_interp_pool_start(pool, &rq, req, pipes_ok, ret, err); /* a pool of interpreters */
     if (r < 0 || rq.fixed_in_parked || !run_request_fits(&rq.eff, rq.argv)) {
         /* Beyond what a parked payload takes (AJ_RUN_MAX_*), or what it has
          * fixed already (working directory, memory and cpu-time limits): a
@@ -384,7 +417,7 @@ static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool p
             aj_req_clear(&rq);
             return sb_start_cold(pool->pol, req, pipes_ok, ret, err);
         }
-    sb = pool_take(pool);
+    sb = aj_pool_take(pool);
     if (!sb) { /* empty (or every parked one had died): a cold run, same result */
         aj_req_clear(&rq);
         return sb_start_cold(pool->pol, req, pipes_ok, ret, err);

@@ -24,6 +24,7 @@ enum aj_msg_type {
     AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
     AJ_MSG_ARMED,    /* supervisor → init: the decoys are leased (wstatus: how many failed) */
     AJ_MSG_PTY,      /* init → supervisor: the master of the payload's own pty */
+    AJ_MSG_INTERP,   /* warm interpreter's payload → supervisor: our end of its request channel (fd) */
 };
 
 /* A pooled run's command: this header, argc then envc NUL-terminated

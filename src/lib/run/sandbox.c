@@ -63,8 +63,7 @@
     (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |     \
      CLONE_NEWCGROUP)
 
-static char **build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path,
-                         struct aj_error *err)
+char **sb_build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path, struct aj_error *err)
 {
     size_t cap = 2 + pol->n_env_pass + pol->n_env + 2 + 1, n = 0;
     char **envp = calloc(cap, sizeof(char *));
@@ -146,7 +145,7 @@ static char **copy_argv(char *const argv[])
     return v;
 }
 
-static void free_envp(char **envp)
+void sb_free_envp(char **envp)
 {
     for (size_t i = 0; envp && envp[i]; i++)
         free(envp[i]);
@@ -491,6 +490,7 @@ void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol)
     sb->stdin_own = -1;
     sb->caller_pipe[0] = sb->caller_pipe[1] = sb->caller_pipe[2] = -1;
     sb->netns_userns_fd = -1;
+    sb->st.interp_fd = -1;
     aj_cgroup_init(&sb->cg);
 }
 
@@ -873,7 +873,7 @@ static int prep_command(struct aj_sandbox *sb, struct aj_error *err)
     /* A parked sandbox's environment is built when its run starts
      * (sb_launch): env_pass values are the caller's at that moment. */
     if (!c->parked) {
-        c->envp = build_envp(pol, sb->decoy_env, &c->path_env, err);
+        c->envp = sb_build_envp(pol, sb->decoy_env, &c->path_env, err);
         if (!c->envp)
             return -ENOMEM;
     }
@@ -908,9 +908,10 @@ static int prep_stdio(struct aj_sandbox *sb, struct aj_result *res, struct aj_er
     struct aj_child_ctx *c = &sb->c;
     int r;
 
-    if (c->parked) {
+    if (c->parked || c->interp) {
         /* Until its command comes, a parked sandbox holds none of the
-         * caller's fds: 0, 1 and 2 are /dev/null. */
+         * caller's fds: 0, 1 and 2 are /dev/null (a warm interpreter's too:
+         * the request's streams reach its bootstrap at launch). */
         sb->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (sb->null_fd < 0)
             return aj_err(err, errno, "open /dev/null");
@@ -1076,10 +1077,25 @@ int sb_launch(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err
     int fds[3], r;
 
     /* The request's environment, now: env_pass reads the caller's values
-     * as this run starts, never as the sandbox was parked. */
-    sb->c.envp = build_envp(pol, sb->decoy_env, &sb->c.path_env, err);
+     * as this run starts, never as the sandbox was parked. (A warm
+     * interpreter's payload has exec'd with the policy's: replaced.) */
+    sb_free_envp(sb->c.envp);
+    sb->c.envp = sb_build_envp(pol, sb->decoy_env, &sb->c.path_env, err);
     if (!sb->c.envp)
         return -ENOMEM;
+    if (sb->c.interp) {
+        /* Its bootstrap takes the request on its own channel (interp.c). */
+        r = setup_stdio(sb, false, res, err);
+        if (r < 0)
+            return r;
+        aj_loop_drain_msgs(st);
+        fds[0] = sb->c.in_fd;
+        fds[1] = sb->c.out_fd;
+        fds[2] = sb->c.err_fd;
+        r = aj_interp_send(sb, fds, err);
+        stdio_handed_over(sb);
+        return r;
+    }
     for (; argv[argc]; argc++)
         len += strlen(argv[argc]) + 1;
     for (; sb->c.envp[envc]; envc++)
@@ -1238,6 +1254,7 @@ void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
     close_fd(&st->pidfd);
     aj_loop_unwatch(st, st->sock);
     close_fd(&st->sock);
+    close_fd(&st->interp_fd);
     close_fd(&sb->socks[0]);
     close_fd(&sb->socks[1]);
     close_fd(&sb->null_fd);
@@ -1275,8 +1292,8 @@ void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
     aj_mount_plan_clear(&c->plan);
     aj_seccomp_clear(&c->bpf);
     aj_seccomp_clear(&c->bpf_memfd);
-    free_envp(c->envp);
-    free_envp(c->argv);
+    sb_free_envp(c->envp);
+    sb_free_envp(c->argv);
     c->envp = c->argv = NULL;
     aj_req_clear(&sb->req);
 }
@@ -1445,6 +1462,13 @@ int sb_start_cold(const struct aj_policy *pol, const struct aj_request *req, boo
     int r;
 
     *ret = NULL;
+    /* A policy that names an interpreter, and its command line: the same
+     * bootstrap as a warm run, started cold (interp.c). */
+    if (aj_interp_wants(pol, req)) {
+        r = aj_interp_start_cold(pol, req, pipes_ok, ret, err);
+        if (r <= 0)
+            return r;
+    }
     sb = malloc(sizeof(*sb));
     if (!sb)
         return aj_err(err, ENOMEM, "sandbox");

@@ -61,6 +61,10 @@ struct aj_sandbox {
 };
 
 void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol);
+/* The payload's environment: PATH, HOME, env_pass (read now), the decoys'
+ * variables (extra), the policy's own; *ret_path the PATH it searches. */
+char **sb_build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path, struct aj_error *err);
+void sb_free_envp(char **envp);
 /* The policy the sandbox enforces from now on (both sides read it). */
 void sb_use_policy(struct aj_sandbox *sb, const struct aj_policy *pol);
 /* Validate and hash pol, take req against it (NULL: a parked sandbox's
@@ -95,6 +99,36 @@ void sb_release_run(struct aj_sandbox *sb);
 /* A pooled run ended: its cgroups to remove, the filler to wake, the
  * pool's reference dropped (pool.c). */
 void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent);
+/* pool.c, for interp.c: a parked sandbox (NULL: none ready; counted warm
+ * or cold), its decoys' leases taken before its payload exists, a cold
+ * run counted, and a warm run that could not start counted as cold (its
+ * reference dropped). */
+struct aj_sandbox *aj_pool_take(struct aj_pool *pool);
+const struct aj_policy *aj_pool_policy(const struct aj_pool *pool);
+int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err);
+void aj_pool_count_cold(struct aj_pool *pool);
+void aj_pool_warm_failed(struct aj_pool *pool, struct aj_cgroup *spent);
+
+/* ---- warm interpreters (interp.c) ---- */
+/* pol names an interpreter and req's argv is its form (python3 -c CODE
+ * ARGS, python3 SCRIPT ARGS). */
+bool aj_interp_wants(const struct aj_policy *pol, const struct aj_request *req);
+/* For a pool: sb (sb_begin'd) becomes an interpreter's sandbox: the
+ * bootstrap as its command, the policy's environment without env_pass. */
+int aj_interp_setup_parked(struct aj_sandbox *sb, struct aj_error *err);
+/* After sb_prepare (and the decoys armed): handle the sandbox until the
+ * bootstrap has imported the preload and waits (bounded; ECANCELED as
+ * soon as *cancel, read atomically, is true: the pool is being freed). */
+int aj_interp_wait_parked(struct aj_sandbox *sb, const bool *cancel, struct aj_error *err);
+/* sb_launch's end for an interpreter: the request and fds down its channel. */
+int aj_interp_send(struct aj_sandbox *sb, const int fds[3], struct aj_error *err);
+/* A cold interpreter run (sb_start_cold's): as sb_start_cold; 1: not one
+ * after all, run it plain. */
+int aj_interp_start_cold(const struct aj_policy *pol, const struct aj_request *req, bool pipes_ok,
+                         struct aj_sandbox **ret, struct aj_error *err);
+/* pool_start's for a pool of interpreters: takes rq (cleared). */
+int aj_interp_pool_start(struct aj_pool *pool, struct aj_req *rq, const struct aj_request *req, bool pipes_ok,
+                         struct aj_sandbox **ret, struct aj_error *err);
 
 /* SIGPIPE, SIGTTOU, SIGTTIN blocked in this thread while the library
  * works in it (see sandbox.c). */

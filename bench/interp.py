@@ -1,0 +1,104 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Warm interpreters against bare python3 (docs/performance.md, "Warm interpreters").
+
+    bench/interp.py [--runs N] [--seconds S] [--bin build/bench/aj-pool-bench]
+
+Each number comes from build/bench/aj-pool-bench, a process holding a pool of
+parked interpreters (aj_pool_run) that spawns bare `python3 -c` itself in the
+same rounds, in a random order; between rounds it waits until its pool is full
+again (agents think between tool calls; sustained load is the throughput line).
+
+  print(1)   warm p50 vs bare `python3 -c 'print(1)'`               goal <= 0.5x
+  pandas     warm p50 vs bare `python3 -c SNIPPET` (imports pandas)  goal <= 0.1x
+             warm p50 vs SNIPPET exec'd in this running interpreter  goal <= 1.5x
+  throughput 2 clients, each with a pool of 2, back to back           goal >= 5x bare
+  memory     PSS of one parked pandas interpreter's sandbox, and of 8
+
+A benchmark, not a test: it prints what it measured and fails only when it
+cannot run at all."""
+import argparse
+import contextlib
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SNIPPET = """import pandas as pd, numpy as np
+df = pd.DataFrame({"k": np.arange(10000) % 10, "v": np.arange(10000, dtype=float)})
+print(df.groupby("k")["v"].agg(["sum", "mean", "count"]))
+"""
+PY = ["--set", "interpreter.language=python"]
+PANDAS = PY + ["--set", "interpreter.preload=pandas"]
+
+
+def bench(binary, args):
+    p = subprocess.run([binary] + args, capture_output=True, text=True, timeout=3600)
+    if p.returncode != 0:
+        sys.exit("bench/interp.py: %s %s failed: %s" % (binary, " ".join(args[:4]), p.stderr.strip()))
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def floor(runs):
+    """SNIPPET exec'd in this interpreter, pandas imported already: the floor."""
+    import pandas  # noqa: F401
+    code = compile(SNIPPET, "<snippet>", "exec")
+    times = []
+    for _ in range(runs):
+        sink = io.StringIO()
+        t0 = time.perf_counter_ns()
+        with contextlib.redirect_stdout(sink):
+            exec(code, {"__name__": "__main__"})
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times)
+
+
+def ms(ns):
+    return "%.1f ms" % (ns / 1e6)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bench", "aj-pool-bench"))
+    a = ap.parse_args()
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        sys.exit("bench/interp.py: python3-pandas is not installed (scripts/deps.sh test)")
+    print("load average before: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
+
+    one = bench(a.bin, ["--gap-ms", "50"] + PY + ["latency", str(a.runs), "/usr/bin/python3", "-c", "print(1)"])
+    r = one["warm"]["median_ns"] / one["bare"]["median_ns"]
+    print("print(1): warm p50 %s (p95 %s), bare python3 -c p50 %s: %.2fx (goal <= 0.5x), cold fallbacks %d" % (
+        ms(one["warm"]["median_ns"]), ms(one["warm"]["p95_ns"]), ms(one["bare"]["median_ns"]), r,
+        one["cold_fallbacks"]))
+
+    pd_ = bench(a.bin, ["--gap-ms", "50"] + PANDAS + ["latency", str(a.runs), "/usr/bin/python3", "-c", SNIPPET])
+    f = floor(a.runs)
+    w, b = pd_["warm"]["median_ns"], pd_["bare"]["median_ns"]
+    print("pandas snippet: warm p50 %s (p95 %s), bare python3 -c p50 %s: %.3fx (goal <= 0.1x); "
+          "in a running interpreter %s: %.1fx the floor (goal <= 1.5x), cold fallbacks %d" % (
+              ms(w), ms(pd_["warm"]["p95_ns"]), ms(b), w / b, ms(f), w / f, pd_["cold_fallbacks"]))
+
+    tp = bench(a.bin, PANDAS + ["throughput", str(a.seconds), "2", "/usr/bin/python3", "-c", SNIPPET])
+    print("pandas snippet, 2 clients, %d s: warm %.2f/s, bare %.2f/s: %.2fx (goal >= 5x); failed warm %d bare %d" % (
+        a.seconds, tp["warm_per_s"], tp["bare_per_s"], tp["warm_per_s"] / max(tp["bare_per_s"], 1e-9),
+        tp["warm_failed"], tp["bare_failed"]))
+
+    for k in (1, 8):
+        m = bench(a.bin, PANDAS + ["memory", str(k)])
+        print("memory, pool of %d parked pandas interpreters: PSS %.1f MiB per sandbox (init + python3), "
+              "%.1f MiB in all; memory cgroup %.1f MiB per sandbox" % (
+                  k, m["per_sandbox_pss_kb"] / 1024, m["per_sandbox_pss_kb"] * m["processes_found"] / 1024,
+                  m["per_sandbox_cgroup_kb"] / 1024))
+    print("load average after: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
+
+
+if __name__ == "__main__":
+    main()

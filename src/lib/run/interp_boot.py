@@ -1,0 +1,225 @@
+# SPDX-License-Identifier: Apache-2.0
+# The bootstrap of a warm Python interpreter (src/lib/run/interp.c, docs/interpreters.md).
+#
+# Run as `python3 -c THIS MODULE...` inside a sandbox whose every layer is applied already.
+# Fd 3 is a stream socket to the supervisor. In order:
+#   1. import MODULE... (the policy's interpreter.preload), then send b"P" (parked) or b"E"+why;
+#   2. wait for the one request: b"AJR1" + 4-byte little-endian length with SCM_RIGHTS
+#      [stdin, stdout, stderr], then that many bytes: cwd NUL argc NUL argv... NUL envc NUL env...
+#      (argv as the request gave it: python3 -c CODE ARGS... or python3 SCRIPT ARGS...);
+#   3. close fd 3, take the three fds as 0, 1, 2, the environment (os.environ rebuilt, the C
+#      environment with it), the working directory, sys.argv, sys.orig_argv and sys.path[0] as
+#      `python3 -c` / `python3 SCRIPT` would have them; drop from sys.modules what this bootstrap
+#      imported for itself after the preload; compile the code;
+#   4. run it as __main__ in _aj's frame and end as `python3 -c` ends: an uncaught exception's
+#      traceback (without this file's frame) through sys.excepthook and status 1, SystemExit's
+#      code, KeyboardInterrupt's SIGINT; then the interpreter's shutdown as far as a program can
+#      see it: non-daemon threads joined (threading._shutdown), atexit handlers, the modules the
+#      run imported and __main__ torn down (their objects' __del__, files left open closed),
+#      stdout and stderr flushed; then _exit. What it skips is tearing down the preloaded modules
+#      (their objects predate the run): a few hundred milliseconds for pandas.
+#
+# Everything is inside _aj (a function): __main__'s namespace holds nothing of this file when
+# the code starts; _aj itself is popped from it in the statement that calls it. What is left:
+# two frames under the code's module frame (this file's module frame and _aj's).
+def _aj(report, exit_status, finish):
+    import os
+    import sys
+
+    def fail(why):
+        try:
+            os.write(3, b"E" + why.encode("utf-8", "replace")[:4000])
+        finally:
+            os._exit(1)
+
+    for name in sys.argv[1:]:
+        try:
+            __import__(name)
+        except BaseException as e:  # noqa: B036 (SystemExit from a module too)
+            fail("%s: %s: %s" % (name, type(e).__name__, e))
+    preloaded = set(sys.modules)
+    import _socket
+    import gc
+
+    # What the preload made lives as long as the process: out of the collector's way. Its
+    # passes at exit (over every object of pandas, say) cost a few hundred milliseconds of
+    # `python3 -c`'s shutdown; frozen objects are not scanned (the run's own objects are).
+    gc.collect()
+    gc.freeze()
+
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()  # what the preload printed goes to /dev/null, not to a request's stream
+        except Exception:
+            pass
+    os.write(3, b"P")
+    s = _socket.socket(fileno=3)
+    data, anc, _flags, _addr = s.recvmsg(1 << 16, _socket.CMSG_SPACE(3 * 4))
+    fds = []
+    for level, kind, d in anc:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(d) - 3, 4)]
+    if len(data) < 8 or data[:4] != b"AJR1" or len(fds) != 3:
+        os._exit(125)  # the supervisor went away (the pool was freed), or not our protocol
+    n = int.from_bytes(data[4:8], "little")
+    buf = bytearray(data[8:])
+    while len(buf) < n:
+        chunk = s.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            os._exit(125)
+        buf += chunk
+    s.close()
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+    for fd in set(fds):
+        if fd > 2:
+            os.close(fd)
+    it = iter(bytes(buf).split(b"\0"))
+    cwd = next(it)
+    argv = [os.fsdecode(next(it)) for _ in range(int(next(it)))]
+    env = [next(it) for _ in range(int(next(it)))]
+    # The interpreter started with the same PATH, HOME, LANG, LC_* and PYTHON* as the request's
+    # (interp.c runs the request cold otherwise), so what its start added (PEP 538's LC_CTYPE
+    # for a C locale) is what a cold start would have added.
+    coerced = os.environb.get(b"LC_CTYPE")
+    os.environ.clear()
+    for kv in env:
+        k, _, v = kv.partition(b"=")
+        os.environb[k] = v
+    if coerced is not None:
+        os.environb[b"LC_CTYPE"] = coerced
+    if "time" in sys.modules and "TZ" in os.environ:
+        sys.modules["time"].tzset()
+    os.chdir(cwd)
+    sys.orig_argv = argv
+    g = globals()
+    if argv[1] == "-c":
+        source, filename = argv[2], "<string>"
+        sys.argv = ["-c"] + argv[3:]
+    else:
+        script = argv[1]
+        sys.argv = argv[1:]
+        filename = os.path.abspath(script)
+        try:
+            with open(script, "rb") as f:
+                source = f.read()
+        except OSError as e:
+            sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n" % (argv[0], filename, e.errno, e.strerror))
+            sys.stderr.flush()
+            os._exit(2)
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        g["__file__"] = filename
+        g["__cached__"] = None
+        g["__loader__"] = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", filename)
+    for m in set(sys.modules) - preloaded:
+        del sys.modules[m]
+    # The working directory changed: path finders cached for "" (the old one) go, the rest
+    # look again (importlib.invalidate_caches, without importing importlib).
+    sys.path_importer_cache.pop("", None)
+    for finder in list(sys.path_importer_cache.values()) + list(sys.meta_path):
+        if hasattr(finder, "invalidate_caches"):
+            finder.invalidate_caches()
+    status, sigint = 1, False
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as e:
+        report(e, None)
+    else:
+        try:
+            exec(code, g)
+            status = 0
+        except SystemExit as e:
+            status = exit_status(e)
+        except BaseException as e:  # noqa: B036 (as the interpreter does)
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code is not code:
+                tb = tb.tb_next
+            report(e, tb)
+            sigint = isinstance(e, KeyboardInterrupt)
+        del code
+    finish(status, sigint, preloaded)
+
+
+def _aj_report(e, tb):
+    import sys
+
+    e.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    try:
+        sys.excepthook(type(e), e, tb)
+    except BaseException as hook_e:  # noqa: B036
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(hook_e), hook_e, hook_e.__traceback__)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(type(e), e, tb)
+
+
+def _aj_exit_status(e):
+    import sys
+
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if -(1 << 63) <= code < (1 << 63) else 255
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except Exception:
+        pass
+    return 1
+
+
+def _aj_finish(status, sigint, preloaded):
+    import gc
+    import os
+    import sys
+
+    if "threading" in sys.modules:
+        try:
+            sys.modules["threading"]._shutdown()
+        except BaseException:  # noqa: B036
+            pass
+    import atexit
+
+    atexit._run_exitfuncs()
+    # The run's own modules (imported after the preload from outside the installed library,
+    # such as the workspace's) in reverse order, then __main__: their globals go as the
+    # interpreter's teardown lets them go (their objects' __del__ run). The library's modules
+    # stay: a daemon thread may still be using them.
+    lib = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, "/usr/lib/python3"})
+    main = sys.modules.get("__main__")
+    mods = [m for n, m in list(sys.modules.items())
+            if n not in preloaded and n != "__main__" and isinstance(getattr(m, "__file__", None), str)
+            and not m.__file__.startswith(lib)]
+    gc.collect()
+    for m in reversed(mods + [main]):
+        d = getattr(m, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for first in (True, False):
+            for k in list(d):
+                if k != "__builtins__" and k.startswith("_") == first:
+                    d[k] = None
+    gc.collect()
+    std = {id(f) for f in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)}
+    iobase = sys.modules["io"].IOBase
+    for o in gc.get_objects():  # what the run made (the preload's objects are frozen)
+        try:
+            if isinstance(o, iobase) and id(o) not in std and not o.closed:
+                o.close()
+        except BaseException:  # noqa: B036 (as at teardown: ignored)
+            pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            if f is not None:
+                f.flush()
+        except BaseException:  # noqa: B036
+            if status == 0:
+                status = 120  # as the interpreter: output that could not be flushed
+    if sigint:
+        import _signal
+
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGINT)
+    os._exit(status)
+globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'))

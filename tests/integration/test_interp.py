@@ -1,0 +1,375 @@
+"""Warm interpreters (docs/interpreters.md): a pool of a policy that names
+an interpreter parks sandboxes whose python3 has imported the preload;
+`python3 -c CODE` / `python3 SCRIPT` runs take one. Driven by the aj-pool
+helper as a server would, compared with bare `python3` run cold in the same
+policy (`agentjail run -- python3 ...`): the same output, exit status and
+tracebacks; nothing of one run reaches the next; every layer is on the
+parked interpreter as the host sees it; an escape attempt from one is
+refused and reported; nothing is left behind. Runs as root and as nobody."""
+import json
+import os
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from conftest import AJ_BIN, AJ_HELPERS, IS_ROOT, children, comm, must_skip, new_tag, run_aj, wait_for
+
+AJ_POOL = os.path.join(AJ_HELPERS, "aj-pool")
+INTERP = ["--set", "interpreter.language=python", "--set", "interpreter.preload=json"]
+
+
+def have_pandas():
+    return subprocess.run(["/usr/bin/python3", "-c", "import pandas"], capture_output=True).returncode == 0
+
+
+def pool(cmds, outdir, size=2, extra=INTERP, timeout=120, input=None, env=None, wait_file=None):
+    """Run cmds through one interpreter pool; (runs, summary, proc)."""
+    if not os.path.exists(AJ_POOL):
+        must_skip("aj-pool helper not built")
+    argv = [AJ_POOL, "--size", str(size), "--outdir", outdir] + list(extra)
+    argv.append("--")
+    for i, c in enumerate(cmds):
+        if i:
+            argv.append(":::")
+        argv += c
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input, env=env)
+    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.strip()]
+    assert lines and "pool" in lines[-1], (proc.returncode, proc.stdout, proc.stderr)
+    return lines[:-1], lines[-1], proc
+
+
+def out(outdir, i, ext="out"):
+    with open(os.path.join(outdir, "%d.%s" % (i, ext)), errors="replace") as f:
+        return f.read()
+
+
+@pytest.fixture
+def outdir(tmp_path):
+    os.chmod(tmp_path, 0o777)
+    return str(tmp_path)
+
+
+@pytest.fixture
+def workspace(hostdir):
+    """A script with a package beside it, for script semantics and imports relative to it."""
+    import pathlib
+    tmp_path = pathlib.Path(hostdir)
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "helper.py").write_text("X = 'helper'\n")
+    (ws / "pkg" / "__init__.py").write_text("")
+    (ws / "pkg" / "sub.py").write_text("from . import sib\nY = 'sub+' + sib.Z\n")
+    (ws / "pkg" / "sib.py").write_text("Z = 'sib'\n")
+    (ws / "main.py").write_text(textwrap.dedent("""\
+        import os, sys
+        import helper
+        from pkg import sub
+        import multiprocessing as mp
+
+        def sq(x):
+            return x * x
+
+        if __name__ == "__main__":  # (spawned workers import this file as __mp_main__)
+            print(__name__, __file__, sys.argv, sys.path[0], helper.X, sub.Y, os.getcwd(), flush=True)
+            for method in ("spawn", "fork"):
+                with mp.get_context(method).Pool(2) as p:
+                    print(method, p.map(sq, [1, 2, 3]))
+            raise SystemExit(int(sys.argv[1]))
+        """))
+    for p in [tmp_path, ws, ws / "pkg"]:
+        os.chmod(p, 0o755)
+    return str(ws)
+
+
+# (code, args): each run warm and as bare `python3 -c` cold, compared.
+CORPUS = [
+    ("print('hello'); import sys; print(sys.argv, __name__, sys.path[0], sorted(globals()))", ["a", "b"]),
+    ("1/0", []),
+    ("def f():\n    raise ValueError('deep')\nf()", []),
+    ("x = (", []),
+    ("import sys; sys.exit(3)", []),
+    ("import sys; sys.exit('a message')", []),
+    ("raise SystemExit(None)", []),
+    ("raise SystemExit(300)", []),
+    ("raise KeyboardInterrupt", []),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", []),
+    ("import os, signal\nsignal.signal(signal.SIGUSR1, lambda *a: print('handled'))\n"
+     "os.kill(os.getpid(), signal.SIGUSR1)\nprint('after')", []),
+    ("import atexit; atexit.register(print, 'at exit', 1); print('main')", []),
+    ("import threading, time\n"
+     "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\nprint('main')", []),
+    ("import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+     "print('daemon left')", []),
+    ("class A:\n    def __del__(self):\n        print('del A')\na = A()\nprint('main')", []),
+    ("f = open('/tmp/o.txt', 'w'); f.write('unflushed'); import atexit\n"
+     "atexit.register(lambda: print(open('/tmp/o.txt').read() or 'empty'))", []),
+    ("import sys; sys.stdout.write('x' * 1000000); sys.stderr.write('e' * 100000); print()", []),
+    ("import sys; print('to stdout', flush=False); sys.stderr.write('to stderr\\n'); 1/0", []),
+    ("import subprocess; print(subprocess.run(['/bin/echo', 'child'], capture_output=True, text=True).stdout)", []),
+    ("import multiprocessing as mp\nwith mp.get_context('fork').Pool(2) as p:\n    print(p.map(abs, [-1, -2]))", []),
+    ("import os; print(os.getpid(), os.getcwd(), sorted(os.environ))", []),
+    ("import sys; print(sys.flags.isolated, sys.flags.no_site, sys.orig_argv[1:], sys.executable)", ["z"]),
+    ("import warnings; warnings.warn('careful')", []),
+    ("print(__builtins__.__name__, __loader__, __spec__, __doc__)", []),
+]
+
+
+def test_snippets_as_bare_python(outdir):
+    runs, summary, proc = pool([["python3", "-c", c] + a for c, a in CORPUS], outdir)
+    assert proc.returncode == 0, proc.stderr
+    assert runs[0]["warm"] and runs[1]["warm"], runs[:2]
+    for i, (code, args) in enumerate(CORPUS):
+        cold = run_aj([], ["python3", "-c", code] + args)
+        got = runs[i]["result"]
+        assert (got["status"], got["exit_code"], got["signal"]) == (
+            cold.result["status"], cold.result["exit_code"], cold.result["signal"]), (code, got, cold.stderr)
+        assert out(outdir, i) == cold.stdout, code
+        assert out(outdir, i, "err") == cold.stderr, code
+    # What the corpus is made of happened: a traceback, a SystemExit message, a signal.
+    assert "ZeroDivisionError" in out(outdir, 1, "err") and "a message" in out(outdir, 5, "err")
+    assert runs[9]["result"]["status"] == "signaled" or runs[9]["result"]["exit_code"] == 128 + 15
+    assert "thread done" in out(outdir, 12) and "del A" in out(outdir, 14)
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False
+
+
+def test_stdin_reaches_the_code(outdir):
+    code = "import sys; data = sys.stdin.read(); print(len(data), data[:5].upper())"
+    runs, _, _ = pool([["python3", "-c", code]], outdir, input="hello" * 1000)
+    assert runs[0]["warm"] and out(outdir, 0) == "5000 HELLO\n", out(outdir, 0, "err")
+
+
+def test_script_relative_imports_multiprocessing(outdir, workspace):
+    extra = INTERP + ["--bind", workspace + ":/ws", "--set", "filesystem.workdir=/ws"]
+    runs, _, _ = pool([["python3", "main.py", "7", "x"], ["python3", "/ws/missing.py"]], outdir, extra=extra)
+    cold = run_aj(["--bind-ro", workspace + ":/ws", "--workdir", "/ws"], ["python3", "main.py", "7", "x"])
+    assert runs[0]["warm"] and runs[0]["result"]["exit_code"] == 7 == cold.result["exit_code"], out(outdir, 0, "err")
+    assert out(outdir, 0) == cold.stdout, (out(outdir, 0), cold.stdout)
+    lines = out(outdir, 0).splitlines()
+    assert lines[0] == "__main__ /ws/main.py ['main.py', '7', 'x'] /ws helper sub+sib /ws", lines
+    assert lines[1:] == ["spawn [1, 4, 9]", "fork [1, 4, 9]"], lines
+    # A script that does not exist: python3's own message and status 2.
+    missing = run_aj([], ["python3", "/ws/missing.py"])
+    assert runs[1]["result"]["exit_code"] == 2 == missing.result["exit_code"]
+    assert out(outdir, 1, "err") == missing.stderr, (out(outdir, 1, "err"), missing.stderr)
+
+
+def test_environment_is_the_requests(outdir):
+    # env_pass is read when the run starts (never while parked); a variable
+    # that changes how python3 starts (PYTHONPATH) runs cold, same semantics.
+    code = "import os, sys; print(os.environ.get('AJ_T_TOKEN'), os.environ.get('PYTHONPATH'), '/extra' in sys.path)"
+    env = dict(os.environ, AJ_T_TOKEN="first")
+    runs, _, _ = pool([["@AJ_T_TOKEN=second", "python3", "-c", code],
+                       ["@PYTHONPATH=/extra", "python3", "-c", code]], outdir,
+                      extra=INTERP + ["--pass", "AJ_T_TOKEN", "--pass", "PYTHONPATH"], env=env)
+    assert runs[0]["warm"] and out(outdir, 0) == "second None False\n", out(outdir, 0, "err")
+    assert not runs[1]["warm"] and out(outdir, 1) == "second /extra True\n", out(outdir, 1, "err")
+
+
+def test_nothing_of_one_run_reaches_the_next(outdir):
+    mods = "json" + (",pandas" if have_pandas() else "")
+    extra = ["--set", "interpreter.language=python"] + sum(
+        (["--set", "interpreter.preload=" + m] for m in mods.split(",")), [])
+    first = textwrap.dedent("""\
+        import builtins, json, os, sys, threading, time
+        json.MARK = 'left'
+        json.dumps = lambda *a, **k: 'patched'
+        builtins.LEFT = 1
+        sys.path.append('/left-behind')
+        os.environ['LEFT'] = '1'
+        open('/tmp/left-behind', 'w').write('x')
+        threading.Thread(target=time.sleep, args=(30,), name='left-thread', daemon=True).start()
+        try:
+            import pandas as pd
+            pd.set_option('display.max_rows', 3)
+            print('pandas', pd.get_option('display.max_rows'))
+        except ImportError:
+            pass
+        print(json.dumps({}), getattr(json, 'MARK', None), os.path.exists('/tmp/left-behind'),
+              [t.name for t in threading.enumerate()][1:])
+        """)
+    second = textwrap.dedent("""\
+        import builtins, json, os, sys, threading
+        try:
+            import pandas as pd
+            print('pandas', pd.get_option('display.max_rows'))
+        except ImportError:
+            pass
+        print(json.dumps({}), getattr(json, 'MARK', None), os.path.exists('/tmp/left-behind'),
+              [t.name for t in threading.enumerate()][1:], hasattr(builtins, 'LEFT'),
+              '/left-behind' in sys.path, 'LEFT' in os.environ)
+        """)
+    runs, summary, proc = pool([["python3", "-c", first], ["python3", "-c", second]], outdir, extra=extra)
+    assert runs[0]["warm"] and runs[1]["warm"], (runs, proc.stderr)
+    pd_line = ["pandas 3"] if "pandas" in mods else []
+    # Positive control: the first run did change all of it, in its own interpreter.
+    assert out(outdir, 0).splitlines() == pd_line + ["patched left True ['left-thread']"], out(outdir, 0, "err")
+    pd_line = ["pandas 60"] if "pandas" in mods else []
+    assert out(outdir, 1).splitlines() == pd_line + ["{} None False [] False False False"], out(outdir, 1, "err")
+
+
+def parked_pythons(helper_pid):
+    """The parked interpreters' pids (children of the helper's sandbox inits)."""
+    found = []
+    for init in children(helper_pid):
+        for kid in children(init):
+            if comm(kid) == "python3":
+                found.append(kid)
+    return found
+
+
+def status_fields(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+
+
+def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path):
+    go = tmp_path / "go"
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    os.chmod(ev, 0o777)
+    env = dict(os.environ, AJ_T_SECRET="secret-" + new_tag())
+    code = textwrap.dedent("""\
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        print('getpid', libc.getpid() == os.getpid())
+        r = libc.unshare(0x10000000)
+        print('unshare', r, os.strerror(ctypes.get_errno()), os.environ.get('AJ_T_SECRET', '')[:7])
+        """)
+    argv = [AJ_POOL, "--size", "2", "--outdir", outdir, "--events", str(ev), "--wait-file", str(go),
+            "--pass", "AJ_T_SECRET"] + INTERP + ["--", "python3", "-c", code]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stderr.readline() == "ready\n"
+        parked = wait_for(lambda: len(parked_pythons(p.pid)) == 2 and parked_pythons(p.pid), 10)
+        assert parked, "no parked interpreters under %d" % p.pid
+        host_ns = {n: os.readlink("/proc/self/ns/" + n) for n in ("user", "pid", "mnt", "net", "ipc", "uts", "cgroup")}
+        for pid in parked:
+            st = status_fields(pid)
+            assert st["Seccomp"].strip() == "2" and st["NoNewPrivs"].strip() == "1", st
+            assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0 and int(st["CapBnd"], 16) == 0, st
+            for n, ino in host_ns.items():
+                assert os.readlink("/proc/%d/ns/%s" % (pid, n)) != ino, n
+            # Holds nothing of a request: 0-2 /dev/null and its channel, no
+            # env_pass value (read when a run starts).
+            fds = {int(fd): os.readlink("/proc/%d/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%d/fd" % pid)}
+            assert sorted(fds) == [0, 1, 2, 3] and all(fds[i] == "/dev/null" for i in range(3)), fds
+            assert fds[3].startswith("socket:"), fds
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                environ = f.read().split(b"\0")
+            assert not any(e.startswith(b"AJ_T_SECRET") for e in environ), environ
+        go.touch()
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lines = [json.loads(l) for l in stdout.splitlines() if l.strip()]
+    run, summary = lines[0], lines[-1]
+    assert run["warm"], run
+    # Positive control (ctypes reaches libc) and the refusal, recorded.
+    assert out(outdir, 0).splitlines() == ["getpid True", "unshare -1 Operation not permitted secret-"], \
+        out(outdir, 0, "err")
+    res = run["result"]
+    assert res["escape_attempted"] is True and res["events"]["escape_attempt"] >= 1, res
+    for k in ("seccomp", "landlock_fs", "escape_monitor", "user_namespace", "pid_namespace", "mount_namespace",
+              "network_namespace", "no_new_privs", "capabilities_dropped", "nested_namespaces_refused"):
+        assert res["layers"][k], k
+    events = [json.loads(l) for l in open(ev / "0.jsonl")]
+    start = [e for e in events if e["type"] == "start"]
+    assert len(start) == 1 and start[0]["command"][:2] == ["python3", "-c"], start
+    assert any(e["type"] == "escape_attempt" and e.get("syscall") == "unshare" for e in events), events
+    # Pool freed with a parked interpreter still waiting: every one is gone.
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
+    assert wait_for(lambda: not any(os.path.exists("/proc/%d" % pid) for pid in parked), 5), parked
+
+
+def test_preload_errors(tmp_path, outdir):
+    runs = None
+    p = subprocess.run([AJ_POOL, "--size", "1", "--set", "interpreter.language=python", "--set",
+                        "interpreter.preload=aj_no_such_module", "--", "python3", "-c", "pass"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "interpreter.preload: aj_no_such_module: ModuleNotFoundError" in p.stderr, p
+    # The same from the CLI (cold): a setup error naming the module.
+    r = run_aj(["--interpreter", "python", "--preload", "aj_no_such_module"], ["-c", "print(1)"])
+    assert r.returncode == 125 and "aj_no_such_module" in r.stderr and r.stdout == "", r
+    # Positive control: a module that exists.
+    r = run_aj(["--interpreter", "python", "--preload", "json"], ["-c", "import sys; print('json' in sys.modules)"])
+    assert r.returncode == 0 and r.stdout == "True\n", r.stderr
+    # Bad input, refused before anything starts (exit 2), located in a file.
+    for args, msg in [(["--preload", "json"], "interpreter.preload needs interpreter.language"),
+                      (["--interpreter", "python", "--preload", "a..b"], "'a..b' is not a module name"),
+                      (["--interpreter", "ruby"], "ruby")]:
+        r = run_aj(args, ["-c", "pass"])
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+    pol = tmp_path / "p.json"
+    pol.write_text('{"version": 1,\n  "interpreter": {"language": "python",\n    "preload": ["json", 7]}\n}\n')
+    r = run_aj(["--policy", str(pol)], ["-c", "pass"])
+    assert r.returncode == 2 and "p.json:3:" in r.stderr and "interpreter.preload[1]" in r.stderr, r.stderr
+
+
+def test_cli_code_file_like_python_c(tmp_path, hostdir):
+    code = "import sys\nprint('ran', sys.argv)\nraise SystemExit(4)\n"
+    f = tmp_path / "code.py"
+    f.write_text(code)
+    warm_cli = run_aj(["--interpreter", "python", "--preload", "json"], [str(f), "a1"])
+    bare = run_aj([], ["python3", "-c", code, "a1"])
+    assert (warm_cli.returncode, warm_cli.stdout, warm_cli.stderr) == (4, "ran ['-c', 'a1']\n", "")
+    assert (bare.returncode, bare.stdout) == (4, warm_cli.stdout)
+    # A plain command under an interpreter policy runs as it is.
+    r = run_aj(["--interpreter", "python"], ["python3", "-c", "print(2)"])
+    assert r.returncode == 0 and r.stdout == "2\n"
+    # A file the code leaves open is closed (flushed) at its end, as python3 -c's teardown does.
+    import pathlib
+    ws = pathlib.Path(hostdir)
+    if IS_ROOT:
+        os.chown(hostdir, 1000, 1000)  # a workspace of a normal user (root's is refused)
+    rw = ["--bind-rw", hostdir + ":/out"]
+    leave = "f = open('/out/left.txt', 'w'); f.write('flushed at exit')"
+    r = run_aj(["--interpreter", "python", "--preload", "json"] + rw, ["-c", leave])
+    assert r.returncode == 0 and (ws / "left.txt").read_text() == "flushed at exit", r
+    (ws / "left.txt").unlink()
+    r = run_aj(rw, ["python3", "-c", leave])  # the control: bare
+    assert r.returncode == 0 and (ws / "left.txt").read_text() == "flushed at exit", r
+    r = run_aj(["--interpreter", "python"], [str(tmp_path / "missing.py")])
+    assert r.returncode == 2 and "missing.py" in r.stderr
+
+
+def test_pandas_warm_run(outdir):
+    if not have_pandas():
+        must_skip("python3-pandas is not installed (scripts/deps.sh test)")
+    code = textwrap.dedent("""\
+        import sys
+        print('pandas' in sys.modules)
+        import pandas as pd, numpy as np
+        df = pd.DataFrame({'k': np.arange(10000) % 10, 'v': np.arange(10000, dtype=float)})
+        print(df.groupby('k')['v'].agg(['sum', 'mean', 'count']).to_string())
+        """)
+    runs, _, _ = pool([["python3", "-c", code]], outdir, size=1,
+                      extra=["--set", "interpreter.language=python", "--set", "interpreter.preload=pandas"])
+    cold = run_aj([], ["python3", "-c", code])
+    assert runs[0]["warm"] and runs[0]["result"]["status"] == "ok", out(outdir, 0, "err")
+    assert out(outdir, 0).splitlines()[0] == "True" and cold.stdout.splitlines()[0] == "False"
+    assert out(outdir, 0).splitlines()[1:] == cold.stdout.splitlines()[1:]
+
+
+def test_preload_is_under_the_monitor(hostdir):
+    # A preload that makes an escape-indicative call while it imports: refused
+    # (the monitor answers EPERM), and no interpreter is parked with it.
+    with open(os.path.join(hostdir, "aj_t_escape.py"), "w") as f:
+        f.write("import ctypes\nctypes.CDLL(None).unshare(0x10000000)\n")
+    with open(os.path.join(hostdir, "aj_t_fine.py"), "w") as f:
+        f.write("import ctypes\nctypes.CDLL(None).getpid()\n")
+    base = [AJ_POOL, "--size", "1", "--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
+            "--set", "interpreter.language=python"]
+    p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_escape", "--", "python3", "-c", "pass"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "monitored system call (unshare)" in p.stderr, p
+    # Positive control: the same path, a module that stays inside.
+    p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_fine", "--", "python3", "-c",
+                               "import sys; print('aj_t_fine' in sys.modules)"],
+                       capture_output=True, text=True, timeout=60)
+    runs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    assert p.returncode == 0 and runs[0]["warm"] and runs[0]["result"]["status"] == "ok", p
+    assert "True\n" in p.stdout, p.stdout  # the run's stdout is the helper's here
