@@ -273,19 +273,22 @@ def test_client_gone_mid_run_kills_it_and_the_server_leaves_nothing(how):
     private directory is gone (the no_leaks fixture checks /tmp and
     processes too)."""
     import signal
-    import glob
     from conftest import wait_for
     tag = new_tag()
-    before = set(glob.glob("/tmp/agentjail-mcp-*"))
     p = subprocess.Popen([AJ_BIN, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     for m in (init_msg("2025-11-25"), {"jsonrpc": "2.0", "method": "notifications/initialized"},
               call_msg(2, "run_command", {"argv": ["sleep", tag]})):
         p.stdin.write(json.dumps(m).encode() + b"\n")
     p.stdin.flush()
     assert json.loads(p.stdout.readline())["id"] == 1
+    head = b""
+    while b"stdio: ready" not in head:
+        line = p.stderr.readline()
+        assert line, head
+        head += line
+    mine = re.search(rb"records in (\S+) \(private", head).group(1).decode()
+    assert os.stat(mine).st_mode & 0o777 == 0o700, mine
     assert wait_for(lambda: pids_with(tag), 30), "the run is going (positive control)"
-    mine = set(glob.glob("/tmp/agentjail-mcp-*")) - before
-    assert len(mine) == 1 and os.stat(list(mine)[0]).st_mode & 0o777 == 0o700, mine
     if how == "eof":
         p.stdin.close()
     else:
@@ -296,7 +299,7 @@ def test_client_gone_mid_run_kills_it_and_the_server_leaves_nothing(how):
     err = p.stderr.read().decode()
     assert "tools/call run_command cancelled" in err, err
     assert pids_with(tag) == []
-    assert not os.path.exists(list(mine)[0])
+    assert not os.path.exists(mine)
     assert p.stdout.read() == b""  # no answer for the cancelled call
 
 
