@@ -69,6 +69,10 @@ enum aj_event_type {
     AJ_EV_LIMIT,
     AJ_EV_ERROR,
     AJ_EV_EVENTS_SUPPRESSED, /* the event budget's summary (not in the result's counts) */
+    AJ_EV_NET_CAP,           /* network "proxy": a cap refused a connection or request */
+    AJ_EV_SECRET_USED,       /* the proxy put a brokered secret in a request */
+    AJ_EV_SECRET_MISDIRECTED, /* a placeholder went to a host its secret is not for */
+    AJ_EV_CREDENTIALS_SUSPENDED, /* brokering stopped after an escape attempt: rotate these */
     AJ_EV_COUNT,             /* grows as kinds are added */
 };
 
@@ -100,6 +104,11 @@ struct aj_result {
     bool has_rw_binds;                   /* the policy binds something writable */
     bool workspace_idmap;                /* ... and every writable bind is id-mapped */
     char workspace_idmap_note[512];      /* why one is not (the first), or "" */
+    /* network.mode "proxy" (docs/network.md): what went through the
+     * egress proxy, and whether brokering was stopped. */
+    bool egress;
+    uint64_t egress_bytes_out, egress_bytes_in;
+    bool credentials_suspended;
 };
 
 AJ_EXPORT const char *aj_status_name(enum aj_status s);

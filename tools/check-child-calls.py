@@ -14,7 +14,7 @@ safe calls per signal-safety(7), raw system-call wrappers, string
 functions). An indirect call through a pointer cannot be followed and
 fails too.
 
-    check-child-calls.py [--root OBJNAME] LIB.a|OBJ.o...
+    check-child-calls.py [--root OBJNAME[,OBJNAME...]] LIB.a|OBJ.o...
     check-child-calls.py --self-test CC
 
 Exit 0: clean; 1: a forbidden call (each printed with the call chain that
@@ -47,7 +47,7 @@ ALLOWED = set("""
     prctl setns unshare sethostname setdomainname setrlimit prlimit getrlimit
     wait waitpid waitid wait4 ptrace syscall
     clock_gettime time nanosleep uname getrandom getentropy statfs fstatfs
-    getenv strerrordesc_np
+    getenv strerrordesc_np environ
     memfd_create mmap munmap mprotect
     tcgetattr tcsetattr tcgetpgrp tcsetpgrp isatty
     memcpy memmove memset memchr memrchr memcmp bcmp
@@ -63,6 +63,8 @@ ALLOWED = set("""
 # stream that takes no lock (_IO_USER_LOCK), and allocates only for wide
 # strings, positional arguments or widths beyond its stack buffer, none of
 # which the sandbox side uses (aj_err, small path and number formats).
+# environ: the variable itself (the relay blanks its copy of the
+# environment's strings in place; no call).
 # getenv: glibc's reads environ with no lock and no allocation (setenv
 # builds a new array and swaps the pointer, so a snapshot taken by clone
 # is consistent); the sandbox side reads a test knob with it.
@@ -194,8 +196,9 @@ def check(paths, root):
             if t[0] == "sym" and t[1].startswith(("__asan_", "__ubsan_", "__tsan_", "__msan_")):
                 print("sanitizer-instrumented objects (%s): the check is for uninstrumented builds" % t[1])
                 return 77
-    roots = [k for k in calls if k[0] == root]
-    if not roots:
+    want = root.split(",")
+    roots = [k for k in calls if k[0] in want]
+    if not roots or any(not any(k[0] == w for k in calls) for w in want):
         sys.stderr.write("check-child-calls: no function of %s in %s\n" % (root, " ".join(paths)))
         sys.exit(2)
     parent = {k: None for k in roots}
@@ -266,7 +269,9 @@ def self_test(cc):
 def main(argv):
     if len(argv) == 3 and argv[1] == "--self-test":
         return self_test(argv[2])
-    root = "child.c.o"
+    # The raw clones' code: the sandbox side, and the egress proxy's and
+    # relay's (egress_child.c).
+    root = "child.c.o,egress_child.c.o"
     args = argv[1:]
     if len(args) >= 2 and args[0] == "--root":
         root, args = args[1], args[2:]

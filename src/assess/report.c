@@ -116,7 +116,7 @@ static json_t *build_controls(struct jb *b, const struct facts *f)
         b->oom = true;
         return NULL;
     }
-    jset(b, o, "network", jstr(pol->network == AJ_NET_NONE ? "none" : "loopback"));
+    jset(b, o, "network", jstr(pol->network == AJ_NET_NONE ? "none" : pol->network == AJ_NET_PROXY ? "proxy" : "loopback"));
     jset(b, o, "escape_monitor", json_boolean(f->monitor));
     jset(b, o, "decoys", json_boolean(pol->decoys));
     jset(b, o, "cloud_decoys", json_boolean(pol->cloud_decoys));

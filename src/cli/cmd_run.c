@@ -55,6 +55,7 @@ enum {
     OPT_EVENT_BUDGET,
     OPT_NO_DECOYS,
     OPT_DECOY_CLOUD,
+    OPT_NET_KEY, /* --allow, --deny, --secret...: policy keys of network "proxy" (keys.c) */
     OPT_INTERPRETER,
     OPT_PRELOAD,
     OPT_HELP,
@@ -99,6 +100,17 @@ static const struct option run_options[] = {
     {"event-budget", required_argument, NULL, OPT_EVENT_BUDGET},
     {"no-decoys", no_argument, NULL, OPT_NO_DECOYS},
     {"decoy-cloud", no_argument, NULL, OPT_DECOY_CLOUD},
+    {"allow", required_argument, NULL, OPT_NET_KEY},
+    {"deny", required_argument, NULL, OPT_NET_KEY},
+    {"allow-range", required_argument, NULL, OPT_NET_KEY},
+    {"proxy-port", required_argument, NULL, OPT_NET_KEY},
+    {"resolver", required_argument, NULL, OPT_NET_KEY},
+    {"net-max-connections", required_argument, NULL, OPT_NET_KEY},
+    {"net-max-bytes-out", required_argument, NULL, OPT_NET_KEY},
+    {"net-max-bytes-in", required_argument, NULL, OPT_NET_KEY},
+    {"net-max-connection-time", required_argument, NULL, OPT_NET_KEY},
+    {"net-max-rps", required_argument, NULL, OPT_NET_KEY},
+    {"secret", required_argument, NULL, OPT_NET_KEY},
     {"interpreter", required_argument, NULL, OPT_INTERPRETER},
     {"preload", required_argument, NULL, OPT_PRELOAD},
     {"help", no_argument, NULL, OPT_HELP},
@@ -131,9 +143,20 @@ static void run_usage(FILE *f)
           "  --env-pass NAME           copy a variable from agentjail's environment\n"
           "  --hostname NAME           hostname inside (default agentjail)\n"
           "  --timeout DURATION        wall-clock limit: 10, 10s, 500ms, 2m; kills the sandbox\n"
-          "  --network loopback|none   loopback (default): a private lo, nothing of the\n"
-          "                            host and nothing leaves; none: no usable interface\n"
-          "                            (and Landlock refuses TCP where its ABI is 4+)\n"
+          "  --network loopback|none|proxy  loopback (default): a private lo, nothing of\n"
+          "                            the host and nothing leaves; none: no usable interface\n"
+          "                            (and Landlock refuses TCP where its ABI is 4+); proxy:\n"
+          "                            loopback plus HTTP(S) through the run's egress proxy\n"
+          "                            to what --allow names (docs/network.md)\n"
+          "  --allow HOST[:PORT]       proxy: let HOST (or *.DOMAIN, IP, \"GET HOST:PORT\") through\n"
+          "  --deny HOST[:PORT]        proxy: refuse it even if allowed\n"
+          "  --allow-range CIDR        proxy: an address range the deny floor refuses, allowed\n"
+          "  --proxy-port N            proxy: the relay's port on 127.0.0.1 (default 3128)\n"
+          "  --resolver IP:PORT        proxy: the DNS server the proxy asks (default: the host's)\n"
+          "  --net-max-connections N, --net-max-bytes-out SIZE, --net-max-bytes-in SIZE,\n"
+          "  --net-max-connection-time DURATION, --net-max-rps N   proxy: caps per run\n"
+          "  --secret ID,hosts=H1|H2,from=env:NAME|file:/PATH,env=VAR[,file=/PATH][,header=H][,format=F]\n"
+          "                            proxy: broker a credential; the sandbox gets a placeholder\n"
           "  --uid N, --gid N          ids inside the sandbox (default 1000)\n"
           "  --uid-range BASE:COUNT    root mode: host uids for runs (default 1610612736:65536)\n"
           "\n"
@@ -413,6 +436,7 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_EVENT_BUDGET:
         case OPT_NO_DECOYS:
         case OPT_DECOY_CLOUD:
+        case OPT_NET_KEY:
         case OPT_INTERPRETER:
         case OPT_PRELOAD:
             r = set_policy_flag(pol, run_options[longindex].name, optarg, &err);

@@ -124,6 +124,75 @@ static int hexval(char c)
     return -1;
 }
 
+/* "interpreters": [{"language": "python", "preload": [MODULE...], "pool": N}]. The
+ * module names are checked when the policy is built (tenant.c). */
+static int load_interpreters(struct cfg_loader *L, const char *path, json_t *v, struct srv_interp *out)
+{
+    char p[400];
+    size_t i;
+    json_t *e;
+
+    if (!json_is_array(v))
+        return cfg_fail(L, path, "must be an array of {\"language\": \"python\", \"preload\": [...], \"pool\": N}");
+    out->set = true;
+    json_array_foreach(v, i, e) {
+        const char *key;
+        json_t *m;
+        uint64_t u = 2;
+        bool lang = false;
+        (void)snprintf(p, sizeof(p), "%s[%zu]", path, i);
+        if (!json_is_object(e))
+            return cfg_fail(L, p, "must be an object {\"language\", \"preload\", \"pool\"}");
+        if (out->python)
+            return cfg_fail(L, p, "python is given twice (one entry per language)");
+        out->pool = 2;
+        json_object_foreach(e, key, m) {
+            (void)snprintf(p, sizeof(p), "%s[%zu].%s", path, i, key);
+            if (strcmp(key, "language") == 0) {
+                if (!json_is_string(m) || strcmp(json_string_value(m), "python") != 0)
+                    return cfg_fail(L, p, "must be \"python\" (the only interpreter there is)");
+                lang = true;
+            } else if (strcmp(key, "preload") == 0) {
+                size_t k;
+                json_t *s;
+                if (!json_is_array(m) || json_array_size(m) > 64)
+                    return cfg_fail(L, p, "must be an array of at most 64 module names");
+                out->preload = calloc(json_array_size(m) + 1, sizeof(char *));
+                if (!out->preload)
+                    return cfg_fail(L, p, "out of memory");
+                json_array_foreach(m, k, s) {
+                    (void)snprintf(p, sizeof(p), "%s[%zu].preload[%zu]", path, i, k);
+                    if (!json_is_string(s))
+                        return cfg_fail(L, p, "must be a module name");
+                    out->preload[out->n_preload] = strdup(json_string_value(s));
+                    if (!out->preload[out->n_preload++])
+                        return cfg_fail(L, p, "out of memory");
+                }
+            } else if (strcmp(key, "pool") == 0) {
+                if (get_uint(L, p, m, 0, 64, &u) < 0)
+                    return -1;
+                out->pool = (unsigned)u;
+            } else {
+                return cfg_fail(L, p, "unknown key (known: language, preload, pool)");
+            }
+        }
+        if (!lang) {
+            (void)snprintf(p, sizeof(p), "%s[%zu]", path, i);
+            return cfg_fail(L, p, "\"language\" is required");
+        }
+        out->python = true;
+    }
+    return 0;
+}
+
+static void interp_clear(struct srv_interp *in)
+{
+    for (size_t i = 0; i < in->n_preload; i++)
+        free(in->preload[i]);
+    free(in->preload);
+    *in = (struct srv_interp){0};
+}
+
 static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, struct srv_tenant *t)
 {
     char path[300];
@@ -183,6 +252,10 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
                 return -1;
             t->pool_size = (unsigned)u;
             t->set_pool = true;
+        } else if (strcmp(key, "interpreters") == 0) {
+            interp_clear(&t->interp);
+            if (load_interpreters(L, path, v, &t->interp) < 0)
+                return -1;
         } else if (strcmp(key, "uid_base") == 0) {
             /* Below 65536 live the host's real users (the policy's own bound). */
             if (get_uint(L, path, v, 65536, 0xfffffffeU, &u) < 0)
@@ -196,7 +269,8 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
             t->set_uid = true;
         } else {
             return cfg_fail(L, path, "unknown key (a tenant has: token_sha256, policy, profile, max_runs, "
-                                     "max_runs_per_minute, max_timeout, pool_size, uid_base, uid_count)");
+                                     "max_runs_per_minute, max_timeout, pool_size, interpreters, uid_base, "
+                                     "uid_count)");
         }
     }
     if (t->set_uid && (!t->uid_base || !t->uid_count)) {
@@ -332,6 +406,10 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_uint(L, key, v, 0, 64, &u) < 0)
                 return -1;
             cfg->pool_size = (unsigned)u;
+        } else if (strcmp(key, "interpreters") == 0) {
+            interp_clear(&cfg->interp);
+            if (load_interpreters(L, key, v, &cfg->interp) < 0)
+                return -1;
         } else if (strcmp(key, "sessions") == 0) {
             if (load_sessions(L, v, cfg) < 0)
                 return -1;
@@ -385,7 +463,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
                             "max_connections, max_connections_per_ip, connection_timeout, max_runs_per_minute, "
-                            "retention_days, pool_size, events_log, tls, sessions)");
+                            "retention_days, pool_size, interpreters, events_log, tls, sessions)");
         }
     }
     if (!cfg->store)
@@ -505,7 +583,9 @@ void srv_config_clear(struct srv_config *cfg)
         free(cfg->tenants[i].name);
         free(cfg->tenants[i].policy_path);
         free(cfg->tenants[i].profile);
+        interp_clear(&cfg->tenants[i].interp);
     }
+    interp_clear(&cfg->interp);
     free(cfg->tenants);
     free(cfg->events_log);
     free(cfg->tls_cert_path);

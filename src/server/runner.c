@@ -39,6 +39,7 @@ struct srv_runner {
      * made and freed there. */
     struct tenant_pool {
         struct aj_pool *pool;
+        struct aj_pool *interp; /* its warm interpreters (tenant pol_interp), NULL: none */
     } *pools;
     struct srv_run *graveyard; /* finished in this batch, the runner's reference still held */
     int64_t pruned_ms;         /* when old records were last removed (retention_days) */
@@ -431,6 +432,15 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     req.workdir = r->workdir;
     struct aj_pool *pool = r->pol ? NULL : rn->pools[r->tenant->index].pool;
     const struct aj_policy *pol = r->pol ? r->pol : r->tenant->pol ? r->tenant->pol : rn->pol;
+    /* python3 to a tenant with warm interpreters: one of them (the library
+     * runs it cold, same semantics, when none is parked or the request
+     * needs what a parked one cannot give; docs/interpreters.md). */
+    struct aj_pool *ipool = r->pol ? NULL : rn->pools[r->tenant->index].interp;
+    if (ipool && r->argv && r->argv[0] &&
+        (strcmp(r->argv[0], "python3") == 0 || strcmp(r->argv[0], "/usr/bin/python3") == 0))
+        pool = ipool;
+    else
+        ipool = NULL;
     if ((pool ? aj_pool_start(pool, &req, &r->h, &err) : aj_sandbox_start(pol, &req, &r->h, &err)) < 0) {
         r->h = NULL;
         (void)snprintf(r->error, sizeof(r->error), "%s", err.msg);
@@ -440,13 +450,13 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     /* The pool's counts, read here by its owner thread: a metrics request
      * must not call aj_pool_get_stats while this thread frees the pool. */
     struct aj_pool_stats ps = {0};
-    if (pool)
+    if (pool && !ipool)
         aj_pool_get_stats(pool, &ps);
     (void)pthread_mutex_lock(&rn->lock);
     r->state = SRV_RUNNING;
     rn->m.started++;
     rn->m.running++;
-    if (pool) {
+    if (pool && !ipool) { /* (the interpreters' pool is not in these counts) */
         struct srv_tenant *t = r->tenant;
         /* The server's sums move by this pool's change. */
         rn->m.warm_runs += ps.warm_runs - t->warm_runs;
@@ -639,6 +649,14 @@ static void *runner_main(void *arg)
      * be made (a policy that cannot be pooled) leaves runs cold. */
     for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
         struct srv_tenant *t = &rn->cfg->tenants[i];
+        /* Its warm interpreters: each imports its preload here (seconds
+         * for pandas), before the first request is taken. */
+        if (t->pol_interp && t->interp_pool &&
+            aj_pool_new(t->pol_interp, t->interp_pool, &rn->pools[i].interp, &err) < 0) {
+            rn->pools[i].interp = NULL;
+            (void)fprintf(stderr, "agentjail serve: warm interpreters of tenant %s: %s; its python runs start "
+                          "from its warm pool or cold\n", t->name, err.msg);
+        }
         if (!t->pool_size || !t->pol)
             continue;
         if (aj_pool_new(t->pol, t->pool_size, &rn->pools[i].pool, &err) < 0) {
@@ -680,7 +698,8 @@ static void *runner_main(void *arg)
     }
     for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
         aj_pool_free(rn->pools[i].pool);
-        rn->pools[i].pool = NULL;
+        aj_pool_free(rn->pools[i].interp);
+        rn->pools[i].pool = rn->pools[i].interp = NULL;
     }
     return NULL;
 }

@@ -22,6 +22,16 @@ extern const unsigned srv_latency_bounds_ms[SRV_LATENCY_BUCKETS];
 /* Runs queued or running at once, all tenants: the bound of max_runs. */
 #define SRV_MAX_RUNS 256
 
+/* The config's "interpreters": warm interpreters to keep (docs/interpreters.md).
+ * Only python exists: at most one entry. */
+struct srv_interp {
+    bool set;           /* given (a tenant's replaces the server's; [] turns them off) */
+    bool python;        /* an entry for python */
+    char **preload;     /* module names */
+    size_t n_preload;
+    unsigned pool;      /* parked interpreters */
+};
+
 struct srv_tenant {
     char *name;
     uint8_t token_sha256[32];
@@ -33,6 +43,7 @@ struct srv_tenant {
     unsigned max_runs_per_minute; /* a token bucket of that size; 0: none */
     uint64_t max_timeout_ms;      /* the runs' timeout and what a request may ask for */
     unsigned pool_size;           /* its warm pool's sandboxes; 0: cold runs */
+    struct srv_interp interp;     /* its "interpreters" (interp.set: given) */
     uint32_t uid_base, uid_count; /* its host uids (root mode): never another tenant's */
     bool set_max_runs, set_rate, set_timeout, set_pool, set_uid; /* given in the config */
 
@@ -43,6 +54,9 @@ struct srv_tenant {
                                    * the server's */
     struct aj_policy *pol_nonet;  /* pol with network.mode none (a request's "network": "none"),
                                    * NULL when pol has no network already */
+    struct aj_policy *pol_interp; /* pol with its python interpreter (interpreter.language and
+                                   * preload), NULL: none; its pool parks interp_pool of them */
+    unsigned interp_pool;
     char net_mode[16];            /* pol's network.mode */
     uint64_t lim_memory, lim_cpu_time_ms, lim_output; /* pol's limits, 0: none (bounds of "limits") */
     char policy_sha256[65];
@@ -79,6 +93,7 @@ struct srv_config {
     unsigned max_connections_per_ip; /* 0: no per-address limit */
     unsigned connection_timeout;  /* seconds a connection may stay idle */
     unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
+    struct srv_interp interp;     /* "interpreters": every tenant's unless it has its own */
     unsigned max_runs_per_minute; /* per tenant, a token bucket of that size; 0: no rate limit */
     unsigned retention_days;      /* records of ended runs kept; 0: forever */
     /* Sessions and workspaces (the config's "sessions" object; session.c). */

@@ -239,6 +239,10 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
             t->max_timeout_ms = cfg->max_timeout_ms;
         if (!t->set_pool)
             t->pool_size = cfg->pool_size;
+        {
+            const struct srv_interp *in = t->interp.set ? &t->interp : &cfg->interp;
+            t->interp_pool = in->python ? in->pool : 0;
+        }
     }
 
     for (size_t i = 0; i < cfg->n_tenants; i++) {
@@ -304,11 +308,12 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
         bool oom = false;
 
         (void)snprintf(k, sizeof(k), "tenants.%s%s", t->name, t->set_uid ? ".uid_count" : "");
-        if (t->uid_count < t->max_runs + t->pool_size) {
+        if (t->uid_count < t->max_runs + t->pool_size + t->interp_pool) {
             (void)snprintf(m, sizeof(m),
-                           "its uid range has %u uids, fewer than max_runs + pool_size (%u); give it more "
-                           "(uid_base, uid_count), or leave more of the server policy's range to the automatic ones",
-                           t->uid_count, t->max_runs + t->pool_size);
+                           "its uid range has %u uids, fewer than max_runs + pool_size + its interpreters' pool "
+                           "(%u); give it more (uid_base, uid_count), or leave more of the server policy's range to "
+                           "the automatic ones",
+                           t->uid_count, t->max_runs + t->pool_size + t->interp_pool);
             fail(key, key_size, msg, msg_size, k, m);
             goto out;
         }
@@ -351,6 +356,38 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
                 goto out;
             }
             free(canon);
+        }
+        /* Its warm interpreters: the same policy, with the interpreter's
+         * keys (docs/interpreters.md). */
+        {
+            const struct srv_interp *in = t->interp.set ? &t->interp : &cfg->interp;
+            if (in->python) {
+                char *canon = aj_policy_to_json(t->pol, true);
+                (void)snprintf(k, sizeof(k), "%s%s", t->interp.set ? "tenants." : "interpreters",
+                               t->interp.set ? t->name : "");
+                if (t->interp.set)
+                    (void)snprintf(k + strlen(k), sizeof(k) - strlen(k), ".interpreters");
+                t->pol_interp = aj_policy_new();
+                err = (struct aj_error){0};
+                if (!canon || !t->pol_interp ||
+                    aj_policy_load_buffer(t->pol_interp, canon, strlen(canon), "tenant policy", &err) < 0 ||
+                    aj_policy_set(t->pol_interp, "interpreter.language", "python", &err) < 0) {
+                    free(canon);
+                    fail(key, key_size, msg, msg_size, k, err.msg[0] ? err.msg : "out of memory");
+                    goto out;
+                }
+                free(canon);
+                for (size_t j = 0; j < in->n_preload; j++)
+                    if (aj_policy_set(t->pol_interp, "interpreter.preload", in->preload[j], &err) < 0) {
+                        (void)snprintf(k + strlen(k), sizeof(k) - strlen(k), "[0].preload[%zu]", j);
+                        fail(key, key_size, msg, msg_size, k, err.msg);
+                        goto out;
+                    }
+                if (aj_policy_validate(t->pol_interp, &err) < 0) {
+                    fail(key, key_size, msg, msg_size, k, err.msg);
+                    goto out;
+                }
+            }
         }
     }
 
@@ -397,7 +434,8 @@ void srv_tenants_clear(struct srv_config *cfg)
     for (size_t i = 0; cfg->tenants && i < cfg->n_tenants; i++) {
         aj_policy_free(cfg->tenants[i].pol);
         aj_policy_free(cfg->tenants[i].pol_nonet);
-        cfg->tenants[i].pol = cfg->tenants[i].pol_nonet = NULL;
+        aj_policy_free(cfg->tenants[i].pol_interp);
+        cfg->tenants[i].pol = cfg->tenants[i].pol_nonet = cfg->tenants[i].pol_interp = NULL;
     }
 }
 

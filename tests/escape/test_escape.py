@@ -444,6 +444,31 @@ def test_blocked_in_sandbox(aj, t):
     assert_blocked(t, r)
 
 
+# The network techniques again in network.mode "proxy" (docs/network.md):
+# lo is up with the relay on 127.0.0.1:3128 and the egress proxy
+# (agentjail-egress beside AJ_BIN) runs outside; none of them gets further
+# than in the default sandbox.
+NETWORK_TECHNIQUES = [t for t in TECHNIQUES if t.id in (
+    "abstract-unix-host", "tcp-host-loopback", "host-interfaces", "socket-raw", "socket-packet", "socket-vsock")]
+
+
+def _egress_env():
+    if not os.access(os.path.join(os.path.dirname(AJ_BIN), "agentjail-egress"), os.X_OK):
+        must_skip("agentjail-egress not built beside %s" % AJ_BIN)
+    env = dict(os.environ)
+    env.pop("AGENTJAIL_EGRESS", None)
+    return env
+
+
+@pytest.mark.parametrize("t", NETWORK_TECHNIQUES, ids=lambda t: t.id)
+def test_network_blocked_in_proxy_mode(aj, t):
+    assert len(NETWORK_TECHNIQUES) == 6
+    r = run_aj(try_args() + t.aj(aj) + ["--network", "proxy", "--allow", "example.com"],
+               ["/opt/aj-try"] + t.argv(aj, True), env=_egress_env())
+    assert r.result and r.result.get("network", {}).get("mode") == "proxy", r
+    assert_blocked(t, r)
+
+
 def test_environment_is_only_path_and_home(aj):
     """Nothing ambient: the environment inside is PATH and HOME=/tmp, no more."""
     r = run_aj(try_args(), ["/opt/aj-try", "env", "HOME", "PATH"], env=aj.env)

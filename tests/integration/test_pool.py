@@ -343,3 +343,15 @@ def test_refilled_sandboxes_report_a_decoy_read_at_once(outdir, tmp_path):
         kinds = [e["type"] for e in map(json.loads, open(ev / ("%d.jsonl" % i)))]
         assert "canary" in kinds, (i, runs[i]["warm"], kinds)
     assert elapsed < 30, "a decoy read waited for the kernel's lease-break-time: %.1f s" % elapsed
+
+
+def test_an_escape_attempt_in_the_first_run_is_answered(outdir):
+    # The first run after aj_pool_new can launch a sandbox whose payload has
+    # not handed its seccomp listener over yet: it arrives while the launch
+    # waits for READY and must be watched from then on. It was not (rootless,
+    # with no cgroup timer to wake the loop, the run hung in the monitored call).
+    runs, _, _ = pool([["/usr/bin/unshare", "-U", "/bin/true"], ["/bin/true"]], size=1, outdir=outdir,
+                      timeout=60)
+    assert runs[0]["warm"] and runs[0]["result"]["escape_attempted"] is True, runs[0]
+    assert runs[0]["result"]["status"] == "nonzero_exit", runs[0]
+    assert runs[1]["result"]["status"] == "ok" and runs[1]["result"]["escape_attempted"] is False

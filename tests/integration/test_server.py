@@ -759,3 +759,31 @@ def test_store_in_a_directory_others_can_write_is_refused(server, tmp):
     os.chmod(shared, 0o700)
     s = server(store=os.path.join(shared, "runs.db"))
     assert s.request("GET", "/healthz")[0] == 200
+
+
+def test_warm_interpreters_for_python_runs(server, tmp):
+    """"interpreters": python runs of a tenant take a parked interpreter with
+    the preload imported (docs/interpreters.md); a tenant's own [] turns them
+    off (the control: a bare python3, nothing imported)."""
+    s = server(extra={"pool_size": 0, "interpreters": [{"language": "python", "preload": ["json"], "pool": 1}],
+                      "tenants": {"a": {"token_sha256": sha(TOKEN_A)},
+                                  "b": {"token_sha256": sha(TOKEN_B), "interpreters": []}}})
+    code = "import sys; print('json' in sys.modules, sys.argv); sys.exit(3)"
+    for _ in range(2):
+        status, _, j = s.run({"language": "python", "code": code})
+        assert status == 200 and j["stdout"] == "True ['-c']\n" and j["exit_code"] == 3, j
+        assert j["argv"][:2] == ["python3", "-c"] and j["result"]["layers"]["seccomp"] is True, j
+    status, _, j = s.run({"language": "python", "code": code}, token=TOKEN_B)
+    assert status == 200 and j["stdout"] == "False ['-c']\n" and j["exit_code"] == 3, j
+    status, _, j = s.run({"language": "bash", "code": "echo plain"})
+    assert status == 200 and j["stdout"] == "plain\n", j
+    # Bad entries stop the server with the key named.
+    for interp, where in [([{"language": "ruby"}], "interpreters[0].language"),
+                          ([{"language": "python", "preload": ["a..b"]}], "interpreters[0].preload[0]"),
+                          ([{"language": "python", "pool": 65}], "interpreters[0].pool")]:
+        path = os.path.join(tmp, "bad-interp.json")
+        with open(path, "w") as f:
+            json.dump({"store": os.path.join(tmp, "x.db"), "interpreters": interp,
+                       "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}}, f)
+        p = subprocess.run([AJ_BIN, "serve", "--config", path], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and where in p.stderr, (interp, p.stderr)

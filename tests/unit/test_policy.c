@@ -876,6 +876,8 @@ static bool is_scalar(const struct aj_policy_key *k)
     case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
         break;
     }
     return false;
@@ -900,8 +902,11 @@ static void test_table_rows_are_consistent(void **state)
         const struct aj_policy_key *k = &aj_policy_keys[i];
         const char *dot = strchr(k->key, '.');
 
-        if (!dot || strchr(dot + 1, '.'))
-            fail_msg("%s: a key path is GROUP.NAME", k->key);
+        bool whole = false;
+        for (size_t g = 0; g < aj_policy_n_groups; g++)
+            whole |= aj_policy_groups[g].whole && strcmp(aj_policy_groups[g].name, k->key) == 0;
+        if ((!dot && !whole) || (dot && strchr(dot + 1, '.')))
+            fail_msg("%s: a key path is GROUP.NAME (or a whole group's name)", k->key);
         while (group < aj_policy_n_groups && !aj_policy_key_in_group(k, aj_policy_groups[group].name))
             group++;
         if (group == aj_policy_n_groups)
@@ -956,6 +961,8 @@ static void other_value(const struct aj_policy_key *k, char *buf, size_t size)
         snprintf(buf, size, "%s", k->def ? "false" : "true");
     else if (k->type == AJ_KEY_ENUM)
         snprintf(buf, size, "%s", k->names[k->def == 0 ? 1 : 0]);
+    else if (k->type == AJ_KEY_STRING && k->offset == offsetof(struct aj_policy, net_resolver))
+        snprintf(buf, size, "10.0.0.2:53");
     else if (k->type == AJ_KEY_STRING) /* absolute, and a valid hostname too */
         snprintf(buf, size, "%s", k->offset == offsetof(struct aj_policy, workdir) ? "/srv" : "other");
     else
@@ -1128,6 +1135,61 @@ static void test_bind_owner(void **state)
 }
 
 /* The key reference names every key, in both forms. */
+/* network "proxy": the entries the egress proxy reads, checked for shape
+ * where the policy is loaded (each refusal next to an accepted neighbour). */
+static void test_net_entries_and_secrets(void **state)
+{
+    static const char *const good[] = {"pypi.org", "pypi.org:443", "*.example.org", "10.1.2.3", "10.1.2.3:8080",
+                                       "[fd00::1]:443", "fd00::1", "GET api.x.com:443", "GET,HEAD files.x", "*",
+                                       "CONNECT git.x:22", "under_score.x"};
+    static const char *const bad[] = {"", "a b", "get x.com", "GET,,HEAD x", "x.com:0", "x.com:65536", "x..com",
+                                      "-", "[fd00::1", "[zz::1]:1", "fd00::1:99999:x", "*.", ".x.com",
+                                      "x.com:80:80"};
+    static const char *const cidr_good[] = {"10.0.0.0/8", "10.1.2.3/32", "fd00::/8", "::/0"};
+    static const char *const cidr_bad[] = {"10.0.0.0", "10.0.0.0/33", "fd00::/129", "x/8", "/8", "10.0.0.0/-1"};
+    struct aj_error err = {0};
+    struct aj_policy pol;
+    (void)state;
+
+    for (size_t i = 0; i < (sizeof(good) / sizeof(good[0])); i++)
+        if (aj_policy_check_net_entry(good[i], &err) < 0)
+            fail_msg("'%s' refused: %s", good[i], err.msg);
+    for (size_t i = 0; i < (sizeof(bad) / sizeof(bad[0])); i++)
+        if (aj_policy_check_net_entry(bad[i], &err) == 0)
+            fail_msg("'%s' accepted", bad[i]);
+    for (size_t i = 0; i < (sizeof(cidr_good) / sizeof(cidr_good[0])); i++)
+        if (aj_policy_check_cidr(cidr_good[i], &err) < 0)
+            fail_msg("'%s' refused: %s", cidr_good[i], err.msg);
+    for (size_t i = 0; i < (sizeof(cidr_bad) / sizeof(cidr_bad[0])); i++)
+        if (aj_policy_check_cidr(cidr_bad[i], &err) == 0)
+            fail_msg("'%s' accepted", cidr_bad[i]);
+
+    aj_policy_init(&pol);
+    assert_int_equal(aj_policy_set(&pol, "network.mode", "proxy", &err), 0);
+    assert_int_equal(aj_policy_add_secret(&pol, "gh,hosts=api.github.com|uploads.github.com,from=env:GH,env=T,"
+                                          "format=token {}, of course", &err), 0);
+    assert_int_equal(pol.n_secrets, 1);
+    assert_string_equal(pol.secrets[0].id, "gh");
+    assert_int_equal(pol.secrets[0].n_hosts, 2);
+    assert_string_equal(pol.secrets[0].hosts[1], "uploads.github.com");
+    assert_string_equal(pol.secrets[0].format, "token {}, of course");
+    assert_int_equal(aj_policy_validate(&pol, &err), 0);
+    /* The same id twice, no placeholder target, no {} in format, a header
+     * the proxy owns, a relative file: each refused. */
+    assert_true(aj_policy_add_secret(&pol, "gh,hosts=a.x,from=env:GH,env=U", &err) < 0);
+    assert_true(aj_policy_add_secret(&pol, "b,hosts=a.x,from=env:GH", &err) < 0);
+    assert_true(aj_policy_add_secret(&pol, "c,hosts=a.x,from=env:GH,env=V,format=Bearer", &err) < 0);
+    assert_true(aj_policy_add_secret(&pol, "d,hosts=a.x,from=env:GH,env=V,header=Host", &err) < 0);
+    assert_true(aj_policy_add_secret(&pol, "e,hosts=a.x,from=file:rel,env=V", &err) < 0);
+    assert_true(aj_policy_add_secret(&pol, "f,hosts=a.x,from=env:GH,file=tok", &err) < 0);
+    assert_int_equal(aj_policy_add_secret(&pol, "g,hosts=a.x,from=file:/run/tok,file=/run/secrets/t", &err), 0);
+    /* Outside proxy mode a secret is refused by validation. */
+    assert_int_equal(aj_policy_set(&pol, "network.mode", "loopback", &err), 0);
+    assert_true(aj_policy_validate(&pol, &err) < 0);
+    assert_non_null(strstr(err.msg, "needs network.mode \"proxy\""));
+    aj_policy_clear(&pol);
+}
+
 static void test_describe_keys(void **state)
 {
     char *md = aj_policy_describe_keys(true), *plain = aj_policy_describe_keys(false);
@@ -1186,6 +1248,7 @@ int main(void)
         cmocka_unit_test(test_set_by_path_or_flag),
         cmocka_unit_test(test_bind_owner),
         cmocka_unit_test(test_describe_keys),
+        cmocka_unit_test(test_net_entries_and_secrets),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,7 +16,7 @@
 
 static const char *const type_names[AJ_EV_COUNT] = {
     "start", "exit", "escape_attempt", "canary", "net_denied", "net_allowed", "limit", "error",
-    "events_suppressed",
+    "events_suppressed", "net_cap", "secret_used", "secret_misdirected", "credentials_suspended",
 };
 
 const char *aj_event_type_name(enum aj_event_type t)
@@ -180,7 +180,8 @@ void aj_audit_set_budget(struct aj_audit *a, uint64_t budget)
  * end, the limit that ended it, and the summaries themselves. */
 static bool budgeted(enum aj_event_type type)
 {
-    return type != AJ_EV_START && type != AJ_EV_EXIT && type != AJ_EV_LIMIT && type != AJ_EV_EVENTS_SUPPRESSED;
+    return type != AJ_EV_START && type != AJ_EV_EXIT && type != AJ_EV_LIMIT && type != AJ_EV_EVENTS_SUPPRESSED &&
+           type != AJ_EV_CREDENTIALS_SUSPENDED; /* once per run, and responders act on it */
 }
 
 bool aj_audit_over_budget(const struct aj_audit *a, enum aj_event_type type)

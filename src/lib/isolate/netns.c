@@ -15,7 +15,9 @@ int aj_netns_child_setup(const struct aj_policy *pol, struct aj_error *err)
     struct ifreq ifr;
     _cleanup_close_ int fd = -1;
 
-    if (pol->network != AJ_NET_LOOPBACK)
+    /* proxy: lo is up already (the netns helper brought it up for the
+     * relay's socket); again here, harmlessly. */
+    if (pol->network != AJ_NET_LOOPBACK && pol->network != AJ_NET_PROXY)
         return 0;
     fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)

@@ -20,12 +20,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "aj_error.h"
 #include "aj_policy.h"
 
 enum aj_network {
     AJ_NET_NONE = 0,    /* empty netns, lo down, Landlock refuses TCP */
     AJ_NET_LOOPBACK,    /* the default: empty netns with lo up, the sandbox talks to itself */
+    AJ_NET_PROXY,       /* lo up, no route out; a relay on 127.0.0.1:proxy_port to the egress proxy */
 };
 
 /* interpreter.language: a pool of this policy parks interpreters (docs/interpreters.md). */
@@ -50,6 +53,26 @@ struct aj_bind {
     bool owner_set;
     uint32_t owner_uid, owner_gid;
 };
+
+/* A brokered credential (top-level "secrets", docs/network.md): the
+ * sandbox gets a placeholder of the same shape in env (a variable) or file
+ * (a path inside); the egress proxy swaps in the real value, read by the
+ * supervisor from value_from at run time, only in header on requests to
+ * hosts. The value is never in the policy (nor in its hash). */
+struct aj_secret {
+    char *id;
+    char **hosts;
+    size_t n_hosts;
+    char *header;     /* NULL: "Authorization" */
+    char *format;     /* NULL: "Bearer {}" */
+    char *value_from; /* "env:NAME" or "file:/abs/path" (host) */
+    char *env;        /* variable inside that gets the placeholder, or NULL */
+    char *file;       /* file inside that holds the placeholder, or NULL */
+};
+
+#define AJ_SECRET_DEFAULT_HEADER "Authorization"
+#define AJ_SECRET_DEFAULT_FORMAT "Bearer {}"
+#define AJ_MAX_SECRETS 16
 
 struct aj_tmpfs {
     char *path;    /* absolute path inside the sandbox */
@@ -88,6 +111,25 @@ struct aj_policy {
     uint64_t timeout_ms;
     uint64_t tmp_size;          /* /tmp and /dev/shm; AJ_TMP_SIZE_AUTO: by the memory limit */
     enum aj_network network;
+    /* network.mode "proxy" (docs/network.md): what the egress proxy lets
+     * through, as written ("host", "*.domain", "host:port", "METHOD
+     * host:port"); deny wins; allow_ranges opts CIDRs back in past the
+     * deny floor. The caps bound what one run may do through it. */
+    char **net_allow;
+    size_t n_net_allow;
+    char **net_deny;
+    size_t n_net_deny;
+    char **net_allow_ranges;
+    size_t n_net_allow_ranges;
+    uint32_t proxy_port;
+    char *net_resolver;         /* "IP:PORT" the proxy asks; NULL: the host's resolv.conf */
+    uint64_t net_max_connections;
+    uint64_t net_max_bytes_out;
+    uint64_t net_max_bytes_in;
+    uint64_t net_max_connection_ms;
+    uint64_t net_max_requests_per_second;
+    struct aj_secret *secrets;
+    size_t n_secrets;
     uint32_t uid, gid;          /* inside the sandbox */
     uint32_t uid_base, uid_count; /* root mode: host uid/gid range for runs */
     uint64_t rlimit_nofile;
@@ -189,6 +231,8 @@ enum aj_key_type {
     AJ_KEY_NAME_LIST,  /* char *[] variable names: JSON array; text "NAME" */
     AJ_KEY_ID_RANGE,   /* two uint32 (base at .offset, count at .count_offset): {base, count}; "BASE:COUNT" */
     AJ_KEY_LIMIT_SET,  /* uint32 of AJ_LIMIT_* bits: JSON list of limit names or a boolean */
+    AJ_KEY_STR_LIST,   /* char *[]: JSON array of strings, each checked by .check; text: one entry */
+    AJ_KEY_SECRET_LIST, /* struct aj_secret[]: JSON array of secret objects; text: see aj_policy_add_secret */
     AJ_KEY_MODULE_LIST, /* char *[] dotted module names: JSON array; text "NAME" (interpreter.preload) */
 };
 
@@ -252,6 +296,8 @@ struct aj_policy_key {
     const char *doc_default;   /* docs: the default, where the value alone says too little */
     const char *doc;           /* docs: what the key protects against */
     const struct aj_policy_subkey *sub; /* compound objects' members, NULL-terminated */
+    /* AJ_KEY_STR_LIST: the rule every entry follows (0 or -errno + err). */
+    int (*check)(const char *entry, struct aj_error *err);
 };
 
 /* The groups of a policy file, in file and documentation order. */
@@ -259,6 +305,9 @@ struct aj_policy_group {
     const char *name;
     const char *intro; /* docs: before the group's table, or NULL */
     const char *outro; /* docs: after it, or NULL */
+    /* The group's value is one key of the same name (top-level "secrets",
+     * an array) rather than an object of keys. */
+    bool whole;
 };
 
 extern const struct aj_policy_key aj_policy_keys[];
@@ -317,6 +366,25 @@ bool aj_policy_path_is_or_under(const char *path, const char *prefix);
 int aj_policy_check_host_source(const char *host, const char *what, struct aj_error *err);
 int aj_policy_check_bind_target(const char *path, bool rw, const char *what, struct aj_error *err);
 int aj_policy_check_sandbox_path(const char *path, const char *what, struct aj_error *err);
+
+/* ---- network "proxy" entries and secrets (netpol.c) ------------------------------- */
+
+/* An allow/deny entry: "host", "*.domain", "host:port", "[v6]:port",
+ * "IP", "METHOD host[:port]". */
+int aj_policy_check_net_entry(const char *s, struct aj_error *err);
+/* A CIDR: "10.1.0.0/16", "fd00::/8". */
+int aj_policy_check_cidr(const char *s, struct aj_error *err);
+/* Add a secret from text, the flag's form:
+ *   ID,hosts=H1|H2,from=env:NAME|file:/PATH[,env=VAR][,file=/PATH][,header=H][,format=F] */
+int aj_policy_add_secret(struct aj_policy *pol, const char *spec, struct aj_error *err);
+/* Add a copy of s (loader). */
+int aj_policy_push_secret(struct aj_policy *pol, const struct aj_secret *s, struct aj_error *err);
+void aj_secret_clear(struct aj_secret *s);
+/* One secret's rules, wherever it came from; ret_member names what is
+ * wrong ("id", "hosts", ...). */
+int aj_policy_check_secret(const struct aj_secret *s, const char **ret_member, struct aj_error *err);
+/* The secret list as canonical JSON (no values: they are not in the policy). */
+json_t *aj_policy_dump_secrets(const struct aj_policy *pol);
 
 /* Cgroup limits by policy name, in a fixed order (limits.require_cgroup). */
 struct aj_limit_name {

@@ -50,6 +50,8 @@ static json_t *dump_scalar(const struct aj_policy *pol, const struct aj_policy_k
     case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
         break;
     }
     return NULL;
@@ -165,6 +167,11 @@ static json_t *dump_key(const struct aj_policy *pol, const struct aj_policy_key 
         return json_pack("{s:I, s:I}", "base", (json_int_t)pol->uid_base, "count", (json_int_t)pol->uid_count);
     case AJ_KEY_LIMIT_SET:
         return dump_limit_set(pol->required_limits);
+    case AJ_KEY_STR_LIST:
+        return dump_names(*(char *const *const *)(const void *)((const char *)pol + k->offset),
+                          *(const size_t *)(const void *)((const char *)pol + k->count_offset));
+    case AJ_KEY_SECRET_LIST:
+        return aj_policy_dump_secrets(pol);
     case AJ_KEY_BOOL:
     case AJ_KEY_COUNT:
     case AJ_KEY_ID:
@@ -184,7 +191,13 @@ char *aj_policy_to_json(const struct aj_policy *pol, bool compact)
     char *out;
 
     for (size_t g = 0; ok && g < aj_policy_n_groups; g++) {
-        json_t *group = json_object();
+        json_t *group;
+        if (aj_policy_groups[g].whole) {
+            ok = json_object_set_new(root, aj_policy_groups[g].name,
+                                     dump_key(pol, aj_policy_key_find(aj_policy_groups[g].name))) == 0;
+            continue;
+        }
+        group = json_object();
         ok = group && json_object_set_new(root, aj_policy_groups[g].name, group) == 0;
         for (size_t i = 0; ok && i < aj_policy_n_keys; i++) {
             const struct aj_policy_key *k = &aj_policy_keys[i];

@@ -51,7 +51,7 @@ static const struct aj_bind *find_bind(const struct aj_policy *p, const char *sa
     return NULL;
 }
 
-static bool has_str(char **v, size_t n, const char *s)
+static bool has_str(char *const *v, size_t n, const char *s)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(v[i], s) == 0)
@@ -129,10 +129,83 @@ static void diff_env_pass(struct text *t, const char *key, const struct aj_polic
     }
 }
 
+/* network.mode: none < loopback < proxy, each reaching more. */
+static void diff_network(struct text *t, const struct aj_policy_key *k, const struct aj_policy *a,
+                         const struct aj_policy *b)
+{
+    static const char *const why[] = {[AJ_NET_NONE] = "", [AJ_NET_LOOPBACK] = "loopback networking",
+                                      [AJ_NET_PROXY] = "network through the egress proxy"};
+    char sa[32], sb[32];
+    bool a_weak = a->network > b->network;
+
+    if (a->network == b->network)
+        return;
+    aj_policy_key_format(k, a->network, sa, sizeof(sa));
+    aj_policy_key_format(k, b->network, sb, sizeof(sb));
+    addf(t, "%s: A %s, B %s (%s is weaker: %s)\n", k->key, sa, sb, a_weak ? "A" : "B",
+         (unsigned)(a_weak ? a->network : b->network) < AJ_ARRAY_SIZE(why) ? why[a_weak ? a->network : b->network]
+                                                                          : "more network");
+}
+
+/* network.allow, deny, allow_ranges: entries only one side has. More
+ * allowed (or fewer denied) is weaker. */
+static void diff_str_list(struct text *t, const struct aj_policy_key *k, const struct aj_policy *a,
+                          const struct aj_policy *b)
+{
+    bool deny = strcmp(k->key, "network.deny") == 0;
+
+    for (int side = 0; side < 2; side++) {
+        const struct aj_policy *x = side ? b : a, *y = side ? a : b;
+        char *const *xv = *(char *const *const *)(const void *)((const char *)x + k->offset);
+        char *const *yv = *(char *const *const *)(const void *)((const char *)y + k->offset);
+        size_t xn = *(const size_t *)(const void *)((const char *)x + k->count_offset);
+        size_t yn = *(const size_t *)(const void *)((const char *)y + k->count_offset);
+        for (size_t i = 0; i < xn; i++)
+            if (!has_str(yv, yn, xv[i]))
+                addf(t, "%s: only %s has %s (%s is weaker)\n", k->key, side ? "B" : "A", xv[i],
+                     (side != 0) != deny ? "B" : "A");
+    }
+}
+
+/* secrets: by id; hosts and header matter (where the value goes). */
+static void diff_secrets(struct text *t, const char *key, const struct aj_policy *a, const struct aj_policy *b)
+{
+    for (int side = 0; side < 2; side++) {
+        const struct aj_policy *x = side ? b : a, *y = side ? a : b;
+        for (size_t i = 0; i < x->n_secrets; i++) {
+            const struct aj_secret *sx = &x->secrets[i], *sy = NULL;
+            for (size_t j = 0; j < y->n_secrets; j++)
+                if (strcmp(y->secrets[j].id, sx->id) == 0)
+                    sy = &y->secrets[j];
+            if (!sy) {
+                addf(t, "%s: only %s brokers %s (from %s) (%s is weaker: hands its runs a credential to use)\n", key,
+                     side ? "B" : "A", sx->id, sx->value_from, side ? "B" : "A");
+                continue;
+            }
+            for (size_t h = 0; h < sx->n_hosts; h++)
+                if (!has_str(sy->hosts, sy->n_hosts, sx->hosts[h]))
+                    addf(t, "%s: %s: only %s sends it to %s (%s is weaker)\n", key, sx->id, side ? "B" : "A",
+                         sx->hosts[h], side ? "B" : "A");
+            if (!side && (strcmp(sx->value_from, sy->value_from) != 0 ||
+                          strcmp(sx->header ? sx->header : "", sy->header ? sy->header : "") != 0 ||
+                          strcmp(sx->format ? sx->format : "", sy->format ? sy->format : "") != 0 ||
+                          strcmp(sx->env ? sx->env : "", sy->env ? sy->env : "") != 0 ||
+                          strcmp(sx->file ? sx->file : "", sy->file ? sy->file : "") != 0))
+                addf(t, "%s: %s differs (value_from, header, format or placeholder)\n", key, sx->id);
+        }
+    }
+}
+
 static void diff_custom(struct text *t, const struct aj_policy_key *k, const struct aj_policy *a,
                         const struct aj_policy *b)
 {
     switch (k->type) {
+    case AJ_KEY_STR_LIST:
+        diff_str_list(t, k, a, b);
+        return;
+    case AJ_KEY_SECRET_LIST:
+        diff_secrets(t, k->key, a, b);
+        return;
     case AJ_KEY_BIND_LIST:
         diff_binds(t, k->key, a, b);
         return;
@@ -185,10 +258,13 @@ static void diff_custom(struct text *t, const struct aj_policy_key *k, const str
     case AJ_KEY_SIZE:
     case AJ_KEY_DURATION:
     case AJ_KEY_CPUS:
-    case AJ_KEY_ENUM:
     case AJ_KEY_STRING:
     case AJ_KEY_CONST:
         break;
+    case AJ_KEY_ENUM:
+        if (strcmp(k->key, "network.mode") == 0)
+            diff_network(t, k, a, b);
+        return;
     }
 }
 

@@ -71,6 +71,8 @@ static void type_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
         base = "see below";
         break;
     }
@@ -91,6 +93,8 @@ static void default_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_BIND_LIST:
     case AJ_KEY_TMPFS_LIST:
     case AJ_KEY_NAME_LIST:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
     case AJ_KEY_MODULE_LIST:
         (void)snprintf(buf, size, "`[]`");
         return;
@@ -153,6 +157,8 @@ static void range_of(const struct aj_policy_key *k, char *buf, size_t size)
     case AJ_KEY_NAME_LIST:
     case AJ_KEY_MODULE_LIST:
     case AJ_KEY_LIMIT_SET:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
         return;
     }
     if (k->type == AJ_KEY_ID_RANGE) {

@@ -29,7 +29,8 @@
 #define WRITTEN_MAX_MS (7 * DAY_MS)
 #define STRUCT_MAX_MS (366 * DAY_MS)
 
-static const char *const network_names[] = {[AJ_NET_NONE] = "none", [AJ_NET_LOOPBACK] = "loopback", NULL};
+static const char *const network_names[] = {[AJ_NET_NONE] = "none", [AJ_NET_LOOPBACK] = "loopback",
+                                             [AJ_NET_PROXY] = "proxy", NULL};
 static const char *const on_escape_names[] = {[AJ_ON_ESCAPE_DENY] = "deny", [AJ_ON_ESCAPE_KILL] = "kill", NULL};
 static const char *const on_off[] = {"off", "on", NULL};
 static const char *const interp_names[] = {[AJ_INTERP_NONE] = "none", [AJ_INTERP_PYTHON] = "python", NULL};
@@ -59,6 +60,20 @@ static const struct aj_policy_subkey tmpfs_members[] = {
     {NULL, NULL, NULL, NULL},
 };
 
+static const struct aj_policy_subkey secret_members[] = {
+    {"id", "1..64 of `[A-Za-z0-9._-]`", "(required)",
+     "names the secret in events (`secret_used`, `credentials_suspended`) for responders to rotate"},
+    {"hosts", "array of `host`, `*.domain`, `host:port`", "(required)",
+     "the only destinations whose requests get the real value"},
+    {"header", "header name", "`\"Authorization\"`", "the only header the proxy replaces the placeholder in"},
+    {"format", "text with `{}` once", "`\"Bearer {}\"`", "the header's value, `{}` standing for the secret"},
+    {"value_from", "`\"env:NAME\"` or `\"file:/PATH\"`", "(required)",
+     "where the supervisor reads the real value on the host as the run starts; it goes to the proxy alone"},
+    {"env", "variable name", "none", "the variable inside that holds the placeholder"},
+    {"file", "path", "none", "a read-only file inside that holds the placeholder (one of `env`, `file` at least)"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static const struct aj_policy_subkey uid_range_members[] = {
     {"base", "integer", "1610612736", "the first host uid (and gid) of the range"},
     {"count", "integer", "65536", "how many"},
@@ -82,6 +97,7 @@ const struct aj_policy_group aj_policy_groups[] = {
      "sandbox and under all of its layers; a run of `python3 -c CODE` or `python3 SCRIPT` then takes one. "
      "Not a protection: `policy diff` notes a difference without calling either side weaker.",
      NULL},
+    {"secrets", NULL, NULL, .whole = true},
 };
 const size_t aj_policy_n_groups = sizeof(aj_policy_groups) / sizeof(aj_policy_groups[0]);
 
@@ -200,16 +216,150 @@ const struct aj_policy_key aj_policy_keys[] = {
         .type = AJ_KEY_ENUM,
         FIELD(network),
         .def = AJ_NET_LOOPBACK,
-        .max = AJ_NET_LOOPBACK,
+        .max = AJ_NET_PROXY,
         .names = network_names,
         .what = "network mode",
-        .weaker = AJ_WEAKER_VALUE,
-        .weak_value = AJ_NET_LOOPBACK,
-        .review = "loopback networking",
+        .weaker = AJ_WEAKER_CUSTOM,
         .doc = "`loopback`: a private `lo` that is up, in an otherwise empty network namespace, so local "
                "servers the payload starts itself (Jupyter kernels, test servers) work; `none`: an empty "
                "network namespace with `lo` down, and Landlock refuses TCP; neither reaches the host's "
-               "network. In degraded mode (no namespaces) both mean no network",
+               "network. `proxy`: `loopback` plus a relay on `127.0.0.1:proxy_port` to the run's egress "
+               "proxy, which lets through only what `allow` names (HTTP and HTTPS; no route out otherwise, no "
+               "DNS inside); see [network.md](network.md). In degraded mode (no namespaces) `none` and "
+               "`loopback` mean no network and `proxy` is refused",
+    },
+    {
+        .key = "network.allow",
+        .flag = "--allow",
+        .type = AJ_KEY_STR_LIST,
+        LIST(net_allow, n_net_allow),
+        .check = aj_policy_check_net_entry,
+        .weaker = AJ_WEAKER_CUSTOM,
+        .doc_type = "array of `host`, `*.domain`, `host:port`, `IP[:port]`, `\"METHOD host:port\"`",
+        .doc = "`proxy` only: the destinations the egress proxy lets through (no port: 80 and 443); "
+               "everything else is refused with 403 and a `net_denied` event",
+    },
+    {
+        .key = "network.deny",
+        .flag = "--deny",
+        .type = AJ_KEY_STR_LIST,
+        LIST(net_deny, n_net_deny),
+        .check = aj_policy_check_net_entry,
+        .weaker = AJ_WEAKER_CUSTOM,
+        .doc_type = "array, as `allow`",
+        .doc = "`proxy` only: refused even where `allow` matches (deny wins)",
+    },
+    {
+        .key = "network.allow_ranges",
+        .flag = "--allow-range",
+        .type = AJ_KEY_STR_LIST,
+        LIST(net_allow_ranges, n_net_allow_ranges),
+        .check = aj_policy_check_cidr,
+        .weaker = AJ_WEAKER_CUSTOM,
+        .doc_type = "array of CIDR",
+        .doc = "`proxy` only: addresses the deny floor refuses (loopback, RFC 1918, link-local and cloud "
+               "metadata, ULA, ...) that an allowed name may resolve to after all, e.g. an internal package "
+               "index",
+    },
+    {
+        .key = "network.proxy_port",
+        .flag = "--proxy-port",
+        .type = AJ_KEY_COUNT,
+        FIELD(proxy_port),
+        .def = 3128,
+        .min = 1,
+        .max = 65535,
+        .example = "a port like 3128",
+        .bad = "'%s' is not a port (1..65535)",
+        .what = "proxy port",
+        .weaker = AJ_WEAKER_NEITHER,
+        .doc = "`proxy` only: the relay's port on the sandbox's `127.0.0.1`, named by `HTTP_PROXY` and the "
+               "other proxy variables",
+    },
+    {
+        .key = "network.resolver",
+        .flag = "--resolver",
+        .type = AJ_KEY_STRING,
+        FIELD(net_resolver),
+        .zero = AJ_ZERO_NONE,
+        .weaker = AJ_WEAKER_NEITHER,
+        .doc_type = "`\"IP:PORT\"` or `null`",
+        .doc_default = "`null`: the servers of the host's `/etc/resolv.conf`",
+        .doc = "`proxy` only: the DNS server the proxy asks, outside the sandbox, after the policy check (the "
+               "sandbox has none)",
+    },
+    {
+        .key = "network.max_connections",
+        .flag = "--net-max-connections",
+        .type = AJ_KEY_COUNT,
+        FIELD(net_max_connections),
+        .def = 64,
+        .min = 1,
+        .max = 4096,
+        .example = "a number like 64",
+        .bad = "'%s' is not a number of connections within 1..4096",
+        .what = "max connections",
+        .weaker = AJ_WEAKER_HIGHER,
+        .doc = "`proxy` only: connections through the proxy at once; past it a new one is refused (`net_cap`)",
+    },
+    {
+        .key = "network.max_bytes_out",
+        .flag = "--net-max-bytes-out",
+        .type = AJ_KEY_SIZE,
+        FIELD(net_max_bytes_out),
+        .def = 1 * GIB,
+        .zero = AJ_ZERO_NONE,
+        .min = 1,
+        .max = PIB,
+        .example = "a size like \"100M\"",
+        .bad = "'%s' is not a size within 1..1P (e.g. 100M)",
+        .what = "max bytes out",
+        .weaker = AJ_WEAKER_HIGHER,
+        .doc = "`proxy` only: bytes the run may send through the proxy in all (exfiltration volume)",
+    },
+    {
+        .key = "network.max_bytes_in",
+        .flag = "--net-max-bytes-in",
+        .type = AJ_KEY_SIZE,
+        FIELD(net_max_bytes_in),
+        .def = 10 * GIB,
+        .zero = AJ_ZERO_NONE,
+        .min = 1,
+        .max = PIB,
+        .example = "a size like \"1G\"",
+        .bad = "'%s' is not a size within 1..1P (e.g. 1G)",
+        .what = "max bytes in",
+        .weaker = AJ_WEAKER_HIGHER,
+        .doc = "`proxy` only: bytes the run may receive through the proxy in all",
+    },
+    {
+        .key = "network.max_connection_time",
+        .flag = "--net-max-connection-time",
+        .type = AJ_KEY_DURATION,
+        FIELD(net_max_connection_ms),
+        .def = 10 * 60 * 1000,
+        .zero = AJ_ZERO_NONE,
+        .min = 1000,
+        .max = DAY_MS,
+        .example = "a duration like \"10m\"",
+        .bad = "'%s' is not a duration within 1s..1 day (e.g. 10m)",
+        .what = "max connection time",
+        .weaker = AJ_WEAKER_HIGHER,
+        .doc = "`proxy` only: how long one connection through the proxy may last",
+    },
+    {
+        .key = "network.max_requests_per_second",
+        .flag = "--net-max-rps",
+        .type = AJ_KEY_COUNT,
+        FIELD(net_max_requests_per_second),
+        .def = 100,
+        .min = 1,
+        .max = 100000,
+        .example = "a number like 100",
+        .bad = "'%s' is not a number of requests within 1..100000",
+        .what = "max requests per second",
+        .weaker = AJ_WEAKER_HIGHER,
+        .doc = "`proxy` only: new requests per second through the proxy; past it they are refused (`net_cap`)",
     },
 
     /* ---- limits ---- */
@@ -597,6 +747,22 @@ const struct aj_policy_key aj_policy_keys[] = {
                "the code): `\"numpy\"`, `\"pandas\"`, `\"matplotlib.pyplot\"`. At most 64, each a dotted "
                "name. Needs `language`",
     },
+
+    /* ---- secrets (top level) ---- */
+    {
+        .key = "secrets",
+        .flag = "--secret",
+        .type = AJ_KEY_SECRET_LIST,
+        LIST(secrets, n_secrets),
+        .weaker = AJ_WEAKER_CUSTOM,
+        .doc_type = "array of secret objects (below)",
+        .sub = secret_members,
+        .doc = "`proxy` only: credentials the sandbox never holds. It gets a placeholder of the same shape; the "
+               "egress proxy puts the real value in `header` on requests to `hosts` alone, and stops at the "
+               "run's first escape attempt (`credentials_suspended`). See "
+               "[network.md](network.md#brokering-the-sandbox-side). Flag: "
+               "`--secret ID,hosts=H1|H2,from=env:NAME,env=VAR[,file=/PATH][,header=H][,format=TEXT]`",
+    },
 };
 const size_t aj_policy_n_keys = sizeof(aj_policy_keys) / sizeof(aj_policy_keys[0]);
 
@@ -616,7 +782,8 @@ const char *aj_policy_key_name(const struct aj_policy_key *k)
 bool aj_policy_key_in_group(const struct aj_policy_key *k, const char *group)
 {
     size_t n = strlen(group);
-    return strncmp(k->key, group, n) == 0 && k->key[n] == '.';
+    /* A whole group ("secrets") is its one key. */
+    return strncmp(k->key, group, n) == 0 && (k->key[n] == '.' || k->key[n] == '\0');
 }
 
 const struct aj_policy_key *aj_policy_key_find(const char *name)

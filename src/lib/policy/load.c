@@ -401,6 +401,97 @@ static int load_modules(struct loader *L, const struct aj_policy_key *k, const j
     return 0;
 }
 
+/* network.allow and the like: an array of strings, each checked by the
+ * row's rule and located by its index. */
+static int load_str_list(struct loader *L, const struct aj_policy_key *k, const json_t *v)
+{
+    size_t i;
+    json_t *n;
+    int r = want_type(L, k->key, v, JSON_ARRAY, "an array of strings");
+
+    if (r < 0)
+        return r;
+    json_array_foreach(v, i, n) {
+        char kp[96];
+        (void)snprintf(kp, sizeof(kp), "%s[%zu]", k->key, i);
+        if ((r = want_type(L, kp, n, JSON_STRING, "a string")) < 0)
+            return r;
+        r = aj_policy_key_set_text(L->pol, k, json_string_value(n), NULL, false, L->err);
+        if (r < 0)
+            return setter_failed(L, kp, r);
+    }
+    return 0;
+}
+
+/* secrets: an array of {id, hosts, header, format, value_from, env, file}. */
+static int load_secrets(struct loader *L, const struct aj_policy_key *k, const json_t *v)
+{
+    const struct allowed members = {.sub = k->sub};
+    size_t i;
+    json_t *o;
+    int r = want_type(L, k->key, v, JSON_ARRAY, "an array of secret objects");
+
+    if (r < 0)
+        return r;
+    json_array_foreach(v, i, o) {
+        static const char *const strs[] = {"id", "header", "format", "value_from", "env", "file"};
+        char p[64], kp[96];
+        const char *vals[AJ_ARRAY_SIZE(strs)] = {0}, *member = NULL;
+        char *hosts[32] = {0};
+        struct aj_secret s = {0};
+        json_t *h, *e;
+        size_t j;
+
+        (void)snprintf(p, sizeof(p), "%s[%zu]", k->key, i);
+        if ((r = want_type(L, p, o, JSON_OBJECT, "a secret object {id, hosts, value_from, env}")) < 0 ||
+            (r = check_keys(L, p, o, &members)) < 0)
+            return r;
+        for (j = 0; j < AJ_ARRAY_SIZE(strs); j++) {
+            json_t *m = json_object_get(o, strs[j]);
+            if (!m || json_is_null(m)) /* the canonical form writes an unset member as null */
+                continue;
+            (void)snprintf(kp, sizeof(kp), "%s.%s", p, strs[j]);
+            if ((r = want_type(L, kp, m, JSON_STRING, "a string")) < 0)
+                return r;
+            vals[j] = json_string_value(m);
+        }
+        (void)snprintf(kp, sizeof(kp), "%s.hosts", p);
+        h = json_object_get(o, "hosts");
+        if (!h)
+            return fail_at(L, p, true, "needs 'hosts', the hosts whose requests get the real value");
+        if ((r = want_type(L, kp, h, JSON_ARRAY, "an array of host names")) < 0)
+            return r;
+        if (json_array_size(h) > AJ_ARRAY_SIZE(hosts))
+            return fail_at(L, kp, true, "at most %zu hosts", AJ_ARRAY_SIZE(hosts));
+        json_array_foreach(h, j, e) {
+            char hp[128];
+            (void)snprintf(hp, sizeof(hp), "%s[%zu]", kp, j);
+            if ((r = want_type(L, hp, e, JSON_STRING, "a host name")) < 0)
+                return r;
+            hosts[j] = (char *)(uintptr_t)json_string_value(e);
+        }
+        s = (struct aj_secret){.id = (char *)(uintptr_t)vals[0], .hosts = hosts, .n_hosts = json_array_size(h),
+                               .header = (char *)(uintptr_t)vals[1], .format = (char *)(uintptr_t)vals[2],
+                               .value_from = (char *)(uintptr_t)vals[3], .env = (char *)(uintptr_t)vals[4],
+                               .file = (char *)(uintptr_t)vals[5]};
+        if (!s.id)
+            return fail_at(L, p, true, "needs 'id', the name events give the secret");
+        if (!s.value_from)
+            return fail_at(L, p, true, "needs 'value_from': \"env:NAME\" or \"file:/PATH\" on the host");
+        r = aj_policy_check_secret(&s, &member, L->err);
+        if (r < 0) {
+            (void)snprintf(kp, sizeof(kp), "%s.%s", p, member);
+            return setter_failed(L, kp, r);
+        }
+        r = aj_policy_push_secret(L->pol, &s, L->err);
+        if (r < 0) {
+            (void)snprintf(kp, sizeof(kp), "%s.id", p);
+            return setter_failed(L, kp, r);
+        }
+    }
+    return 0;
+}
+
 static int load_id_range(struct loader *L, const struct aj_policy_key *k, const json_t *v)
 {
     const struct allowed members = {.sub = k->sub};
@@ -480,7 +571,7 @@ static int load_key(struct loader *L, const struct aj_policy_key *k, const json_
         aj_policy_key_put(L->pol, k, json_is_true(v));
         return 0;
     case AJ_KEY_ID: {
-        uint32_t id;
+        uint32_t id = 0;
         if ((r = load_u32(L, k->key, v, (uint32_t)k->min, (uint32_t)k->max, &id)) < 0)
             return r;
         aj_policy_key_put(L->pol, k, id);
@@ -526,6 +617,10 @@ static int load_key(struct loader *L, const struct aj_policy_key *k, const json_
         return load_id_range(L, k, v);
     case AJ_KEY_LIMIT_SET:
         return load_limit_set(L, k, v);
+    case AJ_KEY_STR_LIST:
+        return load_str_list(L, k, v);
+    case AJ_KEY_SECRET_LIST:
+        return load_secrets(L, k, v);
     }
     return -EINVAL;
 }
@@ -566,10 +661,17 @@ static int load_root(struct loader *L, const json_t *root)
         return fail_at(L, "version", false, "missing \"version\": 1 at the top level");
     if (!json_is_integer(v) || json_integer_value(v) != AJ_POLICY_VERSION)
         return fail_at(L, "version", true, "only version 1 is understood");
-    for (size_t g = 0; g < aj_policy_n_groups; g++)
-        if ((v = json_object_get(root, aj_policy_groups[g].name)) &&
-            (r = load_group(L, aj_policy_groups[g].name, v)) < 0)
+    for (size_t g = 0; g < aj_policy_n_groups; g++) {
+        const struct aj_policy_group *grp = &aj_policy_groups[g];
+        if (!(v = json_object_get(root, grp->name)))
+            continue;
+        if (grp->whole)
+            r = load_key(L, aj_policy_key_find(grp->name), v);
+        else
+            r = load_group(L, grp->name, v);
+        if (r < 0)
             return r;
+    }
     return 0;
 }
 

@@ -128,6 +128,8 @@ void aj_policy_key_format(const struct aj_policy_key *k, uint64_t v, char *buf, 
     case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
         (void)snprintf(buf, size, "%llu", (unsigned long long)v);
         break;
     }
@@ -161,6 +163,8 @@ void aj_policy_init(struct aj_policy *pol)
         case AJ_KEY_TMPFS_LIST:
         case AJ_KEY_ENV_MAP:
         case AJ_KEY_NAME_LIST:
+        case AJ_KEY_STR_LIST:
+        case AJ_KEY_SECRET_LIST:
         case AJ_KEY_MODULE_LIST:
             break;
         }
@@ -206,10 +210,19 @@ void aj_policy_clear(struct aj_policy *pol)
         }
         case AJ_KEY_ENV_MAP:
         case AJ_KEY_NAME_LIST: /* count_offset: a size_t for lists (LIST() in keys.c) */
+        case AJ_KEY_STR_LIST:
         case AJ_KEY_MODULE_LIST:
             n = *(size_t *)(void *)(base + k->count_offset);
             free_strv(*(char ***)(void *)(base + k->offset), n);
             break;
+        case AJ_KEY_SECRET_LIST: {
+            struct aj_secret *sv = *(struct aj_secret **)(void *)(base + k->offset);
+            n = *(size_t *)(void *)(base + k->count_offset);
+            for (size_t j = 0; j < n; j++)
+                aj_secret_clear(&sv[j]);
+            free(sv);
+            break;
+        }
         case AJ_KEY_BOOL:
         case AJ_KEY_COUNT:
         case AJ_KEY_ID:
@@ -713,9 +726,36 @@ static int parse_number(const struct aj_policy_key *k, const char *value, uint64
     case AJ_KEY_MODULE_LIST:
     case AJ_KEY_ID_RANGE:
     case AJ_KEY_LIMIT_SET:
+    case AJ_KEY_STR_LIST:
+    case AJ_KEY_SECRET_LIST:
         break;
     }
     return -EINVAL;
+}
+
+/* One more entry of a string list (network.allow...), checked by its row. */
+static int add_str_entry(struct aj_policy *pol, const struct aj_policy_key *k, const char *value, struct aj_error *err)
+{
+    char ***slot = (char ***)(void *)((char *)pol + k->offset);
+    size_t *n = (size_t *)(void *)((char *)pol + k->count_offset);
+    char *dup, **v;
+    int r;
+
+    if (k->check && (r = k->check(value, err)) < 0)
+        return r;
+    if (!is_utf8(value))
+        return aj_err(err, 0, "not valid UTF-8");
+    if (*n >= 1024)
+        return aj_err(err, 0, "more than 1024 entries");
+    dup = strdup(value);
+    v = dup ? realloc(*slot, (*n + 1) * sizeof(char *)) : NULL;
+    if (!v) {
+        free(dup);
+        return aj_err(err, ENOMEM, "%s", k->key);
+    }
+    v[(*n)++] = dup;
+    *slot = v;
+    return 0;
 }
 
 int aj_policy_key_set_text(struct aj_policy *pol, const struct aj_policy_key *k, const char *value,
@@ -811,6 +851,12 @@ int aj_policy_key_set_text(struct aj_policy *pol, const struct aj_policy_key *k,
         break;
     case AJ_KEY_ID_RANGE:
         r = aj_policy_set_uid_range(pol, value, err);
+        break;
+    case AJ_KEY_STR_LIST:
+        r = add_str_entry(pol, k, value, err);
+        break;
+    case AJ_KEY_SECRET_LIST:
+        r = aj_policy_add_secret(pol, value, err);
         break;
     }
     return r < 0 ? relabel(err, r, label, k->flag) : 0;

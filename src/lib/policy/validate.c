@@ -5,6 +5,7 @@
  * and pool checks it all once more here. Single-key bounds come from the
  * key table (min, max, the enum's names); what involves two keys or the
  * host's file system is code below. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -177,6 +178,36 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
                     return aj_err(err, 0, "environment pass entry %zu is not a variable name", i);
                 }
             break;
+        case AJ_KEY_STR_LIST: {
+            char *const *v = *(char *const *const *)(const void *)((const char *)pol + k->offset);
+            size_t n = *(const size_t *)(const void *)((const char *)pol + k->count_offset);
+            if (n && !v)
+                BAD_FIELD(k->key, "a list's count is set but its array is NULL");
+            for (size_t i = 0; i < n; i++)
+                if (!v[i] || (k->check && k->check(v[i], err) < 0)) {
+                    BAD_KEY("%s[%zu]", k->key, i);
+                    return v[i] ? -EINVAL : aj_err(err, EINVAL, "%s[%zu] is NULL", k->key, i);
+                }
+            break;
+        }
+        case AJ_KEY_SECRET_LIST:
+            if (pol->n_secrets && !pol->secrets)
+                BAD_FIELD(k->key, "a list's count is set but its array is NULL");
+            if (pol->n_secrets > AJ_MAX_SECRETS)
+                BAD_FIELD(k->key, "at most %d secrets", AJ_MAX_SECRETS);
+            for (size_t i = 0; i < pol->n_secrets; i++) {
+                const char *member = "id";
+                if (aj_policy_check_secret(&pol->secrets[i], &member, err) < 0) {
+                    BAD_KEY("secrets[%zu].%s", i, member);
+                    return -EINVAL;
+                }
+                for (size_t j = 0; j < i; j++)
+                    if (strcmp(pol->secrets[j].id, pol->secrets[i].id) == 0) {
+                        BAD_KEY("secrets[%zu].id", i);
+                        return aj_err(err, 0, "secret id '%s' is given twice", pol->secrets[i].id);
+                    }
+            }
+            break;
         case AJ_KEY_MODULE_LIST:
             if (pol->n_preload > AJ_INTERP_MAX_PRELOAD) {
                 BAD_KEY("%s", "interpreter.preload");
@@ -201,6 +232,95 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
     return r;
 }
 #undef BAD_FIELD
+
+/* network.mode "proxy" and what only it uses: an allow-list or a secret
+ * in another mode would be a promise nothing keeps. A secret's real value
+ * must not reach the sandbox by another way (environment.pass of the same
+ * variable), and its placeholder must not collide with what the policy
+ * sets itself. */
+static int validate_network(const struct aj_policy *pol, char *ret_key, size_t key_size, struct aj_error *err)
+{
+    if (pol->net_resolver) {
+        const char *colon = strrchr(pol->net_resolver, ':');
+        char host[64];
+        unsigned char a[16];
+        uint64_t port;
+        size_t n = colon ? (size_t)(colon - pol->net_resolver) : 0;
+        bool ok = colon && n > 0 && n < sizeof(host) && aj_parse_u64(colon + 1, 65535, &port) == 0 && port > 0;
+        if (ok) {
+            memcpy(host, pol->net_resolver, n);
+            host[n] = '\0';
+            if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
+                host[n - 1] = '\0';
+                ok = inet_pton(AF_INET6, host + 1, a) == 1;
+            } else {
+                ok = inet_pton(AF_INET, host, a) == 1;
+            }
+        }
+        if (!ok) {
+            BAD_KEY("network.resolver");
+            return aj_err(err, 0, "network.resolver '%s' is not IP:PORT (e.g. 10.0.0.2:53, [fd00::2]:53)",
+                          pol->net_resolver);
+        }
+    }
+    if (pol->network != AJ_NET_PROXY) {
+        /* (proxy_port, resolver and the caps have defaults, unused
+         * outside "proxy": a profile may set them for every mode.) */
+        static const char *const only[] = {"network.allow", "network.deny", "network.allow_ranges", "secrets"};
+        size_t n[] = {pol->n_net_allow, pol->n_net_deny, pol->n_net_allow_ranges, pol->n_secrets};
+        for (size_t i = 0; i < AJ_ARRAY_SIZE(only); i++)
+            if (n[i]) {
+                BAD_KEY("%s", only[i]);
+                return aj_err(err, 0, "%s needs network.mode \"proxy\" (--network proxy); the mode is "
+                              "\"%s\"", only[i], pol->network == AJ_NET_NONE ? "none" : "loopback");
+            }
+        return 0;
+    }
+    for (size_t i = 0; i < pol->n_secrets; i++) {
+        const struct aj_secret *s = &pol->secrets[i];
+        const char *from = strncmp(s->value_from, "env:", 4) == 0 ? s->value_from + 4 : NULL;
+        for (size_t j = 0; from && j < pol->n_env_pass; j++)
+            if (strcmp(pol->env_pass[j], from) == 0) {
+                BAD_KEY("secrets[%zu].value_from", i);
+                return aj_err(err, 0, "secret '%s' is read from %s, which environment.pass also hands to the "
+                              "sandbox: its real value would be inside; drop it from environment.pass", s->id, from);
+            }
+        for (size_t j = 0; s->env && j < pol->n_env; j++) {
+            size_t k = strcspn(pol->env[j], "=");
+            if (strlen(s->env) == k && strncmp(pol->env[j], s->env, k) == 0) {
+                BAD_KEY("secrets[%zu].env", i);
+                return aj_err(err, 0, "secret '%s': environment.set also sets %s; the placeholder goes there",
+                              s->id, s->env);
+            }
+        }
+        for (size_t j = 0; s->env && j < pol->n_env_pass; j++)
+            if (strcmp(pol->env_pass[j], s->env) == 0) {
+                BAD_KEY("secrets[%zu].env", i);
+                return aj_err(err, 0, "secret '%s': environment.pass also hands in %s; the placeholder goes "
+                              "there", s->id, s->env);
+            }
+        for (size_t j = 0; j < i; j++)
+            if ((s->env && pol->secrets[j].env && strcmp(s->env, pol->secrets[j].env) == 0) ||
+                (s->file && pol->secrets[j].file && strcmp(s->file, pol->secrets[j].file) == 0)) {
+                BAD_KEY("secrets[%zu].%s", i, s->env && pol->secrets[j].env && strcmp(s->env, pol->secrets[j].env) == 0
+                                                  ? "env" : "file");
+                return aj_err(err, 0, "secrets '%s' and '%s' put their placeholders in the same place",
+                              pol->secrets[j].id, s->id);
+            }
+        for (size_t j = 0; s->file && j < pol->n_binds; j++)
+            if (aj_policy_path_is_or_under(s->file, pol->binds[j].sandbox)) {
+                BAD_KEY("secrets[%zu].file", i);
+                return aj_err(err, 0, "secret '%s': file %s lies in the bind %s; choose a path agentjail "
+                              "makes", s->id, s->file, pol->binds[j].sandbox);
+            }
+    }
+    if (pol->allow_degraded) {
+        BAD_KEY("network.mode");
+        return aj_err(err, 0, "network.mode \"proxy\" needs a network namespace, and degraded.allow would "
+                      "run without one; drop one of them");
+    }
+    return 0;
+}
 
 int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key_size,
                           struct aj_error *err)
@@ -279,6 +399,9 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
                 return aj_err(err, 0, "--tmpfs %s and a bind both target %s", pol->tmpfs[i].path,
                               pol->tmpfs[i].path);
             }
+    r = validate_network(pol, ret_key, key_size, err);
+    if (r < 0)
+        return r;
     if (pol->workdir && pol->workdir[0] != '/') {
         BAD_KEY("filesystem.workdir");
         return aj_err(err, 0, "--workdir: '%s' is not an absolute path", pol->workdir);

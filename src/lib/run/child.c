@@ -43,6 +43,7 @@
 #include "aj_netns.h"
 #include "aj_userns.h"
 #include "aj_util.h"
+#include "egress_child.h"
 #include "protocol.h"
 
 static int arm_death_signal(int sock);
@@ -738,7 +739,7 @@ void aj_child_degraded_main(struct aj_child_ctx *c)
 
 /* ---- helpers the supervisor clones ---------------------------------------------- */
 
-void aj_child_netns_helper_main(int userns_fd, int sock)
+void aj_child_netns_helper_main(int userns_fd, int sock, int relay_sock, uint16_t port)
 {
     struct aj_sync_msg m = {.type = AJ_MSG_NETNS};
     int fd = -1;
@@ -749,6 +750,11 @@ void aj_child_netns_helper_main(int userns_fd, int sock)
         (void)aj_write_all(sock, &m, sizeof(m));
         _exit(1);
     }
+    /* Before init has the namespace: the relay listens before any payload
+     * exists. A failure is the supervisor's to report (it waits for this
+     * socket); init still gets its namespace. */
+    if (relay_sock >= 0)
+        (void)aj_egress_child_listen(relay_sock, port);
     _exit(aj_proto_send_fds(sock, &m, &fd, 1) < 0 ? 1 : 0);
 }
 

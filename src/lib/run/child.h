@@ -70,8 +70,10 @@ __attribute__((noreturn)) void aj_child_init_main(struct aj_child_ctx *c);
 /* A degraded run's only sandbox process: the payload itself. */
 __attribute__((noreturn)) void aj_child_degraded_main(struct aj_child_ctx *c);
 /* The netns helper (see sandbox.c, spawn_netns_helper): join the user
- * namespace userns_fd, make a network namespace, send it down sock. */
-__attribute__((noreturn)) void aj_child_netns_helper_main(int userns_fd, int sock);
+ * namespace userns_fd, make a network namespace, send it down sock; with
+ * relay_sock (network "proxy"), first make the relay's listening socket on
+ * 127.0.0.1:port in it and send that down relay_sock. */
+__attribute__((noreturn)) void aj_child_netns_helper_main(int userns_fd, int sock, int relay_sock, uint16_t port);
 /* The vm.memfd_noexec helper (see sandbox.c, set_memfd_noexec): join the
  * pid namespace pidns_fd and have a child write the sysctl there. */
 __attribute__((noreturn)) void aj_child_memfd_noexec_main(int pidns_fd, long pid_max);

@@ -24,6 +24,7 @@
 #include "aj_missing.h"
 #include "aj_util.h"
 #include "children.h"
+#include "egress.h"
 #include "leases.h"
 #include "protocol.h"
 
@@ -37,7 +38,7 @@
 
 static void end_run(struct supervise_state *st, enum aj_status why);
 
-static void start_alert(struct supervise_state *st, json_t *ev)
+static void start_alert(struct supervise_state *st, json_t *ev, json_t *also)
 {
     char *json;
     int p[2];
@@ -80,6 +81,15 @@ static void start_alert(struct supervise_state *st, json_t *ev)
             (void)fcntl(p[1], F_SETFL, fl | O_NONBLOCK);
         (void)aj_write_all(p[1], json, strlen(json));
         (void)aj_write_all(p[1], "\n", 1);
+        if (also) {
+            /* credentials_suspended: the responder's list of what to rotate. */
+            char *more = json_dumps(also, JSON_COMPACT | JSON_SORT_KEYS);
+            if (more) {
+                (void)aj_write_all(p[1], more, strlen(more));
+                (void)aj_write_all(p[1], "\n", 1);
+            }
+            free(more);
+        }
         aj_children_add(pid);
         st->alert.pid = pid;
         /* Waited for by the event loop once the run is over (5.3+; before,
@@ -138,16 +148,54 @@ void aj_loop_check_alert(struct supervise_state *st, bool final)
 }
 
 /* Every event goes through here: written, counted, and acted on. */
+static void emit_egress(void *ctx, json_t *ev, enum aj_event_type type, enum aj_severity sev);
+
 static void emit(struct supervise_state *st, json_t *ev, enum aj_event_type type, enum aj_severity sev)
 {
+    json_t *suspended = NULL;
+    bool first;
+
     if (!ev)
         return;
     /* Kill first: the offending call is still held (notification not
      * answered, lease not released), so the payload never goes on. */
     if ((type == AJ_EV_ESCAPE_ATTEMPT || type == AJ_EV_CANARY) && st->pol->on_escape == AJ_ON_ESCAPE_KILL)
         end_run(st, AJ_STATUS_ESCAPE_ATTEMPT);
-    if (aj_audit_emit(st->audit, ev, type, sev)) /* takes ev */
-        start_alert(st, st->audit->first_high);
+    /* Revocation: brokering stops before the event is even written, and
+     * the ids of what the run could use follow it (docs/network.md). */
+    if (st->egress && sev >= AJ_SEV_HIGH &&
+        (type == AJ_EV_ESCAPE_ATTEMPT || type == AJ_EV_CANARY || type == AJ_EV_SECRET_MISDIRECTED))
+        suspended = aj_egress_suspend(st->egress, st->audit);
+    first = aj_audit_emit(st->audit, ev, type, sev); /* takes ev */
+    if (suspended)
+        (void)aj_audit_emit(st->audit, json_incref(suspended), AJ_EV_CREDENTIALS_SUSPENDED, AJ_SEV_HIGH);
+    if (first)
+        start_alert(st, st->audit->first_high, suspended);
+    json_decref(suspended);
+    /* What the proxy said while the suspension was waited for: now, after
+     * the events that caused it (epoll would not wake for it again). */
+    if (st->egress && st->egress->pend_len)
+        aj_egress_read_events(st->egress, st->audit, emit_egress, st, false);
+}
+
+/* The proxy's events, as the run's (aj_egress_read_events): NULL is one
+ * the budget keeps out, counted all the same. */
+static void emit_egress(void *ctx, json_t *ev, enum aj_event_type type, enum aj_severity sev)
+{
+    struct supervise_state *st = ctx;
+
+    if (!ev)
+        aj_audit_suppress(st->audit, type);
+    else
+        emit(st, ev, type, sev);
+}
+
+void aj_loop_egress_stop(struct supervise_state *st)
+{
+    if (!st->egress)
+        return;
+    aj_loop_unwatch(st, st->egress->ev_fd);
+    aj_egress_stop(st->egress, st->audit, emit_egress, st);
 }
 
 /* A suppressed escape attempt, for the summary's per-call counts. */
@@ -948,6 +996,7 @@ static void supervise_interest(struct supervise_state *st, struct pollfd pfd[AJ_
     pfd[AJ_SLOT_NOTIFY] = (struct pollfd){.fd = st->notify.fd, .events = POLLIN};
     pfd[AJ_SLOT_DSOCK] = (struct pollfd){.fd = st->decoy_sock, .events = POLLIN};
     pfd[AJ_SLOT_LEASE] = (struct pollfd){.fd = st->lease_wake[0], .events = POLLIN};
+    pfd[AJ_SLOT_EGRESS] = (struct pollfd){.fd = st->egress ? st->egress->ev_fd : -1, .events = POLLIN};
     /* Output: read while the buffer has room, write while it holds
      * something and the reader takes it. A full buffer leaves the payload
      * waiting on its pipe, never the supervisor. */
@@ -1005,6 +1054,12 @@ static bool supervise_step(struct supervise_state *st, const short revents[AJ_SL
         read_lease_breaks(st);
     if (revents[AJ_SLOT_DSOCK] & POLLIN)
         on_decoy_socket(st);
+    if (revents[AJ_SLOT_EGRESS] & (POLLIN | POLLHUP | POLLERR)) {
+        int fd = st->egress->ev_fd;
+        aj_egress_read_events(st->egress, st->audit, emit_egress, st, false);
+        if (st->egress->ev_fd < 0)
+            aj_loop_unwatch(st, fd); /* closed at its EOF */
+    }
     check_dconns(st, false);
     for (int i = 0; i < 3; i++) {
         struct out_stream *o = i < 2 ? &st->out[i] : &st->in;

@@ -75,6 +75,7 @@ enum {
     AJ_SLOT_OUT_W,    /* their destinations, while something waits to be written */
     AJ_SLOT_ERR_W,
     AJ_SLOT_IN_W,
+    AJ_SLOT_EGRESS,   /* the egress proxy's events (network "proxy") */
     AJ_SLOTS,
     AJ_SLOT_TIMER = AJ_SLOTS, /* the timerfd's tag in the epoll set */
 };
@@ -89,8 +90,11 @@ enum aj_loop_phase {
     AJ_LOOP_DONE,
 };
 
+struct aj_egress;
+
 struct supervise_state {
     const struct aj_policy *pol;
+    struct aj_egress *egress;    /* network "proxy": the run's proxy, else NULL */
     struct aj_cgroup *cg;
     struct aj_audit *audit;
     char *const *argv;
@@ -200,6 +204,9 @@ void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res);
 void aj_loop_emit_summary(struct supervise_state *st, bool final);
 void aj_loop_emit_end(struct supervise_state *st, struct aj_result *res);
 void aj_loop_check_alert(struct supervise_state *st, bool final);
+/* network "proxy": the proxy told to stop, its last events written (before
+ * the exit event), the relay and the proxy reaped. */
+void aj_loop_egress_stop(struct supervise_state *st);
 /* Let go of the decoy files (their leases) and the lease wake pipe. */
 void aj_loop_close_decoy_files(struct supervise_state *st);
 /* A relayed stream: its bounded buffer and our own non-blocking

@@ -439,6 +439,12 @@ static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool p
     if (r == 0) {
         sb_go(sb);
         wait_ready(sb);
+        /* What wait_ready took may have watches of its own: a sandbox
+         * launched as soon as it was parked (the first run after
+         * aj_pool_new) sends its seccomp listener only now. Unwatched, a
+         * payload stopped in a monitored call waited for a round of the
+         * loop that nothing else would trigger (rootless, no cgroup timer). */
+        aj_loop_arm(&sb->st);
     }
     /* Anything after READY is the run's, and an events file we could not
      * open is the caller's error, not the sandbox's: no retry then. */

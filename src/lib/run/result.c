@@ -192,6 +192,21 @@ char *aj_result_to_json(const struct aj_result *res)
         json_decref(root);
         return NULL;
     }
+    if (res->egress) {
+        /* network "proxy": what the egress proxy decided (docs/result.md). */
+        json_t *net = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "mode", "proxy", "allowed",
+                                (json_int_t)aj_result_event_count(res, AJ_EV_NET_ALLOWED), "denied",
+                                (json_int_t)aj_result_event_count(res, AJ_EV_NET_DENIED), "cap_refused",
+                                (json_int_t)aj_result_event_count(res, AJ_EV_NET_CAP), "secret_used",
+                                (json_int_t)aj_result_event_count(res, AJ_EV_SECRET_USED), "secret_misdirected",
+                                (json_int_t)aj_result_event_count(res, AJ_EV_SECRET_MISDIRECTED), "bytes_out",
+                                (json_int_t)res->egress_bytes_out, "bytes_in", (json_int_t)res->egress_bytes_in,
+                                "credentials_suspended", res->credentials_suspended);
+        if (!net || json_object_set_new(root, "network", net) < 0) {
+            json_decref(root);
+            return NULL;
+        }
+    }
     if (res->unsafe_skipped[0] &&
         json_object_set_new(root, "unsafe_skipped_layer", json_string(res->unsafe_skipped)) < 0) {
         json_decref(root);

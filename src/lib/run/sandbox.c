@@ -63,12 +63,18 @@
     (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |     \
      CLONE_NEWCGROUP)
 
-char **sb_build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path, struct aj_error *err)
+static char **build_envp(const struct aj_policy *pol, char *const extra[2], char *const *egress,
+                         const char **ret_path, struct aj_error *err)
 {
-    size_t cap = 2 + pol->n_env_pass + pol->n_env + 2 + 1, n = 0;
-    char **envp = calloc(cap, sizeof(char *));
+    size_t n_egress = 0, cap, n = 0;
+    char **envp;
     const char *path = AJ_DEFAULT_PATH;
 
+    while (egress && egress[n_egress])
+        n_egress++;
+    cap = 2 + pol->n_env_pass + pol->n_env + 2 + n_egress + 1;
+
+    envp = calloc(cap, sizeof(char *));
     if (!envp) {
         aj_err(err, ENOMEM, "environment");
         return NULL;
@@ -109,6 +115,10 @@ char **sb_build_envp(const struct aj_policy *pol, char *const extra[2], const ch
             ENV_PUT(strdup(extra[i]));
     for (size_t i = 0; i < pol->n_env; i++)
         ENV_PUT(strdup(pol->env[i]));
+    /* network "proxy": the proxy variables, the trust bundle, the secrets'
+     * placeholders (validation keeps the policy from naming those). */
+    for (size_t i = 0; i < n_egress; i++)
+        ENV_PUT(strdup(egress[i]));
 #undef ENV_PUT
     for (size_t i = 0; i < n; i++)
         if (strncmp(envp[i], "PATH=", 5) == 0)
@@ -143,6 +153,11 @@ static char **copy_argv(char *const argv[])
         }
     }
     return v;
+}
+
+char **sb_build_envp(const struct aj_policy *pol, char *const extra[2], const char **ret_path, struct aj_error *err)
+{
+    return build_envp(pol, extra, NULL, ret_path, err);
 }
 
 void sb_free_envp(char **envp)
@@ -490,6 +505,7 @@ void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol)
     sb->stdin_own = -1;
     sb->caller_pipe[0] = sb->caller_pipe[1] = sb->caller_pipe[2] = -1;
     sb->netns_userns_fd = -1;
+    aj_egress_init(&sb->eg);
     sb->st.interp_fd = -1;
     aj_cgroup_init(&sb->cg);
 }
@@ -636,7 +652,8 @@ static int spawn_netns_helper(struct aj_sandbox *sb, struct aj_error *err)
     if (pid < 0)
         return aj_err(err, errno, "fork the network namespace helper");
     if (pid == 0)
-        aj_child_netns_helper_main(sb->netns_userns_fd, sb->st.sock);
+        aj_child_netns_helper_main(sb->netns_userns_fd, sb->st.sock, aj_egress_helper_sock(&sb->eg),
+                                   (uint16_t)sb->c.pol->proxy_port);
     aj_children_add(pid);
     sb->netns_helper = pid;
     close_fd(&sb->netns_userns_fd); /* the helper has its copy */
@@ -858,6 +875,25 @@ static int prep_root(struct aj_sandbox *sb, struct aj_result *res, struct aj_err
     return 0;
 }
 
+/* network "proxy": the run's egress proxy, started before init is cloned
+ * (see egress.c: the secrets it takes are wiped from our memory before
+ * the clone copies it), and what the sandbox sees of it in the mount plan
+ * and, through build_envp, the environment. */
+static int prep_egress(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err)
+{
+    struct aj_child_ctx *c = &sb->c;
+    int r;
+
+    if (c->pol->network != AJ_NET_PROXY)
+        return 0;
+    if (c->parked)
+        return aj_err(err, EOPNOTSUPP, "network.mode \"proxy\" is not available in a warm pool yet (one proxy per "
+                      "run, started with the run): use a one-shot run");
+    sb->st.egress = &sb->eg;
+    r = aj_egress_prepare(&sb->eg, c->pol, res->sandbox_id, c->rootless, &c->plan, err);
+    return r < 0 ? aj_err_prefix(err, r, "network proxy") : 0;
+}
+
 /* The command and its environment (a parked sandbox's come at launch). */
 static int prep_command(struct aj_sandbox *sb, struct aj_error *err)
 {
@@ -873,7 +909,7 @@ static int prep_command(struct aj_sandbox *sb, struct aj_error *err)
     /* A parked sandbox's environment is built when its run starts
      * (sb_launch): env_pass values are the caller's at that moment. */
     if (!c->parked) {
-        c->envp = sb_build_envp(pol, sb->decoy_env, &c->path_env, err);
+        c->envp = build_envp(pol, sb->decoy_env, sb->eg.env, &c->path_env, err);
         if (!c->envp)
             return -ENOMEM;
     }
@@ -1034,6 +1070,9 @@ static int release_init(struct aj_sandbox *sb, struct aj_error *err)
         if (r < 0)
             return r;
     }
+    r = aj_egress_start_relay(&sb->eg, pol, err);
+    if (r < 0)
+        return aj_err_prefix(err, r, "network proxy");
     return 0;
 }
 
@@ -1051,6 +1090,8 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
         r = prep_filters(sb, err);
     if (r == 0)
         r = prep_root(sb, res, err);
+    if (r == 0)
+        r = prep_egress(sb, res, err);
     if (r == 0)
         r = prep_command(sb, err);
     if (r == 0)
@@ -1080,7 +1121,7 @@ int sb_launch(struct aj_sandbox *sb, struct aj_result *res, struct aj_error *err
      * as this run starts, never as the sandbox was parked. (A warm
      * interpreter's payload has exec'd with the policy's: replaced.) */
     sb_free_envp(sb->c.envp);
-    sb->c.envp = sb_build_envp(pol, sb->decoy_env, &sb->c.path_env, err);
+    sb->c.envp = build_envp(pol, sb->decoy_env, sb->eg.env, &sb->c.path_env, err);
     if (!sb->c.envp)
         return -ENOMEM;
     if (sb->c.interp) {
@@ -1212,6 +1253,8 @@ void sb_end(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error
         pthread_mutex_unlock(&degraded_mu);
         sb->degraded_held = false;
     }
+    /* The proxy's last events come before the exit event. */
+    aj_loop_egress_stop(st);
     if (res) {
         if (r < 0 && res->status == AJ_STATUS_SETUP_ERROR && err)
             result_refused(res, err);
@@ -1221,6 +1264,7 @@ void sb_end(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error
             aj_loop_emit_summary(st, true);
             aj_loop_emit_end(st, res);
         }
+        aj_egress_fill_result(&sb->eg, res);
     }
 }
 
@@ -1236,6 +1280,10 @@ void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
     if (sb->audit_open)
         aj_audit_close(&sb->audit);
     sb->audit_open = false;
+    if (st->egress)
+        aj_loop_unwatch(st, st->egress->ev_fd);
+    aj_egress_release(&sb->eg);
+    st->egress = NULL;
     aj_loop_unwatch(st, st->notify.fd);
     aj_notify_clear(&st->notify);
     json_decref(st->decoy_info);

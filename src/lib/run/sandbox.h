@@ -16,6 +16,7 @@
 #include "aj_cgroup.h"
 #include "aj_userns.h"
 #include "child.h"
+#include "egress.h"
 #include "loop.h"
 #include "request.h"
 
@@ -47,6 +48,7 @@ struct aj_sandbox {
     int caller_pipe[3];   /* the caller's ends of AJ_STDIO_PIPE streams, until taken or freed */
     pid_t netns_helper;   /* see spawn_netns_helper; reaped at cleanup */
     int netns_userns_fd;  /* init's user namespace, opened before it changes ids */
+    struct aj_egress eg;  /* network "proxy": the run's egress proxy and relay */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
     struct aj_result res; /* the run's result, complete once ended */
     int rc;               /* what aj_sandbox_wait returns: 0, or the sandbox side's setup error */

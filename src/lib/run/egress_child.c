@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The egress processes' side of their clone (see egress.c): the proxy
+ * between clone and execve, and the relay, which never execs. Both are raw
+ * clones of a supervisor that may have other threads: no malloc, no locks,
+ * no stdio, _exit only (tools/check-child-calls.py checks this object as
+ * it checks child.c). Everything they read was built before the clone. */
+#include "egress_child.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#include "aj_caps.h"
+#include "aj_missing.h"
+#include "aj_util.h"
+#include "protocol.h"
+
+/* Death with the supervisor, no core, no tracer of the same uid, the
+ * caller's signal mask gone. */
+static int become_helper(void)
+{
+    sigset_t none;
+
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        return -1;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+        return -1;
+    return 0;
+}
+
+/* Root mode: the egress uid (leased from identity.uid_range, never the
+ * sandbox's), no supplementary groups. Then no capability and
+ * no_new_privs, in either mode. */
+static int drop_privileges(const struct aj_egress_child *ec)
+{
+    struct aj_error err;
+    int r;
+
+    if (!ec->rootless) {
+        /* KEEPCAPS: the uid change keeps the permitted set, so that the
+         * bounding set (CAP_SETPCAP) can still be emptied after it. */
+        if (aj_sys_setgroups_none() < 0 || prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 ||
+            aj_sys_setresgid(ec->gid) < 0 || aj_sys_setresuid(ec->uid) < 0)
+            return -1;
+        /* The euid change cleared the death signal: arm it again. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+            return -1;
+    }
+    r = aj_caps_child_drop_all(&err);
+    /* 1: the bounding set could not be emptied, which only a caller
+     * without privilege and without the view's user namespace sees (it
+     * holds no capability to keep anyway). As root: a failure. */
+    if (r < 0 || (r == 1 && !ec->rootless) || aj_caps_child_no_new_privs(&err) < 0)
+        return -1;
+    return 0;
+}
+
+/* Say why on stderr (the supervisor reports it) and exit. */
+static __attribute__((noreturn)) void view_fail(const char *what, const char *path)
+{
+    char msg[AJ_EGRESS_VIEW_PATH + 128];
+    int e = errno, n = snprintf(msg, sizeof(msg), "the proxy's filesystem view: %s %s: errno %d\n", what, path, e);
+
+    if (n > 0)
+        (void)aj_write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+    _exit(124);
+}
+
+/* mkdir -p of buf (modified and restored), every component but the last
+ * when file. */
+static void mkdir_p(char *buf, bool file)
+{
+    size_t n = strlen(buf);
+
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        if (buf[i] == '\0' && file)
+            break;
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            view_fail("mkdir", buf);
+        if (i < n)
+            buf[i] = '/';
+    }
+}
+
+/* A writable file write of a short text (the id maps). */
+static void write_proc(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || aj_write_all(fd, text, strlen(text)) < 0)
+        view_fail("write", path);
+    (void)close(fd);
+}
+
+/* The proxy sees only what it needs (docs/network.md): its libraries
+ * (/usr and the merged-/usr links), the trust store, resolv.conf, the
+ * loader's cache, /dev/null and the random devices, /proc (the sanitizer
+ * runtimes read it), its own binary's directory. Root mode: a mount
+ * namespace of its own; rootless: a user namespace mapping the caller's
+ * ids to themselves, so that the mounts are allowed. Each bind read-only,
+ * nosuid, keeping the flags the kernel locks (noexec, nodev, atime) as the
+ * source has them. Then pivot_root, the old root detached, the new root
+ * read-only. */
+static void proxy_fs_view(const struct aj_egress_child *ec)
+{
+    char buf[2 * AJ_EGRESS_VIEW_PATH + 8];
+    struct statfs sf;
+
+    if (!ec->n_view)
+        return;
+    if (ec->rootless) {
+        char map[64];
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+            view_fail("unshare", "user+mount namespace");
+        /* Our own /proc/self files are root's while we are not dumpable:
+         * dumpable for the maps' writes only (this clone holds no secret:
+         * the supervisor reads them after starting it). */
+        if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+            view_fail("dumpable", "");
+        write_proc("/proc/self/setgroups", "deny");
+        (void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)ec->uid, (unsigned)ec->uid);
+        write_proc("/proc/self/uid_map", map);
+        (void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)ec->gid, (unsigned)ec->gid);
+        write_proc("/proc/self/gid_map", map);
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+            view_fail("not dumpable", "");
+    } else if (unshare(CLONE_NEWNS) < 0) {
+        view_fail("unshare", "mount namespace");
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        view_fail("make private", "/");
+    if (mount("tmpfs", ec->view_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+        view_fail("tmpfs", ec->view_root);
+    for (size_t i = 0; i < ec->n_view; i++) {
+        const struct aj_egress_view_entry *e = &ec->view[i];
+        unsigned long fl;
+        (void)snprintf(buf, sizeof(buf), "%s%s", ec->view_root, e->path);
+        if (e->link[0]) {
+            mkdir_p(buf, true);
+            if (symlink(e->link, buf) < 0)
+                view_fail("symlink", buf);
+            continue;
+        }
+        mkdir_p(buf, e->file);
+        if (e->file) {
+            int fd = open(buf, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+            if (fd < 0)
+                view_fail("create", buf);
+            (void)close(fd);
+        }
+        if (mount(e->path, buf, NULL, MS_BIND | MS_REC, NULL) < 0)
+            view_fail("bind", e->path);
+        if (statfs(buf, &sf) < 0)
+            view_fail("statfs", buf);
+        /* ST_* equal MS_* for these bits: keep what is locked. */
+        fl = (unsigned long)sf.f_flags & (MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME);
+        fl |= MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (e->dev ? 0 : MS_NODEV);
+        if (mount(NULL, buf, NULL, fl, NULL) < 0)
+            view_fail("read-only", buf);
+    }
+    if (chdir(ec->view_root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
+        view_fail("pivot_root", ec->view_root);
+    if (umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+        view_fail("detach the old root", "/");
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        view_fail("read-only", "/");
+}
+
+void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
+{
+    int high[AJ_EGRESS_NFDS];
+
+    if (become_helper() < 0)
+        _exit(120);
+    if (getppid() != ec->parent)
+        _exit(120); /* the supervisor died before the death signal was armed */
+    /* Onto 3..7 as the contract names them: first above every target, so
+     * that no dup2 overwrites a source still to be placed. */
+    for (int i = 0; i < AJ_EGRESS_NFDS; i++) {
+        high[i] = fcntl(ec->fds[i], F_DUPFD_CLOEXEC, 64);
+        if (high[i] < 0)
+            _exit(120);
+    }
+    if (dup2(ec->null_fd, STDIN_FILENO) < 0 || dup2(ec->null_fd, STDOUT_FILENO) < 0 ||
+        dup2(ec->stderr_fd, STDERR_FILENO) < 0)
+        _exit(120);
+    for (int i = 0; i < AJ_EGRESS_NFDS; i++)
+        if (dup2(high[i], 3 + i) < 0)
+            _exit(120);
+    if (aj_sys_close_range(3 + AJ_EGRESS_NFDS, ~0U, 0) < 0)
+        _exit(120);
+    if (setsid() < 0 || chdir("/") < 0)
+        _exit(120);
+    proxy_fs_view(ec);
+    {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < ec->nofile) {
+            rl.rlim_cur = ec->nofile < rl.rlim_max ? ec->nofile : rl.rlim_max;
+            (void)setrlimit(RLIMIT_NOFILE, &rl); /* best effort: the proxy's cap answers past it */
+        }
+    }
+    if (drop_privileges(ec) < 0)
+        _exit(121);
+    execve(ec->path, ec->argv, ec->envp);
+    {
+        /* The supervisor reports the proxy's stderr at a start failure. */
+        char msg[4200];
+        int n = snprintf(msg, sizeof(msg), "cannot execute %s as uid %u: errno %d\n", ec->path, (unsigned)ec->uid,
+                         errno);
+        if (n > 0)
+            (void)aj_write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+    }
+    _exit(127);
+}
+
+/* ---- the relay ------------------------------------------------------------------ */
+
+/* One relayed connection: the program's TCP socket (inside the sandbox's
+ * network namespace) and our unix socket to the proxy, each direction
+ * with a buffer of its own. */
+struct relay_conn {
+    int fd[2];       /* 0: the sandbox's TCP connection, 1: the proxy's unix socket */
+    size_t len[2];   /* bytes read from fd[i], waiting to go to fd[!i] */
+    size_t off[2];
+    bool eof[2];     /* fd[i] said EOF: shut down writing on fd[!i] once drained */
+    bool shut[2];    /* fd[i]'s write side is shut down */
+};
+
+#define RELAY_CONN_BUF (32 * 1024)
+
+static struct relay_conn *conns;
+static char *bufs; /* 2 * RELAY_CONN_BUF per connection */
+static struct pollfd *pfds;
+static size_t n_conns, max_conns;
+
+static void conn_close(size_t i)
+{
+    (void)close(conns[i].fd[0]);
+    (void)close(conns[i].fd[1]);
+    conns[i] = conns[--n_conns];
+    /* Its buffers move with it. */
+    memcpy(bufs + i * 2 * RELAY_CONN_BUF, bufs + n_conns * 2 * RELAY_CONN_BUF, 2 * RELAY_CONN_BUF);
+}
+
+static int to_proxy(const struct aj_egress_child *ec)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+    if (fd < 0)
+        return -1;
+    memcpy(sa.sun_path, ec->sock_path, sizeof(sa.sun_path) - 1);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+        (void)close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void accept_all(const struct aj_egress_child *ec, int lfd)
+{
+    for (;;) {
+        int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), p;
+        if (c < 0)
+            return;
+        /* Past the relay's table the connection is refused at once (the
+         * proxy's own cap, lower, answers with a 503 and an event). */
+        if (n_conns >= max_conns || (p = to_proxy(ec)) < 0) {
+            (void)close(c);
+            continue;
+        }
+        conns[n_conns] = (struct relay_conn){.fd = {c, p}};
+        n_conns++;
+    }
+}
+
+/* Move what can move on connection i; false once it is done. */
+static bool pump(size_t i, const struct pollfd *pf)
+{
+    struct relay_conn *c = &conns[i];
+
+    for (int d = 0; d < 2; d++) {
+        char *buf = bufs + (i * 2 + (size_t)d) * RELAY_CONN_BUF;
+        /* Read from fd[d] when its buffer is empty. */
+        if (!c->eof[d] && c->len[d] == 0 && (pf[d].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t n = read(c->fd[d], buf, RELAY_CONN_BUF);
+            if (n > 0) {
+                c->len[d] = (size_t)n;
+                c->off[d] = 0;
+            } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+                if (n < 0)
+                    return false; /* reset: the other side is told by our close */
+                c->eof[d] = true;
+            }
+        }
+        /* Write it to the other side. */
+        if (c->len[d] > 0) {
+            ssize_t n = write(c->fd[!d], buf + c->off[d], c->len[d]);
+            if (n > 0) {
+                c->off[d] += (size_t)n;
+                c->len[d] -= (size_t)n;
+            } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                return false;
+            }
+        }
+        if (c->eof[d] && c->len[d] == 0 && !c->shut[d]) {
+            (void)shutdown(c->fd[!d], SHUT_WR);
+            c->shut[d] = true;
+        }
+    }
+    return !(c->shut[0] && c->shut[1]);
+}
+
+void aj_egress_child_relay_main(const struct aj_egress_child *ec)
+{
+    const int lfd = 3;
+    struct rlimit rl;
+    size_t bytes;
+
+    if (become_helper() < 0)
+        _exit(120);
+    if (getppid() != ec->parent)
+        _exit(120);
+    (void)prctl(PR_SET_NAME, "agentjail-relay", 0, 0, 0);
+    /* Our copy of the supervisor's environment may hold a secret's source
+     * (value_from env:NAME): blanked, in this process's memory only. */
+    for (char **e = environ; e && *e; e++)
+        memset(*e, 0, strlen(*e));
+    /* Keep the listening socket alone: nothing else of the supervisor's
+     * (the sandbox's pidfd, a caller's files or terminal). */
+    {
+        /* Above 0-3 first: the supervisor's own 0-2 may have been closed. */
+        int l = fcntl(ec->listen_fd, F_DUPFD_CLOEXEC, 10), nul = fcntl(ec->null_fd, F_DUPFD_CLOEXEC, 10);
+        if (l < 0 || nul < 0 || dup2(nul, STDIN_FILENO) < 0 || dup2(nul, STDOUT_FILENO) < 0 ||
+            dup2(nul, STDERR_FILENO) < 0 || dup2(l, lfd) < 0 || aj_sys_close_range(lfd + 1, ~0U, 0) < 0)
+            _exit(120);
+    }
+    if (drop_privileges(ec) < 0)
+        _exit(121);
+    /* Two fds a connection: within the hard limit, never EMFILE (a
+     * listening socket that stays readable would spin the loop). */
+    max_conns = ec->max_conns;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * max_conns + 16)
+            max_conns = rl.rlim_cur > 48 ? (rl.rlim_cur - 16) / 2 : 16;
+    }
+    bytes = max_conns * (sizeof(struct relay_conn) + sizeof(struct pollfd) * 2 + 2 * RELAY_CONN_BUF) +
+            sizeof(struct pollfd);
+    /* One mapping, touched only as connections come: no malloc here. */
+    {
+        char *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            _exit(122);
+        bufs = m;
+        conns = (struct relay_conn *)(void *)(m + max_conns * 2 * RELAY_CONN_BUF);
+        pfds = (struct pollfd *)(void *)((char *)conns + max_conns * sizeof(struct relay_conn));
+    }
+    {
+        int fl = fcntl(lfd, F_GETFL);
+        if (fl < 0 || fcntl(lfd, F_SETFL, fl | O_NONBLOCK) < 0)
+            _exit(120);
+    }
+    for (;;) {
+        size_t np = 0;
+        pfds[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (size_t i = 0; i < n_conns; i++) {
+            struct relay_conn *c = &conns[i];
+            for (int d = 0; d < 2; d++) {
+                short ev = 0;
+                if (!c->eof[d] && c->len[d] == 0)
+                    ev |= POLLIN;
+                if (c->len[!d] > 0)
+                    ev |= POLLOUT;
+                /* Nothing wanted: not polled (a hung-up peer would wake
+                 * the loop without end while our buffer waits). */
+                pfds[np++] = (struct pollfd){.fd = ev ? c->fd[d] : -1, .events = ev};
+            }
+        }
+        if (poll(pfds, np, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(123);
+        }
+        if (pfds[0].revents & POLLIN)
+            accept_all(ec, lfd);
+        else if (pfds[0].revents & (POLLERR | POLLNVAL))
+            _exit(0);
+        /* Backwards: conn_close moves the last entry into the freed slot. */
+        for (size_t i = np / 2; i-- > 0;) {
+            if (i >= n_conns)
+                continue;
+            if (!pump(i, &pfds[1 + 2 * i]))
+                conn_close(i);
+        }
+    }
+}
+
+/* ---- inside the netns helper ---------------------------------------------------- */
+
+int aj_egress_child_listen(int relay_sock, uint16_t port)
+{
+    struct aj_sync_msg m = {.type = AJ_MSG_NETNS};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct ifreq ifr;
+    int s, fd;
+
+    /* lo up first: 127.0.0.1 exists once it is. */
+    s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) {
+        (void)close(s);
+        return -1;
+    }
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) {
+        (void)close(s);
+        return -1;
+    }
+    (void)close(s);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* A fresh namespace: no TIME_WAIT to reuse past, so no SO_REUSEADDR. */
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 512) < 0) {
+        m.err.errnum = errno;
+        if (fd >= 0)
+            (void)close(fd);
+        (void)aj_write_all(relay_sock, &m, sizeof(m));
+        return -1;
+    }
+    if (aj_proto_send_fds(relay_sock, &m, &fd, 1) < 0) {
+        (void)close(fd);
+        return -1;
+    }
+    (void)close(fd);
+    return 0;
+}

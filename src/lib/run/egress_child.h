@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The egress processes between their clone and execve (the proxy) or
+ * their end (the relay), and the listening socket the netns helper makes
+ * for the relay. Raw clones of a supervisor that may have other threads:
+ * no malloc, no locks, no stdio (tools/check-child-calls.py). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The contract's fds: config, listen, events, control, CA out (3..7). */
+#define AJ_EGRESS_NFDS 5
+
+/* One entry of the proxy's filesystem view: a host path bound read-only at
+ * the same place, or a symlink replicated (merged /usr: /lib -> usr/lib). */
+#define AJ_EGRESS_VIEW_MAX 24
+#define AJ_EGRESS_VIEW_PATH 512
+struct aj_egress_view_entry {
+    char path[AJ_EGRESS_VIEW_PATH];
+    char link[AJ_EGRESS_VIEW_PATH]; /* non-empty: a symlink to this */
+    bool file;                       /* a file (bound on an empty file), else a directory */
+    bool dev;                        /* a device node: no nodev */
+};
+
+/* Built by the supervisor before the clone, never freed by the child. */
+struct aj_egress_child {
+    pid_t parent;       /* the supervisor: gone before the death signal was armed = exit */
+    bool rootless;
+    uid_t uid;          /* root mode: the egress uid (a second lease of identity.uid_range) */
+    gid_t gid;
+    int null_fd;        /* /dev/null, for 0 and 1 (and the relay's 2) */
+    /* proxy */
+    const char *path;   /* agentjail-egress */
+    char *const *argv;
+    char *const *envp;
+    int fds[AJ_EGRESS_NFDS]; /* become 3..7 */
+    int stderr_fd;
+    uint64_t nofile;     /* RLIMIT_NOFILE the proxy needs (2 fds a connection), within the hard limit */
+    /* The proxy's own root: a tmpfs at view_root (an empty directory of
+     * the supervisor's) with these entries, pivoted into. n_view 0: none. */
+    char view_root[AJ_EGRESS_VIEW_PATH];
+    struct aj_egress_view_entry view[AJ_EGRESS_VIEW_MAX];
+    size_t n_view;
+    /* relay */
+    int listen_fd;      /* TCP, 127.0.0.1:proxy_port, in the sandbox's network namespace */
+    char sock_path[108]; /* the proxy's unix socket */
+    size_t max_conns;
+};
+
+/* The proxy: fds into place, setsid, egress uid, no capability,
+ * no_new_privs, execve. Never returns. */
+__attribute__((noreturn)) void aj_egress_child_proxy_main(const struct aj_egress_child *ec);
+/* The relay: each connection to listen_fd carried to the proxy's unix
+ * socket, byte for byte, until the supervisor kills it. Never returns. */
+__attribute__((noreturn)) void aj_egress_child_relay_main(const struct aj_egress_child *ec);
+/* In the netns helper, inside the new network namespace: lo up, a
+ * listening socket on 127.0.0.1:port, sent down relay_sock (an
+ * AJ_MSG_NETNS message with the fd, or with err.errnum set). */
+int aj_egress_child_listen(int relay_sock, uint16_t port);
