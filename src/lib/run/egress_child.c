@@ -130,6 +130,10 @@ static void proxy_fs_view(const struct aj_egress_child *ec)
 
     if (!ec->n_view)
         return;
+    /* The view's directories and files are made here, for the proxy's
+     * uid to traverse and read: not at the embedder's umask (a server's
+     * 077 would leave them root's alone). */
+    (void)umask(022);
     if (ec->rootless) {
         char map[64];
         if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
