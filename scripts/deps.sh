@@ -8,7 +8,7 @@
 set -euo pipefail
 what=${1:-test}
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev
-      libsqlite3-dev python3 libevent-dev libssl-dev libhttp-parser-dev)
+      libsqlite3-dev libpq-dev python3 libevent-dev libssl-dev libhttp-parser-dev)
 compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
         python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
@@ -18,8 +18,9 @@ case "$what" in
   # container image's base roots, the seccomp enumeration, the unit check, the
   # Kubernetes schemas: tests/deploy/package.json, installed below with npm ci).
   # python3-requests, iproute2: tests/integration/test_egress_proxy.py.
+  # postgresql: tests/integration/test_server_pg.py (a private cluster of its own).
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest python3-requests iproute2 util-linux clang clang-tidy
-               libclang-rt-14-dev chromium docker.io debootstrap binutils systemd podman "${compat[@]}") ;;
+               libclang-rt-14-dev chromium docker.io debootstrap binutils systemd podman postgresql "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail python3-pandas) ;;  # python3-pandas: bench/interp.py
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;

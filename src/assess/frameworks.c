@@ -35,8 +35,8 @@ const struct mapping rpt_mappings[] = {
     {"NIST CSF 2.0", "PR.IR-01", "Environments protected from unauthorised logical access",
      "empty network namespace, Landlock TCP rules",
      "with network none the code has no route to any other system",
-     "no egress proxy yet: a policy that needs the network gets no destination allow-list and no "
-     "payload inspection",
+     "a policy that needs the network uses network.mode proxy (allow-list, deny floor, caps: "
+     "docs/network.md); payloads are not inspected beyond brokered hosts' headers",
      C_NET_NONE, "partial"},
     {"NIST CSF 2.0", "PR.IR-04", "Adequate resource capacity", "cgroup memory, pids and CPU limits, "
      "CPU-time and wall-clock limits, output caps",
@@ -64,8 +64,8 @@ const struct mapping rpt_mappings[] = {
      "the kernel is shared: this is not a hypervisor boundary", C_ALWAYS, ""},
     {"NIST SP 800-53", "SC-7", "Boundary protection", "empty network namespace, Landlock TCP rules",
      "no traffic crosses the sandbox boundary with network none",
-     "no managed interface for runs that need the network (the egress proxy is not built), no "
-     "content inspection",
+     "runs that need the network go through the egress proxy (network.mode proxy) only when the "
+     "policy says so; no content inspection",
      C_NET_NONE, "partial"},
     {"NIST SP 800-53", "AC-6", "Least privilege",
      "no capabilities, no_new_privs, unprivileged uid inside, own host uid per run",
@@ -97,7 +97,7 @@ const struct mapping rpt_mappings[] = {
      "policies written for other runtimes are not checked", C_ALWAYS, ""},
     {"NIST SP 800-190", "4.4.2", "Unbounded network access from containers",
      "empty network namespace", "no network unless the policy asks for a private loopback",
-     "no egress filtering for runs that need the network", C_NET_NONE, "partial"},
+     "egress filtering only in network.mode proxy (docs/network.md)", C_NET_NONE, "partial"},
     {"NIST SP 800-190", "4.4.1", "Vulnerabilities within the runtime software",
      "the supervisor never joins a live sandbox, inherits no fds into it, keeps its binary out "
      "of reach (CVE-2019-5736 class)",
@@ -147,9 +147,8 @@ const struct mapping rpt_mappings[] = {
      "the privileges of the agent's service accounts and API keys are outside agentjail",
      C_ALWAYS, ""},
     {"OWASP NHI Top 10", "NHI7", "Long-lived secrets", "none",
-     "nothing: agentjail does not issue, rotate or broker credentials",
-     "secrets rotation and short-lived credentials (brokering is planned in the egress proxy, "
-     "not built)",
+     "nothing by default; a proxy-mode policy's secrets are brokered (the sandbox holds a placeholder)",
+     "credential issuing, rotation and short lifetimes are outside agentjail",
      C_NEVER, "not addressed"},
     {"OWASP NHI Top 10", "NHI8", "Environment isolation",
      "a fresh sandbox per run: nothing shared between runs",
@@ -213,9 +212,9 @@ const char *const rpt_report_limits[] = {
     "The kernel CVE table is a short curated list of local privilege escalations; no match is "
     "not proof that the kernel has no such bug. An unknown bug reachable through an allowed "
     "syscall is not scored at all: the sandbox shares the host kernel.",
-    "Not covered by agentjail, whatever the score: secrets rotation and brokering, inspection "
-    "of network payloads, an egress proxy (not built yet), and the agent's identities, tools "
-    "and data outside the sandbox.",
+    "Not covered by agentjail, whatever the score: secrets rotation, inspection of network "
+    "payloads (the egress proxy checks destinations, not content), and the agent's identities, "
+    "tools and data outside the sandbox.",
     "The probe's findings are taken as reported; a probe run outside the policy being scored "
     "(--probe-json from elsewhere) scores the wrong sandbox.",
 };

@@ -166,6 +166,7 @@ int aj_cmd_mcp(int argc, char **argv)
             return AJ_EXIT_SETUP;
         }
         o.config_path = local;
+        (void)fprintf(stderr, "agentjail mcp: records in %s (private, removed at exit)\n", dir);
     }
     status = aj_server_run(&o);
     if (local) {

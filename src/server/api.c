@@ -358,6 +358,17 @@ static void post_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *sess
 
 /* ---- GET / DELETE /v1/runs/{id} ------------------------------------------------------------- */
 
+/* A stored record still queued or running (only another replica's can be). */
+static bool record_live(const char *rec)
+{
+    json_t *o = json_loads(rec, 0, NULL);
+    const char *st = json_string_value(json_object_get(o, "status"));
+    bool live = st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0);
+
+    json_decref(o);
+    return live;
+}
+
 static void one_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *id, bool kill, struct srv_reply *reply)
 {
     struct srv_run *r = srv_valid_id(id) ? srv_runner_find(ctx->rn, t, id) : NULL;
@@ -384,7 +395,11 @@ static void one_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *id, b
         srv_reply_error(reply, 404, "no run %s", id);
     else if (rc < 0)
         srv_reply_error(reply, 500, "the run store could not be read");
-    else
+    else if (kill && record_live(rec)) {
+        /* Live, not here: another replica of a shared store runs it. */
+        free(rec);
+        srv_reply_error(reply, 421, "run %s is running on another replica: DELETE it there", id);
+    } else
         srv_reply_json(reply, 200, rec);
 }
 

@@ -347,6 +347,69 @@ static int load_sessions(struct cfg_loader *L, json_t *obj, struct srv_config *c
     return 0;
 }
 
+/* "store": the SQLite file (an absolute path), or a PostgreSQL database
+ * shared by replicas: {"postgresql": CONNINFO, "state_dir": DIR}, DIR
+ * holding what stays on the replica (its runs' events, its sessions'
+ * workspaces). The conninfo (key=value or a postgresql:// URI) may not
+ * hold a password: the config is no secret (a ConfigMap); libpq takes it
+ * from passfile=, PGPASSFILE or ~/.pgpass, or PGPASSWORD. */
+static int load_store(struct cfg_loader *L, json_t *v, struct srv_config *cfg)
+{
+    const char *key;
+    char *dir = NULL;
+    json_t *e;
+    int rc = -1;
+
+    if (json_is_string(v)) {
+        if (get_string(L, "store", v, &cfg->store) < 0)
+            return -1;
+        if (strncmp(cfg->store, "postgres://", 11) == 0 || strncmp(cfg->store, "postgresql://", 13) == 0)
+            return cfg_fail(L, "store",
+                            "a PostgreSQL store is {\"postgresql\": CONNINFO, \"state_dir\": DIR} (DIR: where "
+                            "this replica keeps its events and workspaces)");
+        if (cfg->store[0] != '/')
+            return cfg_fail(L, "store", "must be an absolute path (the SQLite file) or {\"postgresql\": ...}");
+        return 0;
+    }
+    if (!json_is_object(v))
+        return cfg_fail(L, "store", "must be a path (SQLite) or {\"postgresql\": CONNINFO, \"state_dir\": DIR}");
+    json_object_foreach(v, key, e) {
+        if (strcmp(key, "postgresql") == 0) {
+            char why[512];
+            if (get_string(L, "store.postgresql", e, &cfg->store_pg) < 0)
+                goto out;
+            if (srv_store_pg_check_conninfo(cfg->store_pg, why, sizeof(why))) {
+                (void)cfg_fail(L, "store.postgresql", "%s", why);
+                goto out;
+            }
+        } else if (strcmp(key, "state_dir") == 0) {
+            if (get_string(L, "store.state_dir", e, &dir) < 0)
+                goto out;
+            if (!dir || dir[0] != '/') {
+                (void)cfg_fail(L, "store.state_dir", "must be an absolute path");
+                goto out;
+            }
+        } else {
+            (void)cfg_fail(L, "store", "unknown key %s (known: postgresql, state_dir)", key);
+            goto out;
+        }
+    }
+    if (!cfg->store_pg || !dir) {
+        (void)cfg_fail(L, "store", "needs both \"postgresql\" (the conninfo) and \"state_dir\"");
+        goto out;
+    }
+    free(cfg->store);
+    if (asprintf(&cfg->store, "%s/postgresql", dir) < 0) {
+        cfg->store = NULL;
+        (void)cfg_fail(L, "store", "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(dir);
+    return rc;
+}
+
 static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
 {
     const char *key;
@@ -360,10 +423,8 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_string(L, key, v, &cfg->listen) < 0)
                 return -1;
         } else if (strcmp(key, "store") == 0) {
-            if (get_string(L, key, v, &cfg->store) < 0)
+            if (load_store(L, v, cfg) < 0)
                 return -1;
-            if (cfg->store[0] != '/')
-                return cfg_fail(L, key, "must be an absolute path");
         } else if (strcmp(key, "policy") == 0) {
             if (get_string(L, key, v, &cfg->policy_path) < 0)
                 return -1;
@@ -467,7 +528,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
         }
     }
     if (!cfg->store)
-        return cfg_fail(L, "", "\"store\" is required (the SQLite file of run records)");
+        return cfg_fail(L, "", "\"store\" is required (the SQLite file of run records, or {\"postgresql\": ...})");
     if (!cfg->tenants)
         return cfg_fail(L, "", "\"tenants\" is required (at least one, with its token_sha256)");
     return 0;
@@ -596,6 +657,7 @@ void srv_config_clear(struct srv_config *cfg)
     free(cfg->tls_key_pem);
     free(cfg->listen);
     free(cfg->store);
+    free(cfg->store_pg);
     free(cfg->policy_path);
     free(cfg->profile);
     *cfg = (struct srv_config){0};

@@ -769,7 +769,7 @@ int aj_server_run(const struct aj_server_opts *o)
     (void)sigaddset(&stop, SIGHUP); /* the events log's reopen (logrotate) */
     if (pthread_sigmask(SIG_BLOCK, &stop, NULL) != 0)
         goto out;
-    if (srv_store_open(ctx.cfg.store, &ctx.store, msg, sizeof(msg)) < 0)
+    if (srv_store_open(&ctx.cfg, &ctx.store, msg, sizeof(msg)) < 0)
         goto fail_msg;
     /* Before any thread: as root it moves the server to a mount
      * namespace of its own (session.c). */

@@ -17,8 +17,10 @@
 
 #include "mcp.h"
 
-/* MCP sessions kept at once (all tenants), and how long an idle one lives. */
+/* MCP sessions kept at once (all tenants; one tenant), and how long an
+ * idle one lives. */
 #define MCP_HTTP_MAX_SESSIONS 256
+#define MCP_HTTP_MAX_PER_TENANT 64
 #define MCP_HTTP_IDLE_MS (30 * 60 * 1000)
 
 struct entry {
@@ -459,7 +461,10 @@ static enum MHD_Result post(struct srv_ctx *ctx, struct MHD_Connection *c, struc
         struct entry *gone = NULL;
         (void)pthread_mutex_lock(&reg_lock);
         gone = expire_locked(srv_now_ms());
-        bool room = reg_count < MCP_HTTP_MAX_SESSIONS;
+        unsigned mine = 0;
+        for (struct entry *x = reg; x; x = x->next)
+            mine += x->t == t;
+        bool room = reg_count < MCP_HTTP_MAX_SESSIONS && mine < MCP_HTTP_MAX_PER_TENANT;
         if (e && room && srv_new_id(e->id)) {
             e->t = t;
             e->conn = conn;
@@ -478,8 +483,9 @@ static enum MHD_Result post(struct srv_ctx *ctx, struct MHD_Connection *c, struc
         if (!e) {
             mcp_conn_free(conn);
             free(one.text);
-            return rpc_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, MCP_INTERNAL_ERROR,
-                             room ? "out of memory" : "too many MCP sessions; end some (DELETE /mcp)");
+            return rpc_error(c, room ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_TOO_MANY_REQUESTS, MCP_INTERNAL_ERROR,
+                             room ? "out of memory"
+                                  : "too many MCP sessions (64 per tenant, 256 in all); end some (DELETE /mcp)");
         }
         (void)fprintf(stderr, "agentjail mcp: http: session %.8s... started (tenant %s)\n", e->id, t->name);
         return respond(c, MHD_HTTP_OK, one.text, "application/json", e->id, false);

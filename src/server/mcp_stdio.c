@@ -265,12 +265,13 @@ int srv_mcp_apply_opts(struct srv_config *cfg, const struct aj_server_opts *o, c
         return -1;
     }
     if (o->policy_path || o->profile) {
-        /* The tenants' policies were built from the config's; build them
-         * again on the policy these flags name (each still only tightens). */
-        char key[160], why[512];
+        /* The tenants' policies were built from the config's at load:
+         * again, from these. (A max_timeout the config's own policy
+         * tightened stays: the bound only ever tightens.) */
+        char key[300] = "", why[700];
         srv_tenants_clear(cfg);
         if (srv_tenants_build(cfg, key, sizeof(key), why, sizeof(why)) < 0) {
-            (void)snprintf(msg, msg_size, "%s: %s", key, why);
+            (void)snprintf(msg, msg_size, "%s%s%s", key, key[0] ? ": " : "", why);
             return -1;
         }
     }

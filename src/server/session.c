@@ -97,7 +97,9 @@ void srv_session_unref(struct srv_sessions *ss, struct srv_session *s)
 }
 
 /* A live session of t by id, with a reference: 0, -ENOENT (none of t's:
- * unknown, another tenant's), -ESTALE (t's, ended: in the store). */
+ * unknown, another tenant's), -ESTALE (t's, ended: in the store),
+ * -EREMOTE (t's, live on another replica of a shared store: its
+ * workspace is there, docs/deploy.md "Scaling"). */
 int srv_session_find(struct srv_sessions *ss, const struct srv_tenant *t, const char *id,
                         struct srv_session **ret)
 {
@@ -118,14 +120,27 @@ int srv_session_find(struct srv_sessions *ss, const struct srv_tenant *t, const 
     if (*ret)
         return 0;
     rc = srv_store_session_get_json(ss->ctx->store, t->name, id, &rec);
+    if (rc == 0) {
+        /* Live here is in memory: a live row is another replica's. */
+        json_t *o = json_loads(rec, 0, NULL);
+        const char *st = json_string_value(json_object_get(o, "status"));
+        rc = st && strcmp(st, "live") == 0 ? -EREMOTE : -ESTALE;
+        json_decref(o);
+    } else {
+        rc = -ENOENT;
+    }
     free(rec);
-    return rc == 0 ? -ESTALE : -ENOENT;
+    return rc;
 }
 
 void srv_find_fail(int rc, const char *id, struct srv_reply *reply)
 {
     if (rc == -ESTALE)
         srv_reply_error(reply, 410, "session %s has ended (GET /v1/sessions/%s says how)", id, id);
+    else if (rc == -EREMOTE)
+        srv_reply_error(reply, 421,
+                        "session %s is live on another replica, which holds its workspace: send its requests "
+                        "there (route by session)", id);
     else
         srv_reply_error(reply, 404, "no session %s", srv_valid_id(id) ? id : "with that id");
 }
@@ -900,7 +915,7 @@ static void one_session(struct srv_ctx *ctx, struct srv_tenant *t, const char *i
             return;
         }
         session_close(ss, s, "deleted", NULL);
-    } else if (rc != -ESTALE) {
+    } else if (rc != -ESTALE && !(rc == -EREMOTE && !del)) { /* another replica's: its row reads anywhere */
         srv_find_fail(rc, id, reply);
         return;
     }

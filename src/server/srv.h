@@ -79,7 +79,10 @@ struct srv_tenant {
 
 struct srv_config {
     char *listen;           /* "HOST:PORT" or "unix:/path" */
-    char *store;            /* SQLite file */
+    char *store;            /* SQLite file; with PostgreSQL, STATE_DIR/postgresql (never opened: its
+                             * directory holds the replica's events and workspaces, as beside a
+                             * SQLite file) */
+    char *store_pg;         /* PostgreSQL conninfo (store_pg.c); NULL: SQLite */
     char *policy_path;      /* NULL: the default policy */
     char *profile;          /* NULL: none */
     struct srv_tenant *tenants;
@@ -239,7 +242,10 @@ struct srv_run {
 /* ---- store ---------------------------------------------------------------------- */
 
 struct srv_store;
-int srv_store_open(const char *path, struct srv_store **ret, char *msg, size_t msg_size);
+/* cfg->store_pg ? PostgreSQL : the SQLite file cfg->store. */
+int srv_store_open(const struct srv_config *cfg, struct srv_store **ret, char *msg, size_t msg_size);
+/* A conninfo the config may hold (config.c): NULL, or why not. */
+const char *srv_store_pg_check_conninfo(const char *conninfo, char *msg, size_t msg_size);
 void srv_store_close(struct srv_store *s);
 /* Sessions (session.c): live ones are in memory, every one is a row.
  * At open, rows a killed server left live are marked "lost". */

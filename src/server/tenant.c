@@ -345,17 +345,28 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
         /* A request's "network": "none" on a tenant with a network: the
          * same policy with none, run cold (no pool is kept for it). */
         if (strcmp(t->net_mode, "none") != 0) {
-            char *canon = aj_policy_to_json(t->pol, true);
+            /* Its whole network group and its secrets go: in a proxy-mode
+             * policy the allow-list, caps and brokered secrets mean
+             * nothing (and are refused) with no network. */
+            char *canon = aj_policy_to_json(t->pol, true), *nonet = NULL;
+            json_t *doc = canon ? json_loads(canon, 0, NULL) : NULL;
+            if (doc) {
+                (void)json_object_del(doc, "secrets");
+                (void)json_object_set_new(doc, "network", json_pack("{s:s}", "mode", "none"));
+                nonet = json_dumps(doc, JSON_COMPACT);
+                json_decref(doc);
+            }
             t->pol_nonet = aj_policy_new();
-            if (!canon || !t->pol_nonet ||
-                aj_policy_load_buffer(t->pol_nonet, canon, strlen(canon), "tenant policy", &err) < 0 ||
-                aj_policy_set(t->pol_nonet, "network.mode", "none", &err) < 0 ||
+            if (!nonet || !t->pol_nonet ||
+                aj_policy_load_buffer(t->pol_nonet, nonet, strlen(nonet), "tenant policy", &err) < 0 ||
                 aj_policy_validate(t->pol_nonet, &err) < 0) {
                 free(canon);
+                free(nonet);
                 fail(key, key_size, msg, msg_size, k, err.msg[0] ? err.msg : "out of memory");
                 goto out;
             }
             free(canon);
+            free(nonet);
         }
         /* Its warm interpreters: the same policy, with the interpreter's
          * keys (docs/interpreters.md). */

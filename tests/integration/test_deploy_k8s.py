@@ -396,3 +396,19 @@ def test_systemd_unit_is_valid_and_delegates_the_cgroup(tmp_path):
     # Negative control: verify does report a mistake.
     p = _verify_unit(unit.replace("Delegate=yes", "Delgate=yes"), str(tmp_path))
     assert "Unknown key 'Delgate'" in p.stderr, p.stderr
+
+
+def test_image_build_packages_cover_the_build_dependencies():
+    """deploy/packages-build.txt (what the image's build stage has) holds
+    every package scripts/deps.sh's build group installs: a dependency
+    added to the build (libevent for agentjail-egress, libpq) and not to
+    the image fails here, not only in the heavy image build."""
+    deps = open(os.path.join(ROOT, "scripts", "deps.sh")).read()
+    m = re.search(r"^pkgs=\(([^)]*)\)", deps, re.M)
+    assert m, "scripts/deps.sh has no pkgs=( ... ) build list"
+    build = set(m.group(1).split())
+    listed = {l.strip() for l in open(os.path.join(ROOT, "deploy", "packages-build.txt"))
+              if l.strip() and not l.startswith("#")}
+    assert build and build <= listed, sorted(build - listed)
+    # Negative control: the check would see a package missing from the list.
+    assert not (build | {"libnot-in-the-image-dev"}) <= listed

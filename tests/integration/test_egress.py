@@ -675,6 +675,7 @@ def test_the_proxy_and_the_relay_hold_no_privilege_and_see_little(up, dns, tmp_p
             st = _status(pid)
             assert int(st["CapEff"], 16) == int(st["CapPrm"], 16) == int(st["CapAmb"], 16) == 0, st
             assert st["NoNewPrivs"] == "1", st
+            assert st["Seccomp"] == "2", st  # the relay's own filter (seccomp_relay.c); the proxy's own
             # The bounding set: emptied where the process could (root; the
             # proxy's own user namespace rootless). A rootless relay holds
             # nothing and cannot gain anything (no_new_privs) either way.
@@ -701,3 +702,146 @@ def test_the_proxy_and_the_relay_hold_no_privilege_and_see_little(up, dns, tmp_p
         assert int(proxy_uid) != res["host_uid"] and int(proxy_uid) >= 65536, (proxy_uid, res["host_uid"])
     else:
         assert int(proxy_uid) == os.getuid()
+
+
+@pytest.fixture
+def tls_up(tmp_path):
+    """An HTTPS upstream on the host's 127.0.0.1 for up.test, its
+    certificate signed by a CA this test makes (handed to the proxy through
+    the supervisor's test knob, AGENTJAIL_TEST_EGRESS_UPSTREAM_CA)."""
+    import ssl
+    d = str(tmp_path)
+    os.chmod(d, 0o755)
+
+    def ossl(*a):
+        subprocess.run(["openssl"] + list(a), check=True, capture_output=True, timeout=60)
+    ossl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+         d + "/ca.key", "-out", d + "/ca.pem", "-days", "2", "-subj", "/CN=ajtest upstream CA")
+    ossl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", d + "/up.key",
+         "-out", d + "/up.csr", "-subj", "/CN=up.test")
+    with open(d + "/ext", "w") as f:
+        f.write("subjectAltName=DNS:up.test\nextendedKeyUsage=serverAuth\n")
+    ossl("x509", "-req", "-in", d + "/up.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key", "-CAcreateserial",
+         "-out", d + "/up.pem", "-days", "2", "-extfile", d + "/ext")
+    os.chmod(d + "/ca.pem", 0o644)
+    u = Upstream()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(d + "/up.pem", d + "/up.key")
+    u.srv.socket = ctx.wrap_socket(u.srv.socket, server_side=True)
+    u.ca = d + "/ca.pem"
+    yield u
+    u.close()
+
+
+def test_brokered_https_gets_the_real_header_and_the_sandbox_trusts_the_run_ca(tls_up, dns, tmp_path):
+    real = "ghp_" + secrets.token_hex(18)
+    ev = str(tmp_path / "ev.jsonl")
+    env = egress_env({"AJTEST_GH": real, "AGENTJAIL_TEST_EGRESS_UPSTREAM_CA": tls_up.ca})
+    script = ("curl -sS --max-time 20 -H \"Authorization: Bearer $GITHUB_TOKEN\" https://up.test:%d/curl; "
+              "python3 -c \"import os, urllib.request as u; print(u.urlopen(u.Request('https://up.test:%d/urllib', "
+              "headers={'Authorization': 'Bearer ' + os.environ['GITHUB_TOKEN']}), timeout=20).read().decode())\"; "
+              "curl -sS --max-time 20 https://up.test:%d/nobundle --cacert /etc/ssl/certs/ca-certificates.crt "
+              ">/dev/null 2>&1; echo nobundle=$?" % (tls_up.port, tls_up.port, tls_up.port))
+    r = run_aj(proxy_args(tls_up, dns, "--events", ev, "--secret",
+                          "gh,hosts=up.test,from=env:AJTEST_GH,env=GITHUB_TOKEN"), ["/bin/sh", "-c", script], env=env)
+    assert r.returncode == 0, r
+    assert r.stdout.count("upstream says hi") == 2, r
+    # Control: without the run's CA (the system bundle alone) the client
+    # refuses the proxy's certificate: it is the bundle that makes it work.
+    assert "nobundle=60" in r.stdout or "nobundle=35" in r.stdout, r
+    seen = {s["path"]: s["auth"] for s in tls_up.seen}
+    assert seen["/curl"] == seen["/urllib"] == "Bearer " + real, seen
+    evs = events_of(ev)
+    assert len([e for e in evs if e["type"] == "secret_used"]) >= 2, evs
+    assert real not in open(ev).read() and real not in r.stdout + r.stderr
+
+
+RELAY_ABUSE = r"""
+import socket, sys, urllib.request
+port = int(sys.argv[1])
+# A client that goes on sending after the proxy answered and closed (403),
+# and one that leaves mid-request: the relay gets EPIPE and resets, and
+# must serve the next connection all the same.
+for i in range(3):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"GET http://other.test:%d/ HTTP/1.1\r\nHost: other.test\r\n\r\n" % port)
+    try:
+        for _ in range(64):
+            s.sendall(b"x" * 65536)
+    except OSError:
+        pass
+    s.close()
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"GET http://up.test:%d/ HTTP/1.1\r\nHo" % port)
+    s.close()
+print(urllib.request.urlopen("http://up.test:%d/after" % port, timeout=20).read().decode().strip())
+"""
+
+
+def test_the_relay_outlives_peers_that_leave_first(up, dns):
+    r = run_aj(proxy_args(up, dns), ["python3", "-c", RELAY_ABUSE, str(up.port)], env=egress_env())
+    assert r.returncode == 0 and r.stdout.strip() == "upstream says hi", r
+    assert "/after" in [s["path"] for s in up.seen], up.seen
+
+
+@pytest.fixture
+def repo_up(tmp_path):
+    """A plain HTTP server on the host's 127.0.0.1 with a simple package
+    index (one wheel) and a git repository (dumb HTTP)."""
+    import functools
+    import zipfile
+    from http.server import SimpleHTTPRequestHandler
+    www = tmp_path / "www"
+    (www / "simple" / "ajpkg").mkdir(parents=True)
+    whl = www / "simple" / "ajpkg" / "ajpkg-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(str(whl), "w") as z:
+        z.writestr("ajpkg/__init__.py", "")
+        z.writestr("ajpkg-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: ajpkg\nVersion: 0.1\n")
+        z.writestr("ajpkg-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: ajtest\nRoot-Is-Purelib: true\n"
+                   "Tag: py3-none-any\n")
+        z.writestr("ajpkg-0.1.dist-info/RECORD", "")
+    (www / "simple" / "ajpkg" / "index.html").write_text(
+        '<html><body><a href="ajpkg-0.1-py3-none-any.whl">ajpkg-0.1-py3-none-any.whl</a></body></html>')
+    (www / "simple" / "index.html").write_text('<html><body><a href="ajpkg/">ajpkg</a></body></html>')
+    work = tmp_path / "work"
+    genv = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                GIT_COMMITTER_EMAIL="t@t", HOME=str(tmp_path))
+
+    def git(*a, cwd=None):
+        subprocess.run(["git"] + list(a), check=True, capture_output=True, cwd=cwd, env=genv, timeout=60)
+    git("init", "-q", "-b", "main", str(work))
+    (work / "README").write_text("cloned through the egress proxy\n")
+    git("add", "README", cwd=str(work))
+    git("commit", "-q", "-m", "one", cwd=str(work))
+    git("clone", "-q", "--bare", str(work), str(www / "repo.git"))
+    git("update-server-info", cwd=str(www / "repo.git"))
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *a: None
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_real_clients_inside_requests_pip_git(repo_up, dns):
+    port = repo_up
+    script = ("set -e; cd /tmp; "
+              "/usr/bin/python3 -c \"import requests; print('requests', requests.get('http://up.test:%d/simple/', "
+              "timeout=20).status_code)\"; "
+              "/usr/bin/python3 -m pip download -q --no-deps --disable-pip-version-check --no-cache-dir "
+              "--index-url http://up.test:%d/simple/ --trusted-host up.test -d /tmp/dl ajpkg; ls /tmp/dl; "
+              "git clone -q http://up.test:%d/repo.git /tmp/repo; cat /tmp/repo/README; "
+              "/usr/bin/python3 -m pip download -q --no-deps --disable-pip-version-check --no-cache-dir "
+              "--index-url http://elsewhere.test:%d/simple/ --trusted-host elsewhere.test -d /tmp/dl2 "
+              "--retries 0 --timeout 5 ajpkg 2>/dev/null || echo 'pip elsewhere refused'"
+              % (port, port, port, port))
+    args = ["--network", "proxy", "--allow", "up.test:%d" % port, "--allow-range", "127.0.0.0/8", "--resolver",
+            "127.0.0.1:%d" % dns.port]
+    r = run_aj(args, ["/bin/sh", "-c", script], env=egress_env(), timeout=120)
+    assert r.returncode == 0, r
+    assert "requests 200" in r.stdout, r
+    assert "ajpkg-0.1-py3-none-any.whl" in r.stdout, r
+    assert "cloned through the egress proxy" in r.stdout, r
+    assert "pip elsewhere refused" in r.stdout, r
+    assert r.result["network"]["denied"] >= 1 and r.result["network"]["allowed"] >= 4, r.result

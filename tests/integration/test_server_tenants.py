@@ -556,3 +556,38 @@ def test_session_runs_have_the_tenants_policy_and_uids_and_are_counted(server, t
         assert s.request("DELETE", "/v1/sessions/" + sids[t], tenant=t)[0] == 200
     m = s.metrics()
     assert m["agentjail_sessions_live"] == 0 and m['agentjail_tenant_sessions_live{tenant="a"}'] == 0, m
+
+
+PROXY_PROBE = r"""
+import os, urllib.error, urllib.request
+print(os.environ.get("HTTP_PROXY"))
+try:
+    urllib.request.urlopen("http://other.example/", timeout=20)
+    print("reached")
+except urllib.error.HTTPError as e:
+    print(e.code)
+except Exception as e:
+    print("error", type(e).__name__)
+"""
+
+
+def test_a_proxy_mode_policy_runs_cold_through_the_egress_proxy_and_counts_denials(server, tmp):
+    """A server whose policy is network.mode proxy: its runs cannot be
+    pooled (one proxy per run), so they start cold, each with its proxy;
+    a host outside the allow-list is a 403 and a net_denied event in the
+    record and in the metrics. A request's "network": "none" drops the
+    whole network group (allow-list, caps, secrets) and gets no proxy."""
+    pol = policy_file(tmp, "proxy.json", {"network": {"mode": "proxy", "allow": ["allowed.test:80"]}})
+    s = server(extra={"policy": pol, "pool_size": 1})
+    assert "its runs start cold" in s.err()
+    status, _, j = s.run({"language": "python", "code": PROXY_PROBE})
+    assert status == 200 and j["stdout"].splitlines() == ["http://127.0.0.1:3128", "403"], j
+    denied = [e for e in j["events"] if e["type"] == "net_denied"]
+    assert len(denied) == 1 and denied[0]["host"] == "other.example", j["events"]
+    m = s.metrics()
+    assert m["agentjail_net_denials_total"] == 1, m
+    assert m['agentjail_tenant_net_denials_total{tenant="a"}'] == 1, m
+    # Tightened to none: no proxy variable, no route, no proxy started.
+    status, _, j = s.run({"language": "python", "code": PROXY_PROBE, "network": "none"})
+    assert status == 200 and j["stdout"].splitlines() == ["None", "error URLError"], j
+    assert not [e for e in j["events"] if e["type"].startswith("net_")], j["events"]

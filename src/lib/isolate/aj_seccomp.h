@@ -35,6 +35,8 @@ AJ_EXPORT int aj_seccomp_compile_ex(const struct aj_policy *pol, bool notify, bo
 AJ_EXPORT int aj_seccomp_build_memfd_sealed(const struct aj_policy *pol, bool notify, struct aj_bpf *ret,
                                             struct aj_error *err);
 AJ_EXPORT void aj_seccomp_clear(struct aj_bpf *bpf);
+/* network "proxy": the relay's own filter (seccomp_relay.c). */
+int aj_seccomp_compile_relay(struct aj_bpf *ret, struct aj_error *err);
 /* Sandbox side: needs no_new_privs set already. Returns the listener fd
  * for a notify filter, 0 otherwise, or -errno. */
 int aj_seccomp_child_load(const struct aj_bpf *bpf, struct aj_error *err);

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "aj_missing.h"
+#include "aj_seccomp.h"
 #include "aj_util.h"
 #include "children.h"
 #include "egress_child.h"
@@ -356,6 +357,20 @@ static int write_config(int fd, const struct aj_policy *pol, const char *run_id,
                      "ca_validity_seconds", (json_int_t)(pol->timeout_ms ? pol->timeout_ms / 1000 + 600 : 86400));
     if (!root)
         return aj_err(err, ENOMEM, "egress config");
+    {
+        /* Tests only: a CA the proxy also trusts for upstreams (the test's
+         * HTTPS servers); the host's trust store is not the tests' to edit. */
+        const char *ca = getenv("AGENTJAIL_TEST_EGRESS_UPSTREAM_CA");
+        if (ca && *ca) {
+            char pem[65536];
+            int n = aj_read_small_file(ca, pem, sizeof(pem));
+            if (n <= 0) {
+                json_decref(root);
+                return aj_err(err, n < 0 ? -n : EINVAL, "AGENTJAIL_TEST_EGRESS_UPSTREAM_CA %s", ca);
+            }
+            (void)json_object_set_new(root, "upstream_ca_pem", json_string(pem));
+        }
+    }
     need = json_dumpb(root, NULL, 0, JSON_COMPACT);
     buf = need ? malloc(need) : NULL;
     if (!buf || json_dumpb(root, buf, need, JSON_COMPACT) != need)
@@ -773,7 +788,8 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
     struct pollfd p = {.fd = eg->helper_sock[0], .events = POLLIN};
     struct aj_egress_child ec = {0};
-    int fd = -1;
+    struct aj_bpf bpf = {0};
+    int fd = -1, r;
     ssize_t n;
     pid_t pid;
 
@@ -805,9 +821,17 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
         .max_conns = (size_t)pol->net_max_connections + 16,
     };
     (void)snprintf(ec.sock_path, sizeof(ec.sock_path), "%s", eg->sock_path);
+    r = aj_seccomp_compile_relay(&bpf, err);
+    if (r < 0) {
+        (void)close(fd);
+        return r;
+    }
+    ec.relay_insns = bpf.insns;
+    ec.relay_len = bpf.len;
     pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
     if (pid == 0)
         aj_egress_child_relay_main(&ec);
+    aj_seccomp_clear(&bpf);
     (void)close(fd);
     if (pid < 0)
         return aj_err(err, errno, "start the relay");

@@ -30,6 +30,7 @@ extern char **environ;
 
 #include "aj_caps.h"
 #include "aj_missing.h"
+#include "aj_seccomp.h"
 #include "aj_util.h"
 #include "protocol.h"
 
@@ -129,6 +130,10 @@ static void proxy_fs_view(const struct aj_egress_child *ec)
 
     if (!ec->n_view)
         return;
+    /* The view's directories and files are made here, for the proxy's
+     * uid to traverse and read: not at the embedder's umask (a server's
+     * 077 would leave them root's alone). */
+    (void)umask(022);
     if (ec->rootless) {
         char map[64];
         if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
@@ -316,7 +321,10 @@ static bool pump(size_t i, const struct pollfd *pf)
         }
         /* Write it to the other side. */
         if (c->len[d] > 0) {
-            ssize_t n = write(c->fd[!d], buf + c->off[d], c->len[d]);
+            /* MSG_NOSIGNAL: a peer that closed first (the proxy after its
+             * response, a client after its TLS close_notify) is an EPIPE
+             * for this connection, never a SIGPIPE for the relay. */
+            ssize_t n = send(c->fd[!d], buf + c->off[d], c->len[d], MSG_NOSIGNAL);
             if (n > 0) {
                 c->off[d] += (size_t)n;
                 c->len[d] -= (size_t)n;
@@ -343,6 +351,12 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
     if (getppid() != ec->parent)
         _exit(120);
     (void)prctl(PR_SET_NAME, "agentjail-relay", 0, 0, 0);
+    {
+        /* Belt and braces with MSG_NOSIGNAL: no signal from a peer ends it. */
+        struct sigaction ign = {.sa_handler = SIG_IGN};
+        if (sigaction(SIGPIPE, &ign, NULL) < 0)
+            _exit(120);
+    }
     /* Our copy of the supervisor's environment may hold a secret's source
      * (value_from env:NAME): blanked, in this process's memory only. */
     for (char **e = environ; e && *e; e++)
@@ -382,6 +396,14 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
         int fl = fcntl(lfd, F_GETFL);
         if (fl < 0 || fcntl(lfd, F_SETFL, fl | O_NONBLOCK) < 0)
             _exit(120);
+    }
+    {
+        /* Set up: from here on it only waits, accepts, connects, moves
+         * bytes and closes (seccomp_relay.c). no_new_privs is set. */
+        struct aj_bpf bpf = {.insns = (struct sock_filter *)(uintptr_t)ec->relay_insns, .len = ec->relay_len};
+        struct aj_error err;
+        if (ec->relay_len && aj_seccomp_child_load(&bpf, &err) < 0)
+            _exit(124);
     }
     for (;;) {
         size_t np = 0;

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct sock_filter;
+
 /* The contract's fds: config, listen, events, control, CA out (3..7). */
 #define AJ_EGRESS_NFDS 5
 
@@ -47,6 +49,8 @@ struct aj_egress_child {
     int listen_fd;      /* TCP, 127.0.0.1:proxy_port, in the sandbox's network namespace */
     char sock_path[108]; /* the proxy's unix socket */
     size_t max_conns;
+    const struct sock_filter *relay_insns; /* its seccomp filter (aj_seccomp_compile_relay) */
+    size_t relay_len;
 };
 
 /* The proxy: fds into place, setsid, egress uid, no capability,
