@@ -261,12 +261,16 @@ int srv_sessions_new(struct srv_ctx *ctx, struct srv_sessions **ret, char *msg, 
         ss->off = "sessions and run workspaces need agentjail serve to run as root (a tmpfs per workspace, "
                   "mounted by the server, bound id-mapped into each run)";
         (void)fprintf(stderr, "agentjail serve: sessions: off: not root\n");
-    } else if (srv_ws_root_init(ctx->cfg.store, &ss->rootfd, &ss->root, msg, msg_size) < 0) {
+    } else if (srv_ws_root_init(ctx->cfg.store, ctx->cfg.ws_backend[0] ? ctx->cfg.ws_backend : NULL, &ss->rootfd,
+                                &ss->root, &ss->backend, msg, msg_size) < 0) {
         /* One-shot runs need none of it: the server still serves them,
          * and says why sessions are refused. */
         (void)snprintf(ss->off_msg, sizeof(ss->off_msg), "sessions are off on this server: %s", msg);
         ss->off = ss->off_msg;
         (void)fprintf(stderr, "agentjail serve: %s\n", ss->off_msg);
+    } else {
+        (void)fprintf(stderr, "agentjail serve: sessions: workspaces are %s in %s\n",
+                      srv_ws_backend_name(ss->backend), ss->root);
     }
     *ret = ss;
     return 0;
@@ -461,11 +465,12 @@ static char *session_json(struct srv_sessions *ss, struct srv_session *s)
     char *text;
 
     (void)pthread_mutex_lock(&ss->lock);
-    o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:o}", "id", s->id, "status",
+    o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:{s:s}}", "id", s->id, "status",
                   s->closed ? "closing" : "live", "created_ms", (json_int_t)s->created_ms, "expires_ms",
                   (json_int_t)s->expires_ms, "idle_timeout", (json_int_t)(s->idle_ms / 1000), "workspace_quota",
                   (json_int_t)s->quota, "workspace_used", (json_int_t)srv_ws_used(s->ws), "policy_sha256",
-                  s->policy_sha256, "run", s->run_id[0] ? json_string(s->run_id) : json_null());
+                  s->policy_sha256, "run", s->run_id[0] ? json_string(s->run_id) : json_null(), "workspace",
+                  "backend", srv_ws_backend_name(s->ws->backend));
     if (o && !s->active)
         (void)json_object_set_new(o, "idle_expires_ms", json_integer(s->last_used_ms + (json_int_t)s->idle_ms));
     (void)pthread_mutex_unlock(&ss->lock);
