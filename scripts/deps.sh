@@ -17,8 +17,9 @@ case "$what" in
   # debootstrap, binutils, systemd, node + npm: tests/integration/test_deploy_*.py (the
   # container image's base roots, the seccomp enumeration, the unit check, the
   # Kubernetes schemas: tests/deploy/package.json, installed below with npm ci).
+  # e2fsprogs: the server's ext4-loop workspaces (mke2fs; test_server_sessions.py).
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
-               debootstrap binutils systemd "${compat[@]}") ;;
+               debootstrap binutils systemd e2fsprogs "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail python3-pandas) ;;  # python3-pandas: bench/interp.py
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;

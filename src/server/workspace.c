@@ -505,18 +505,18 @@ static int ext4_mount(int rootfd, const char *root_path, const char *name, uint6
         (void)snprintf(dev, sizeof(dev), "/dev/loop%d", n);
         (void)snprintf((char *)lc.info.lo_file_name, sizeof(lc.info.lo_file_name), "agentjail:%s", name);
         lfd = open(dev, O_RDWR | O_CLOEXEC);
-        if (lfd >= 0 && ioctl(lfd, LOOP_CONFIGURE, &lc) == 0)
+        if (lfd < 0) {
+            (void)snprintf(msg, msg_size, "workspace: %s: %s (in a container: give it the loop devices too)", dev,
+                           strerror(errno));
+            goto fail;
+        }
+        if (ioctl(lfd, LOOP_CONFIGURE, &lc) == 0)
             break;
-        if (lfd >= 0 && errno != EBUSY) {
+        if (errno != EBUSY) {
             (void)snprintf(msg, msg_size, "workspace: %s: LOOP_CONFIGURE: %s", dev, strerror(errno));
             goto fail;
         }
-        if (lfd < 0 && errno != ENOENT && errno != ENXIO) {
-            (void)snprintf(msg, msg_size, "workspace: %s: %s", dev, strerror(errno));
-            goto fail;
-        }
-        if (lfd >= 0)
-            (void)close(lfd);
+        (void)close(lfd);
         lfd = -1;
         if (i == 16) {
             (void)snprintf(msg, msg_size, "workspace: no loop device could be attached (busy)");
