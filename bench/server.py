@@ -40,7 +40,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from benchlib import run_once  # noqa: E402
+from benchlib import spawn_actions, spawn_env  # noqa: E402
 
 TOKEN = "bench-token"
 GOAL_P50 = 1.3    # server p50 at most this x bare python spawn
@@ -66,7 +66,10 @@ class Server:
             json.dump(cfg, f)
         self.errpath = os.path.join(self.tmp, "server.err")
         self.errf = open(self.errpath, "w")
-        self.proc = subprocess.Popen([aj, "serve", "--config", path], stdout=subprocess.DEVNULL, stderr=self.errf)
+        # In a session of its own, as a service runs (and so in a scheduler
+        # autogroup of its own, apart from this script's load clients).
+        self.proc = subprocess.Popen([aj, "serve", "--config", path], stdout=subprocess.DEVNULL, stderr=self.errf,
+                                     start_new_session=True)
         end = time.monotonic() + 20
         while time.monotonic() < end and "serve: ready" not in self.err() and self.proc.poll() is None:
             time.sleep(0.02)
@@ -81,6 +84,15 @@ class Server:
         with open(self.errpath) as f:
             return f.read()
 
+    def pool_counts(self):
+        """(warm, cold) runs so far, from /metrics."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        got = dict(re.findall(r'^agentjail_pool_runs_total\{kind="(\w+)"\} (\d+)', text, re.M))
+        return int(got.get("warm", 0)), int(got.get("cold", 0))
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -94,9 +106,17 @@ class Server:
 
 
 def spawn_op(argv):
+    # Each spawned run in a session of its own (setsid), as every sandbox's
+    # payload is: with the scheduler's autogroups on (a group per session,
+    # /proc/sys/kernel/sched_autogroup_enabled), runs that shared this
+    # script's session would share one group's CPU between them while each
+    # sandbox got a whole group's share, which under contention made bare
+    # spawning look slower than sandboxing.
     def op():
-        ns, code = run_once(argv)
-        return ns, code == 0
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawn(argv[0], argv, spawn_env(), file_actions=spawn_actions(), setsid=True)
+        _, st = os.waitpid(pid, 0)
+        return time.perf_counter_ns() - t0, os.waitstatus_to_exitcode(st) == 0, None
     return op
 
 
@@ -121,16 +141,23 @@ def http_op(port, body):
                 conn[0].close()
                 conn[0] = None
                 if attempt:
-                    return time.perf_counter_ns() - t0, False
+                    return time.perf_counter_ns() - t0, False, None
         ns = time.perf_counter_ns() - t0
-        ok = resp.status == 200 and json.loads(out).get("status") == "ok"
-        return ns, ok
+        rec = json.loads(out)
+        ok = resp.status == 200 and rec.get("status") == "ok"
+        # Where the time went: the server's own accepted-to-ended span and
+        # the sandbox's wall time (start to teardown), both in ms.
+        split = None
+        if ok:
+            split = (rec["ended_ms"] - rec["created_ms"], (rec.get("result") or {}).get("wall_ms", 0))
+        return ns, ok, split
     return op
 
 
 def load(make_op, clients, secs, warm, gap=0.0):
     """clients processes, each running its op back to back: warm seconds
-    not counted, then secs measured. Returns (latencies ns, fails)."""
+    not counted, then secs measured. Returns (latencies ns, fails, the
+    server's (accepted-to-ended ms, sandbox wall ms) per run)."""
     tmp = tempfile.mkdtemp(prefix="ajbench-load-")
     start = time.monotonic() + 0.2
     t_measure, t_end = start + warm, start + warm + secs
@@ -143,26 +170,28 @@ def load(make_op, clients, secs, warm, gap=0.0):
                 op = make_op()
                 while time.monotonic() < start:
                     time.sleep(0.001)
-                lat, fails = [], 0
+                lat, fails, splits = [], 0, []
                 while True:
                     now = time.monotonic()
                     if now >= t_end:
                         break
-                    ns, ok = op()
+                    ns, ok, split = op()
                     if now >= t_measure and time.monotonic() <= t_end:
                         lat.append(ns)
                         fails += not ok
+                        if split:
+                            splits.append(split)
                     if gap:
                         time.sleep(gap)
                 with open(os.path.join(tmp, str(i)), "w") as f:
-                    json.dump({"lat": lat, "fails": fails}, f)
+                    json.dump({"lat": lat, "fails": fails, "splits": splits}, f)
                 code = 0
             finally:
                 os._exit(code)
         pids.append(pid)
     for pid in pids:
         os.waitpid(pid, 0)
-    lat, fails = [], 0
+    lat, fails, splits = [], 0, []
     for i in range(clients):
         try:
             with open(os.path.join(tmp, str(i))) as f:
@@ -172,8 +201,9 @@ def load(make_op, clients, secs, warm, gap=0.0):
             continue
         lat += d["lat"]
         fails += d["fails"]
+        splits += d["splits"]
     shutil.rmtree(tmp, ignore_errors=True)
-    return lat, fails
+    return lat, fails, splits
 
 
 def main():
@@ -203,12 +233,13 @@ def main():
     load_before = os.getloadavg()
     srv = Server(a.agentjail, pool, max(16, max(conc)))
     rows = []
+    pool_seen = [0, 0]  # the server's warm/cold run counts at the last cell's end
     try:
         for cname, argv, body in commands:
             # Sanity: each candidate runs once, successfully.
             for what, op in (("bare", spawn_op(argv)), ("cold", spawn_op([a.agentjail, "run", "--"] + argv)),
                              ("server", http_op(srv.port, body))):
-                ns, ok = op()
+                ns, ok, _ = op()
                 if not ok:
                     raise RuntimeError("%s %s: the trial run failed" % (what, cname))
             for c in conc:
@@ -217,20 +248,26 @@ def main():
                          ("server", lambda body=body: http_op(srv.port, body))]
                 # Rounds, each candidate in a shuffled order per round, so that
                 # the machine's other load falls on all of them alike.
-                acc = {name: ([], 0) for name, _ in cands}
+                acc = {name: ([], 0, []) for name, _ in cands}
                 for _ in range(a.rounds):
                     random.shuffle(cands)
                     for name, make in cands:
-                        lat, fails = load(make, c, a.d / a.rounds, a.w, a.gap / 1000.0)
-                        acc[name] = (acc[name][0] + lat, acc[name][1] + fails)
+                        lat, fails, splits = load(make, c, a.d / a.rounds, a.w, a.gap / 1000.0)
+                        acc[name] = (acc[name][0] + lat, acc[name][1] + fails, acc[name][2] + splits)
+                warm, cold = srv.pool_counts()
                 for name in ("bare", "cold", "server"):
-                    lat, fails = acc[name]
+                    lat, fails, splits = acc[name]
                     rows.append({"command": cname, "clients": c, "candidate": name, "n": len(lat),
                                  "failed": fails, "p50_ms": pct(lat, 50) / 1e6, "p99_ms": pct(lat, 99) / 1e6,
                                  "runs_per_s": len(lat) / a.d})
+                    if splits:
+                        rows[-1]["server_p50_ms"] = pct([x[0] for x in splits], 50)
+                        rows[-1]["sandbox_p50_ms"] = pct([x[1] for x in splits], 50)
+                        rows[-1]["pool_warm"], rows[-1]["pool_cold"] = warm - pool_seen[0], cold - pool_seen[1]
                     print("  %-6s c=%d %-6s n=%5d p50 %7.2f ms  p99 %7.2f ms  %7.1f runs/s  failed %d"
                           % (cname, c, name, len(lat), rows[-1]["p50_ms"], rows[-1]["p99_ms"],
                              rows[-1]["runs_per_s"], fails), file=sys.stderr, flush=True)
+                pool_seen[:] = [warm, cold]
     finally:
         srv.stop()
 
@@ -250,6 +287,13 @@ def main():
         print("%-7s %3d %-7s %7d %9.2f %9.2f %9.1f %7.2fx %7.2fx %6d" % (
             r["command"], r["clients"], r["candidate"], r["n"], r["p50_ms"], r["p99_ms"], r["runs_per_s"],
             r["p50_ms"] / b["p50_ms"], r["runs_per_s"] / b["runs_per_s"], r["failed"]))
+    print("where the server's time goes (p50, ms): HTTP round trip / accepted-to-ended in the server / "
+          "the sandbox's own wall time (start to teardown); runs that found a parked sandbox (warm) or not")
+    for r in rows:
+        if "server_p50_ms" in r:
+            print("  %-6s c=%d: %7.2f / %5d / %5d   warm %d, cold %d" % (
+                r["command"], r["clients"], r["p50_ms"], r["server_p50_ms"], r["sandbox_p50_ms"],
+                r["pool_warm"], r["pool_cold"]))
     print("goals (python, server against bare spawning at the same concurrency):")
     for c in conc:
         s, b = row("python", c, "server"), row("python", c, "bare")

@@ -8,23 +8,26 @@
 set -euo pipefail
 what=${1:-test}
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev
-      libsqlite3-dev python3)
+      libsqlite3-dev python3 libevent-dev libssl-dev libhttp-parser-dev)
 compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
         python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
         python3-statsmodels python3-venv python3-pip python3-wheel python3-setuptools
         git make sqlite3 jq curl tar bsdutils openssl strace nodejs)
 case "$what" in
-  # debootstrap, binutils, systemd, node + npm: tests/integration/test_deploy_*.py (the
+  # debootstrap, binutils, systemd, podman, node + npm: tests/integration/test_deploy_*.py (the
   # container image's base roots, the seccomp enumeration, the unit check, the
   # Kubernetes schemas: tests/deploy/package.json, installed below with npm ci).
+  # python3-requests, iproute2: tests/integration/test_egress_proxy.py.
   # e2fsprogs: the server's ext4-loop workspaces (mke2fs; test_server_sessions.py).
-  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest util-linux clang clang-tidy libclang-rt-14-dev chromium docker.io
-               debootstrap binutils systemd e2fsprogs "${compat[@]}") ;;
+  test) pkgs+=(libcmocka-dev libssl-dev python3-pytest python3-requests iproute2 util-linux clang clang-tidy
+               libclang-rt-14-dev chromium docker.io debootstrap binutils systemd podman e2fsprogs "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail python3-pandas) ;;  # python3-pandas: bench/interp.py
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;
   *) echo "usage: $0 [build|test|bench|compat]" >&2; exit 2 ;;
 esac
+# npm for the MCP tests' client and the deploy tests' schemas (below): Debian's when the machine's nodejs has none.
+if [ "$what" = test ] && ! command -v npm >/dev/null; then pkgs+=(npm); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -40,11 +43,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 if [ "$what" = test ]; then
-  # npm comes with nodejs from some sources; Debian's own nodejs needs its npm package.
-  if ! command -v npm >/dev/null; then
-    [ "$(id -u)" = 0 ] || { echo "agentjail: npm is missing (run this script as root to install it)" >&2; exit 1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
-  fi
   # The Kubernetes schemas the deploy tests validate against: exactly the lock's versions.
   deploy_checks="$(cd "$(dirname "$0")/.." && pwd)/tests/deploy"
   if [ ! -f "$deploy_checks/node_modules/.package-lock.json" ] ||

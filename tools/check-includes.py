@@ -41,6 +41,7 @@ GROUPS = {
     "src/cli": {"include", "src/lib/base", "src/lib/policy", "src/lib/isolate", "src/lib/detect",
                 "src/lib/run", "src/assess", "src/server", "src/cli"},
     "src/server": {"include", "src/server"},
+    "src/egress": {"include", "src/egress"},
     "examples": {"include"},
 }
 # Headers several modules of a group share on purpose.

@@ -13,7 +13,7 @@ root=$(pwd)
 baseline=tools/tidy-baseline.txt
 raw=$(mktemp /tmp/aj-tidy.XXXXXX)
 trap 'rm -f "$raw" "$raw.keys"' EXIT
-run-clang-tidy -p "$build" -quiet -j "$(nproc)" "$root/src/(lib|cli|assess|server)/" >"$raw" 2>&1 || true
+run-clang-tidy -p "$build" -quiet -j "$(nproc)" "$root/src/(lib|cli|assess|server|egress)/" >"$raw" 2>&1 || true
 if grep -q 'error: ' "$raw" && ! grep -q ': warning: ' "$raw"; then
   echo "clang-tidy failed to run:" >&2; grep 'error: ' "$raw" | head >&2; exit 1
 fi

@@ -134,6 +134,10 @@ static const char *container_kind(void)
     return "none";
 }
 
+#define UNMASKED_PROC                                                                              \
+    "an unmasked /proc (docker: --security-opt systempaths=unconfined; podman: --security-opt "        \
+    "unmask=ALL; Kubernetes: procMount: Unmasked)"
+
 static bool has_str(const json_t *arr, const char *s)
 {
     const json_t *v;
@@ -238,8 +242,10 @@ static int add_deployment(json_t *rep)
         } causes[] = {
             {"seccomp filter", "a seccomp profile allowing agentjail's namespace, mount and keyring calls "
                                "(deploy/docker/seccomp.json)"},
-            {"/proc/sys is mounted read-only", "an unmasked /proc (docker: --security-opt systempaths=unconfined; "
-                                              "Kubernetes: procMount: Unmasked)"},
+            {"/proc/sys is mounted read-only", UNMASKED_PROC},
+            /* A masked path anywhere in /proc (podman's unmask=/proc/sys
+             * alone): the kernel refuses a new proc mount. */
+            {"mount proc: Operation not permitted", UNMASKED_PROC},
             {"CAP_SETUID/CAP_SETGID", "CAP_SETUID and CAP_SETGID for root (or a non-root user: the rootless way)"},
             {"CAP_LEASE", "CAP_LEASE for root (or a non-root user: the rootless way)"},
         };
@@ -247,7 +253,8 @@ static int add_deployment(json_t *rep)
         for (i = 0; i < sizeof(causes) / sizeof(causes[0]); i++)
             if (strstr(trial_value, causes[i].says)) {
                 named = true;
-                if (json_array_append_new(for_rootless, json_string(causes[i].missing)) < 0)
+                if (!has_str(for_rootless, causes[i].missing) &&
+                    json_array_append_new(for_rootless, json_string(causes[i].missing)) < 0)
                     goto nomem;
             }
         if (!named && json_array_append_new(for_rootless, json_string(trial_value)) < 0)

@@ -458,6 +458,15 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
         r = cfg_fail(&L, "max_runs_per_tenant", "is more than max_runs (%u)", cfg->max_runs);
     if (r == 0 && cfg->max_connections_per_ip > cfg->max_connections)
         r = cfg_fail(&L, "max_connections_per_ip", "is more than max_connections (%u)", cfg->max_connections);
+    /* One token, one tenant: a token two tenants share would make every
+     * request of one the other's (authenticate takes either). */
+    for (size_t i = 0; r == 0 && i < cfg->n_tenants; i++)
+        for (size_t j = 0; r == 0 && j < i; j++)
+            if (memcmp(cfg->tenants[i].token_sha256, cfg->tenants[j].token_sha256, 32) == 0) {
+                char key[300];
+                (void)snprintf(key, sizeof(key), "tenants.%s.token_sha256", cfg->tenants[i].name);
+                r = cfg_fail(&L, key, "the same token as tenant %s's; each tenant has its own", cfg->tenants[j].name);
+            }
     for (size_t i = 0; r == 0 && i < cfg->n_tenants; i++) {
         const struct srv_tenant *t = &cfg->tenants[i];
         char key[300];

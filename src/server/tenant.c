@@ -125,17 +125,96 @@ static int fail(char *key, size_t key_size, char *msg, size_t msg_size, const ch
     return -1;
 }
 
+/* The automatic ranges: the server policy's range [sbase, sbase+scount)
+ * less every range given by hand (or by a tenant's own policy) and the
+ * workspace owners' (sessions.workspace_uids), cut into
+ * n_auto equal shares, as large as the free stretches allow. 0, or -1
+ * when not one uid per tenant is left. */
+static int auto_ranges(struct srv_config *cfg, const bool *given, uint32_t sbase, uint32_t scount, size_t n_auto)
+{
+    uint64_t lo = sbase, hi = (uint64_t)sbase + scount, seg[2 * 64 + 2][2], total = 0, share, best = 0;
+    size_t n_seg = 0, k = 0;
+
+    if (!n_auto)
+        return 0;
+    /* Free stretches, left to right: the start of each is the end of the
+     * given range that reaches furthest below it (a few tenants: a plain
+     * scan). Past 64 stretches the rest of the range is not used. */
+    for (uint64_t at = lo; at < hi && n_seg < 2 * 64 + 2;) {
+        uint64_t next_taken = hi, resume = at;
+        bool inside = false;
+        for (size_t i = 0; i <= cfg->n_tenants; i++) {
+            bool ws = i == cfg->n_tenants; /* the workspace owners' range, last */
+            uint64_t a = ws ? cfg->ws_uid_base : cfg->tenants[i].uid_base;
+            uint64_t b = a + (ws ? cfg->ws_uid_count : cfg->tenants[i].uid_count);
+            if ((!ws && !given[i]) || b <= at)
+                continue;
+            if (a <= at) {
+                inside = true;
+                if (b > resume)
+                    resume = b;
+            } else if (a < next_taken) {
+                next_taken = a;
+            }
+        }
+        if (inside) {
+            at = resume;
+            continue;
+        }
+        seg[n_seg][0] = at;
+        seg[n_seg][1] = next_taken;
+        total += next_taken - at;
+        n_seg++;
+        at = next_taken;
+    }
+    /* The largest share that n_auto tenants can each get in one stretch. */
+    for (uint64_t l = 1, h = total / n_auto; l <= h;) {
+        uint64_t mid = l + (h - l) / 2, fits = 0;
+        for (size_t i = 0; i < n_seg; i++)
+            fits += (seg[i][1] - seg[i][0]) / mid;
+        if (fits >= n_auto) {
+            best = mid;
+            l = mid + 1;
+        } else {
+            h = mid - 1;
+        }
+    }
+    if (!best)
+        return -1;
+    share = best;
+    for (size_t i = 0; i < cfg->n_tenants; i++) {
+        struct srv_tenant *t = &cfg->tenants[i];
+        if (given[i])
+            continue;
+        while (seg[k][1] - seg[k][0] < share)
+            k++;
+        t->uid_base = (uint32_t)seg[k][0];
+        t->uid_count = (uint32_t)share;
+        seg[k][0] += share;
+    }
+    return 0;
+}
+
 int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *msg, size_t msg_size)
 {
     struct aj_error err = {0};
     struct aj_policy *base = base_policy(cfg, &err);
     json_t *broot = NULL;
-    uint32_t sbase, scount, n_auto = 0, k_auto = 0;
+    uint32_t sbase, scount;
+    size_t n_auto = 0;
+    bool *given = calloc(cfg->n_tenants ? cfg->n_tenants : 1, sizeof(bool));
     char k[300], m[700];
     int r = -1;
 
-    if (!base)
+    if (!given) {
+        aj_policy_free(base);
+        return fail(key, key_size, msg, msg_size, "", "out of memory");
+    }
+
+    if (!base) {
+        free(given);
         return fail(key, key_size, msg, msg_size, cfg->policy_path ? "policy" : "profile", err.msg);
+    }
     /* The server's own bound, as http.c's policy has it. */
     if (bound_timeout(base, &cfg->max_timeout_ms, &err) < 0) {
         fail(key, key_size, msg, msg_size, "max_timeout", err.msg);
@@ -160,14 +239,10 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
             t->max_timeout_ms = cfg->max_timeout_ms;
         if (!t->set_pool)
             t->pool_size = cfg->pool_size;
-        if (!t->set_uid)
-            n_auto++;
     }
 
     for (size_t i = 0; i < cfg->n_tenants; i++) {
         struct srv_tenant *t = &cfg->tenants[i];
-        char range[48], *loose;
-        bool oom = false;
         json_t *root;
 
         (void)snprintf(k, sizeof(k), "tenants.%s.%s", t->name, t->policy_path ? "policy" : "profile");
@@ -183,21 +258,22 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
             goto out;
         }
         /* Its uids: given, or its policy's when that names a range of
-         * its own, or an even share of the server policy's range. */
+         * its own, or (below) a share of the server policy's range. */
         root = policy_json(t->pol);
         if (!root) {
             fail(key, key_size, msg, msg_size, k, "out of memory");
             goto out;
         }
+        given[i] = t->set_uid;
         if (!t->set_uid) {
             uint32_t pb = (uint32_t)json_integer_value(json_object_get(get2(root, "identity", "uid_range"), "base"));
             uint32_t pc = (uint32_t)json_integer_value(json_object_get(get2(root, "identity", "uid_range"), "count"));
             if (pb != sbase || pc != scount) {
                 t->uid_base = pb;
                 t->uid_count = pc;
+                given[i] = true;
             } else {
-                t->uid_count = scount / n_auto;
-                t->uid_base = sbase + k_auto++ * t->uid_count;
+                n_auto++;
             }
         }
         (void)snprintf(t->net_mode, sizeof(t->net_mode), "%s",
@@ -207,12 +283,31 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
         t->lim_cpu_time_ms = limit_of(root, "cpu_time", true);
         t->lim_output = limit_of(root, "output", false);
         json_decref(root);
+    }
+
+    if (auto_ranges(cfg, given, sbase, scount, n_auto) < 0) {
+        for (size_t i = 0; i < cfg->n_tenants; i++)
+            if (!given[i]) {
+                (void)snprintf(k, sizeof(k), "tenants.%s", cfg->tenants[i].name);
+                break;
+            }
+        (void)snprintf(m, sizeof(m), "no host uids are left for its automatic range: the tenants given ranges take "
+                       "the server policy's identity.uid_range (%u..%llu); give it uid_base and uid_count", sbase,
+                       (unsigned long long)sbase + scount - 1);
+        fail(key, key_size, msg, msg_size, k, m);
+        goto out;
+    }
+
+    for (size_t i = 0; i < cfg->n_tenants; i++) {
+        struct srv_tenant *t = &cfg->tenants[i];
+        char range[48], *loose;
+        bool oom = false;
 
         (void)snprintf(k, sizeof(k), "tenants.%s%s", t->name, t->set_uid ? ".uid_count" : "");
         if (t->uid_count < t->max_runs + t->pool_size) {
             (void)snprintf(m, sizeof(m),
                            "its uid range has %u uids, fewer than max_runs + pool_size (%u); give it more "
-                           "(uid_base, uid_count) or have fewer tenants share the server policy's range",
+                           "(uid_base, uid_count), or leave more of the server policy's range to the automatic ones",
                            t->uid_count, t->max_runs + t->pool_size);
             fail(key, key_size, msg, msg_size, k, m);
             goto out;
@@ -266,13 +361,13 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
             struct srv_tenant *a = &cfg->tenants[i], *b = &cfg->tenants[j];
             if (i == j || !overlap(a->uid_base, a->uid_count, b->uid_base, b->uid_count))
                 continue;
-            /* Name the one set by hand (the automatic ranges never overlap each other). */
+            /* Name the one set by hand (automatic ranges overlap nothing). */
             if (!a->set_uid && b->set_uid)
                 continue;
             (void)snprintf(k, sizeof(k), "tenants.%s%s", a->name, a->set_uid ? ".uid_base" : "");
             (void)snprintf(m, sizeof(m), "its host uid range %u..%u overlaps tenant %s's (%u..%u%s)", a->uid_base,
                            a->uid_base + a->uid_count - 1, b->name, b->uid_base, b->uid_base + b->uid_count - 1,
-                           b->set_uid ? "" : ", automatic: a share of the server policy's identity.uid_range");
+                           b->set_uid ? "" : ", from its policy's identity.uid_range");
             fail(key, key_size, msg, msg_size, k, m);
             goto out;
         }
@@ -291,6 +386,7 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
     }
     r = 0;
 out:
+    free(given);
     json_decref(broot);
     aj_policy_free(base);
     return r;

@@ -42,6 +42,7 @@ TOKEN = "deploy-test-token-0123456789"
 ROOTLESS = ["--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--security-opt", "seccomp=" + PROFILE,
             "--security-opt", "systempaths=unconfined"]
 EVERY_CAPS = ["--user", "0:0", "--cap-add", "SETUID", "--cap-add", "SETGID", "--cap-add", "LEASE"]
+CGROUP = "a delegated cgroup (memory, pids)"
 V1_CGROUP = os.path.isdir("/sys/fs/cgroup/memory") and os.path.isdir("/sys/fs/cgroup/pids")
 CGROUP_BINDS = ["-v", "/sys/fs/cgroup/memory:/sys/fs/cgroup/memory:rw",
                 "-v", "/sys/fs/cgroup/pids:/sys/fs/cgroup/pids:rw"] if V1_CGROUP else []
@@ -236,7 +237,7 @@ def test_rootless_way_check_names_the_way_and_what_every_layer_needs(rootless):
     dep = rootless.check()["deployment"]
     assert dep["way"] == "rootless" and dep["missing_for_rootless"] == [], dep
     assert set(dep["missing_for_every_layer"]) == {"uid 0", "CAP_SETUID", "CAP_SETGID",
-                                                   "CAP_LEASE", "a delegated cgroup (memory, pids)"}, dep
+                                                   "CAP_LEASE", CGROUP}, dep
     assert dep["summary"].startswith("rootless (in a docker container); missing for every layer:"), dep
 
 
@@ -290,7 +291,7 @@ def test_every_layer_way_check_names_it(every):
     if not V1_CGROUP:
         # Docker mounts a cgroup v2 hierarchy read-only: only the VM
         # suite's delegated subtree shows every-layer on v2.
-        assert dep["way"] == "partial" and dep["missing_for_every_layer"] == ["a delegated cgroup (memory, pids)"]
+        assert dep["way"] == "partial" and dep["missing_for_every_layer"] == [CGROUP]
         return
     assert dep["way"] == "every-layer" and dep["missing_for_every_layer"] == [], dep
     assert dep["summary"] == "every-layer (in a docker container)", dep
@@ -308,3 +309,107 @@ def test_root_without_lease_check_names_cap_lease(docker):
     dep = check_in(docker, flags)["deployment"]
     assert dep["way"] == "none" and dep["missing_for_every_layer"] == ["CAP_LEASE"], dep
     assert any("CAP_LEASE" in m for m in dep["missing_for_rootless"]), dep
+
+
+# ---- podman -----------------------------------------------------------------------------
+# The same Containerfile with `podman build` (rootful, storage in a temporary
+# directory of its own, --network none: the build needs no network), and
+# `agentjail check` in a container both ways. Podman's flag for an unmasked
+# /proc is `--security-opt unmask=ALL`: unmasking /proc/sys alone is not
+# enough, the kernel refuses a new proc mount while any part of /proc is
+# masked (`fsmount proc: Operation not permitted`).
+
+class Podman:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="ajtest-podman-", dir="/var/tmp")
+        self.base = ["podman", "--root", os.path.join(self.dir, "root"), "--runroot", os.path.join(self.dir, "run"),
+                     "--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--events-backend", "none"]
+        self.env = dict(os.environ, TMPDIR=self.dir)
+        self.cgroups_before = set(self.cgroups())
+
+    def run(self, *args, input_file=None, timeout=600):
+        return subprocess.run(self.base + list(args), stdin=input_file, capture_output=True, text=True,
+                              env=self.env, timeout=timeout)
+
+    @staticmethod
+    def cgroups():
+        """The cgroups podman makes with its cgroupfs manager (libpod_parent,
+        and conmon's below it), deepest first."""
+        import glob
+        found = glob.glob("/sys/fs/cgroup/*/libpod_parent") + glob.glob("/sys/fs/cgroup/libpod_parent")
+        out = []
+        for top in found:
+            for root, dirs, _ in os.walk(top, topdown=False):
+                out += [os.path.join(root, d) for d in dirs]
+            out.append(top)
+        return out
+
+    def stop(self):
+        self.run("system", "reset", "-f", timeout=120)
+        subprocess.run(["umount", "-R", "-l", self.dir], capture_output=True)  # nothing, unless podman died
+        shutil.rmtree(self.dir, ignore_errors=True)
+        for d in self.cgroups():
+            if d not in self.cgroups_before:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+
+
+@pytest.fixture(scope="module")
+def podman():
+    heavy_only("builds the container image with podman")
+    if not IS_ROOT:
+        pytest.skip("rootful podman (the root pass runs this)")
+    if not shutil.which("podman"):
+        must_skip("podman is not installed (scripts/deps.sh test installs it)")
+    pm = Podman()
+    try:
+        for kind in ("build", "runtime"):
+            with tempfile.TemporaryFile(dir="/var/tmp") as tar:
+                p = subprocess.run([os.path.join(ROOT, "deploy", "base-root.sh"), "--cache", CACHE, kind], stdout=tar,
+                                   stderr=subprocess.PIPE, timeout=900)
+                assert p.returncode == 0, p.stderr
+                tar.seek(0)
+                p = pm.run("import", "-q", "-", "agentjail-base-%s:test" % kind, input_file=tar)
+                assert p.returncode == 0, p.stderr
+        p = pm.run("build", "-q", "--network", "none", "-f", os.path.join(ROOT, "deploy", "Containerfile"),
+                   "--build-arg", "BASE=localhost/agentjail-base-build:test",
+                   "--build-arg", "RUNTIME_BASE=localhost/agentjail-base-runtime:test", "-t", IMAGE, ROOT,
+                   timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        yield pm
+    finally:
+        pm.stop()
+    assert not os.path.exists(pm.dir)
+    assert set(pm.cgroups()) <= pm.cgroups_before, "podman's cgroups left behind"
+
+
+def podman_check(pm, flags):
+    # Podman asks for RLIMIT_NOFILE and RLIMIT_NPROC of its own (1048576,
+    # 4194304), which this test machine's runc may not set (it lacks
+    # CAP_SYS_RESOURCE): small ones do for a check.
+    limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
+    p = pm.run("run", "--rm", "--network", "none", *limits, *flags,
+               "localhost/" + IMAGE, "check", "--json", timeout=300)
+    assert p.stdout.strip(), p.stderr
+    return json.loads(p.stdout)["deployment"]
+
+
+PODMAN_ROOTLESS = ["--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--security-opt", "seccomp=" + PROFILE,
+                   "--security-opt", "unmask=ALL"]
+
+
+def test_podman_builds_the_image_and_check_names_both_ways(podman):
+    dep = podman_check(podman, PODMAN_ROOTLESS)
+    assert dep["way"] == "rootless" and dep["container"] == "podman", dep
+    dep = podman_check(podman, PODMAN_ROOTLESS + ["--user", "0:0", "--cap-add", "SETUID,SETGID,LEASE"])
+    # Podman mounts the cgroup tree read-only too: root mode without limits.
+    assert dep["way"] in ("partial", "every-layer"), dep
+    assert dep["missing_for_every_layer"] in ([], [CGROUP]), dep
+    # Control: /proc/sys alone unmasked, as a reader of the Docker flag might
+    # guess: no sandbox, and check says what is missing.
+    flags = PODMAN_ROOTLESS[:-1] + ["unmask=/proc/sys"]
+    dep = podman_check(podman, flags)
+    assert dep["way"] in ("none", "degraded"), dep
+    assert any(m.startswith("an unmasked /proc") for m in dep["missing_for_rootless"]), dep

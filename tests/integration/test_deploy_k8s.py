@@ -49,9 +49,23 @@ def render_minimal(overlay):
     return json.loads(p.stdout)
 
 
+def kubectl_kustomize():
+    """Whether kubectl has a kustomize that reads these manifests (v4+:
+    `patches` with a target; Debian 12's kubernetes-client 1.20 has v2)."""
+    if not shutil.which("kubectl"):
+        return False
+    p = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=60)
+    try:
+        v = json.loads(p.stdout).get("kustomizeVersion", "")
+    except ValueError:
+        return False
+    m = re.match(r"v(\d+)\.", v)
+    return bool(m) and int(m.group(1)) >= 4
+
+
 def render_kubectl(overlay, tmp):
     """kubectl kustomize's render as JSON (parsed by the yaml package), or None."""
-    if not shutil.which("kubectl"):
+    if not kubectl_kustomize():
         return None
     p = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, "overlays", overlay)], capture_output=True,
                        text=True, timeout=120)

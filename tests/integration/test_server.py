@@ -53,8 +53,14 @@ class Server:
         self.errf = open(self.errpath, "w")
         self.proc = subprocess.Popen([AJ_BIN, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
                                      stderr=self.errf)
-        ready = wait_for(lambda: "serve: ready" in self.err() or self.proc.poll() is not None, 15)
-        assert ready and self.proc.poll() is None, "server did not start: " + self.err()
+        # Generous: warm pools are prepared before "ready", slow under ASan
+        # or in a loaded CI; a server that never gets there is killed, not left.
+        ready = wait_for(lambda: "serve: ready" in self.err() or self.proc.poll() is not None, 120)
+        if not ready or self.proc.poll() is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            raise AssertionError("server did not start: " + self.err())
         m = re.search(r"listening on (unix:\S+|[0-9.]+:(\d+))", self.err())
         assert m, self.err()
         self.unix = m.group(1)[5:] if m.group(1).startswith("unix:") else None

@@ -237,14 +237,17 @@ def test_a_looser_tenant_policy_or_overlapping_uids_stop_the_server(tmp):
         "b": {"token_sha256": sha("y"), "uid_base": 3000000500, "uid_count": 1000}}))
     assert re.search(r":\d+:\d+: tenants\.a\.uid_base: its host uid range 3000000000\.\.3000000999 overlaps tenant b's",
                      line), line
+    # Given ranges that leave the automatic ones nothing of the server policy's.
     line = bad_config(tmp, dict(base, tenants={
         "a": {"token_sha256": sha("x")},
-        "b": {"token_sha256": sha("y"), "uid_base": 1610612736 + 10, "uid_count": 100}}))
-    assert "tenants.b.uid_base: " in line and "automatic" in line, line
+        "b": {"token_sha256": sha("y"), "uid_base": 1610612736, "uid_count": 65536}}))
+    assert re.search(r":\d+:\d+: tenants\.a: no host uids are left for its automatic range", line), line
     line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x"), "uid_base": 3000000000}}))
     assert "tenants.a.uid_count: uid_base and uid_count go together" in line, line
     line = bad_config(tmp, dict(base, max_timeout=60, tenants={"a": {"token_sha256": sha("x"), "max_timeout": 61}}))
     assert "tenants.a.max_timeout: is more than the server's max_timeout" in line, line
+    line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x")}, "b": {"token_sha256": sha("x")}}))
+    assert "tenants.b.token_sha256: the same token as tenant a's" in line, line
     line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x"), "max_runs": 17}}))
     assert "tenants.a.max_runs: is more than the server's max_runs (16)" in line, line
     line = bad_config(tmp, dict(base, tenants={"a": {"token_sha256": sha("x"), "policy": "/nonexistent.json"}}))
@@ -257,7 +260,12 @@ def test_a_looser_tenant_policy_or_overlapping_uids_stop_the_server(tmp):
 
 
 def test_tenants_get_disjoint_host_uid_ranges(server):
-    s = server(tenants={"a": {"uid_base": 3000000000, "uid_count": 100}})
+    # a's range lies inside the server policy's (1610612736 + 65536), and
+    # so do the workspace owners' uids: b's automatic range is made around
+    # both.
+    lo = 1610612736 + 1000
+    s = server(tenants={"a": {"uid_base": lo, "uid_count": 100}},
+               extra={"sessions": {"workspace_uids": "1610612736:1000"}})
     tag = new_tag()
     ids = {}
     for t in ("a", "b"):
@@ -270,9 +278,9 @@ def test_tenants_get_disjoint_host_uid_ranges(server):
     for pid in pids_with(tag):
         with open("/proc/%d/status" % pid) as f:
             uids.add(int(re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1)))
-    a_uids = {u for u in uids if 3000000000 <= u < 3000000100}
-    # b's: an automatic share of the server policy's range (1610612736 + 65536).
-    b_uids = {u for u in uids if 1610612736 <= u < 1610612736 + 65536}
+    a_uids = {u for u in uids if lo <= u < lo + 100}
+    # b's: the rest of the server policy's range (1610612736 + 65536).
+    b_uids = {u for u in uids if lo + 100 <= u < 1610612736 + 65536}
     assert len(a_uids) == 1 and len(b_uids) == 1, uids
     got = {}
     for t in ("a", "b"):
@@ -517,3 +525,34 @@ def test_overlapping_uid_ranges_never_lease_the_same_uid(tmp):
     # Positive control: with X free again, it is handed out.
     r = run_aj(["--uid-range", "%d:1" % x], ["true"])
     assert r.returncode == 0 and r.result["host_uid"] == x, (r.stderr, r.result)
+
+
+# ---- sessions are the tenant's too ------------------------------------------------------------------
+
+def test_session_runs_have_the_tenants_policy_and_uids_and_are_counted(server, tmp):
+    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 3):
+        pytest.skip("sessions need id-mapped tmpfs mounts (Linux 6.3)")
+    none = policy_file(tmp, "none.json", {"network": {"mode": "none"}})
+    s = server(tenants={"a": {"policy": none, "uid_base": 3000000000, "uid_count": 100}})
+    sids = {}
+    for t in ("a", "b"):
+        status, _, j = s.request("POST", "/v1/sessions", {}, tenant=t)
+        assert status == 201, j
+        sids[t] = j["id"]
+    m = s.metrics()
+    assert m["agentjail_sessions_live"] == 2 and m['agentjail_tenant_sessions_live{tenant="a"}'] == 1, m
+    recs = {}
+    for t in ("a", "b"):
+        status, _, recs[t] = s.request("POST", "/v1/sessions/%s/runs" % sids[t],
+                                       {"language": "python", "code": LOOPBACK_TCP}, tenant=t)
+        assert status == 200, recs[t]
+    # a's session run: a's uids and a's network (none, the kernel says so) ...
+    assert 3000000000 <= recs["a"]["result"]["host_uid"] < 3000000100, recs["a"]["result"]
+    assert recs["a"]["stdout"].startswith("refused"), recs["a"]
+    # ... b's (positive control): neither.
+    assert not 3000000000 <= recs["b"]["result"]["host_uid"] < 3000000100
+    assert recs["b"]["stdout"] == "ping\n", recs["b"]
+    for t in ("a", "b"):
+        assert s.request("DELETE", "/v1/sessions/" + sids[t], tenant=t)[0] == 200
+    m = s.metrics()
+    assert m["agentjail_sessions_live"] == 0 and m['agentjail_tenant_sessions_live{tenant="a"}'] == 0, m

@@ -11,9 +11,11 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -24,15 +26,14 @@ for p in (os.path.join(REPO, "clients", "python"), os.path.join(REPO, "tests", "
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from conftest import IS_ROOT, new_tag, pids_with, wait_for  # noqa: E402
+from conftest import must_skip, new_tag, pids_with, root_only, wait_for  # noqa: E402
 from test_server import TOKEN_A, TOKEN_B, Server  # noqa: E402
 
 import agentjail_client as aj  # noqa: E402
 
 
 def _need_root():
-    if not IS_ROOT:
-        pytest.skip("agentjail serve runs (and is tested) as root only")
+    root_only("agentjail serve runs (and is tested) as root only")
 
 ESCAPE = ("import ctypes, os\n"
           "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -44,7 +45,11 @@ def _start(extra=None, unix=False):
     _need_root()
     tmp = tempfile.mkdtemp(prefix="ajtest-pyc-")
     listen = "unix:" + os.path.join(tmp, "api.sock") if unix else "127.0.0.1:0"
-    s = Server(tmp, extra=extra, listen=listen)
+    try:
+        s = Server(tmp, extra=extra, listen=listen)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     s.url = "unix:" + s.unix if s.unix else "http://127.0.0.1:%d" % s.port
     return s
 
@@ -119,6 +124,41 @@ def test_escape_attempt_in_the_result(srv):
     # Positive control: the same interpreter without the call is clean.
     r = c.run(language="python", code="import ctypes; print(0)")
     assert r.ok and not r.escape_attempted and "refused" not in r.summary()
+
+
+def test_limits_and_network_only_tighten(srv):
+    c = aj.Client(srv.url, TOKEN_A)
+    r = c.run(language="sh", code="head -c 5000 /dev/zero", limits={"output": 1000}, network="none")
+    assert r.status == "output_limit", r
+    # Positive control: under the limit.
+    r = c.run(language="sh", code="head -c 500 /dev/zero", limits={"output": 1000}, network="none")
+    assert r.ok and r.stdout_bytes == 500, r
+    with pytest.raises(aj.BadRequest) as e:
+        c.run(argv=["true"], limits={"memory": "lots"})
+    assert e.value.message.startswith("limits.memory:"), e.value.message
+
+
+def test_https_with_a_ca_file(tight):
+    _need_root()
+    if not shutil.which("openssl"):
+        must_skip("openssl makes the test's certificate (scripts/deps.sh test)")
+    from test_server_tenants import make_cert
+    d = tempfile.mkdtemp(prefix="ajtest-pyc-tls-")
+    try:
+        cert, key = make_cert(d)
+        other, _ = make_cert(d, "other")
+        s = tight(tls={"cert": cert, "key": key})
+        url = "https://localhost:%d" % s.port
+        r = aj.Client(url, TOKEN_A, cafile=cert).run(language="sh", code="echo over tls")
+        assert r.ok and r.stdout == "over tls\n", r
+        # A client that trusts another certificate refuses this server.
+        with pytest.raises(aj.TransportError) as e:
+            aj.Client(url, TOKEN_A, cafile=other).run(argv=["true"])
+        assert isinstance(e.value.__cause__, ssl.SSLCertVerificationError), repr(e.value.__cause__)
+        with pytest.raises(ValueError):
+            aj.Client("http://localhost:%d" % s.port, TOKEN_A, cafile=cert)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_start_stream_callbacks_then_wait_and_kill(srv):
@@ -246,6 +286,25 @@ class _Stub(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    # What the SSE reader must cope with beyond what agentjail sends today:
+    # comments (keep-alives), CRLF line ends, a data field over two lines,
+    # an event type it does not know, and (under /cut/) a stream that ends
+    # before its exit event.
+    SSE = (b": keep-alive\r\n\r\n"
+           b"event: start\r\ndata: {\"id\": \"r1\"}\r\n\r\n"
+           b"event: stdout\ndata: {\"data\":\ndata:  \"a\\nb\"}\n\n"
+           b"event: future\ndata: {}\n\n"
+           b": keep-alive\n\n")
+    EXIT = b'event: exit\ndata: {"id": "r1", "status": "ok", "stdout": "a\\nb"}\n\n'
+
+    def do_GET(self):
+        body = self.SSE + (b"" if self.path.startswith("/cut/") else self.EXIT)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path.startswith("/hang/"):
@@ -260,7 +319,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def test_5xx_and_request_timeouts_are_typed():
+def test_against_a_stub_5xx_timeouts_sse_and_retry_after():
     stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     t = threading.Thread(target=stub.serve_forever, daemon=True)
     t.start()
@@ -273,6 +332,13 @@ def test_5xx_and_request_timeouts_are_typed():
         with pytest.raises(aj.ServerError) as e:
             aj.Client(url + "/text", "tok").start(argv=["true"])
         assert e.value.status == 502 and e.value.message == "bad gateway"
+        # The SSE reader, on a stream with every field kind.
+        out = []
+        r = aj.RunHandle(aj.Client(url, "tok"), "r1").stream(on_stdout=out.append)
+        assert out == ["a\nb"] and r.status == "ok" and r.stdout == "a\nb"
+        with pytest.raises(aj.TransportError) as e:
+            aj.RunHandle(aj.Client(url + "/cut", "tok"), "r1").wait()
+        assert "before the exit event" in str(e.value)
         # An answer that never comes: the HTTP timeout (0.3 s here) ends the wait.
         with pytest.raises(aj.RequestTimeout):
             aj.Client(url + "/hang", "tok", timeout=0.3).start(argv=["true"])
@@ -285,19 +351,15 @@ def test_5xx_and_request_timeouts_are_typed():
         aj.Client(url, "tok", timeout=2).run(argv=["true"])
     with pytest.raises(ValueError):
         aj.Client("ftp://x", "tok")
+    # Retry-After in both of HTTP's forms.
+    import email.utils
+    from agentjail_client._transport import parse_retry_after
+    assert parse_retry_after("7") == 7 and parse_retry_after(None) is None and parse_retry_after("soon") is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0  # in the past: now
+    assert 50 <= parse_retry_after(email.utils.formatdate(time.time() + 60, usegmt=True)) <= 61
 
 
 # ---- sessions and files -------------------------------------------------------------------------
-
-def _sessions_or_skip(c):
-    # TEMPORARY until h-sess lands on main: a server without sessions says so.
-    try:
-        c.session().close()
-    except aj.NotFound as e:
-        if "no endpoint" in e.message:
-            pytest.skip("this server has no sessions yet: " + e.message)
-        raise
-
 
 def _session_gone(s):
     """The server ended it: its record says so and its files answer 410."""
@@ -313,7 +375,6 @@ def _session_gone(s):
 def test_session_files_round_trip(srv):
     import hashlib
     c = aj.Client(srv.url, TOKEN_A)
-    _sessions_or_skip(c)
     blob = bytes(range(256)) * 40
     with c.session(ttl=120, workspace_quota="4M") as s:
         assert s.id in c.list_sessions() and s.info()["status"] == "live"
@@ -378,7 +439,6 @@ def test_session_files_round_trip(srv):
 
 def test_session_is_closed_when_the_block_raises(srv):
     c = aj.Client(srv.url, TOKEN_A)
-    _sessions_or_skip(c)
     with pytest.raises(ZeroDivisionError):
         with c.session() as s:
             s.write_file("x.txt", "x")
@@ -390,7 +450,6 @@ def test_session_is_closed_when_the_block_raises(srv):
 
 def test_one_shot_files_and_outputs(srv):
     c = aj.Client(srv.url, TOKEN_A)
-    _sessions_or_skip(c)
     r = c.run(language="python", code="import json\n"
               "d = json.load(open('in/args.json'))\n"
               "open('out.txt', 'w').write(str(sum(d)))\n"
@@ -417,8 +476,7 @@ def test_example_agent_loop(srv):
     c = aj.Client(srv.url, TOKEN_A)
     modes = [False]
     try:
-        _sessions_or_skip(c)
-        modes.append(True)
+            modes.append(True)
     except pytest.skip.Exception:
         pass
     for use_session in modes:
@@ -430,3 +488,11 @@ def test_example_agent_loop(srv):
         assert final["role"] == "assistant" and "tool_call" not in final
         assert "65796" in final["content"] and "confirmed" in final["content"], final
         assert "refused unshare(CLONE_NEWUSER)" in final["content"], final
+    # As a script: the transcript as JSON lines, exit status 0.
+    import subprocess
+    p = subprocess.run([sys.executable, os.path.join(REPO, "clients", "python", "examples", "agent_loop.py"),
+                        "--session"], env=dict(os.environ, AGENTJAIL_URL=srv.url, AGENTJAIL_TOKEN=TOKEN_A),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert lines[-1]["role"] == "assistant" and "65796" in lines[-1]["content"], lines[-1]
