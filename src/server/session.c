@@ -10,7 +10,7 @@
  * Live sessions are in memory and each is a row of the store; a thread of
  * this module ends those past their ttl or idle timeout. The server has a
  * mount namespace of its own, so when it dies (SIGKILL included) every
- * workspace tmpfs dies with it: a server that starts marks the sessions a
+ * workspace filesystem dies with it: a server that starts marks the sessions a
  * killed one left "lost" and removes their directories. Sessions do not
  * survive a restart; nothing of them is left behind either. */
 #include <errno.h>
@@ -146,7 +146,7 @@ void srv_session_end(struct srv_sessions *ss, struct srv_session *s)
 }
 
 /* End a live session: no new request finds it, a run in flight is
- * killed, the tmpfs is detached and its directory removed, the row says
+ * killed, the workspace is detached and its directory removed, the row says
  * how it ended. Takes the caller's reference. */
 static void session_close(struct srv_sessions *ss, struct srv_session *s, const char *status, const char *reason)
 {
@@ -171,7 +171,7 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
         srv_session_unref(ss, s);
         return;
     }
-    /* A run accepted but not yet started when the tmpfs goes would find
+    /* A run accepted but not yet started when the workspace goes would find
      * the bare directory under it: root's and 0700, not mapped to the
      * run's user, so not writable (and rmdir'd next): the host's disk
      * takes nothing either way. */
@@ -258,7 +258,7 @@ int srv_sessions_new(struct srv_ctx *ctx, struct srv_sessions **ret, char *msg, 
         goto fail;
     }
     if (geteuid() != 0) {
-        ss->off = "sessions and run workspaces need agentjail serve to run as root (a tmpfs per workspace, "
+        ss->off = "sessions and run workspaces need agentjail serve to run as root (a filesystem per workspace, "
                   "mounted by the server, bound id-mapped into each run)";
         (void)fprintf(stderr, "agentjail serve: sessions: off: not root\n");
     } else if (srv_ws_root_init(ctx->cfg.store, ctx->cfg.ws_backend[0] ? ctx->cfg.ws_backend : NULL, &ss->rootfd,

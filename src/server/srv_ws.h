@@ -5,7 +5,7 @@
  * device (SRV_WS_EXT4_LOOP), mounted on a directory of "workspaces/" beside
  * the store (root's, 0700: nothing a run does can replace the bind
  * source), and the file operations of the API on it, every path resolved
- * from the tmpfs root's fd with openat2 (RESOLVE_BENEATH |
+ * from the workspace root's fd with openat2 (RESOLVE_BENEATH |
  * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV). */
 #pragma once
 

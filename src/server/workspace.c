@@ -24,7 +24,7 @@
  * gets. Files the API writes are made as that owner, so the runs see
  * them as their own.
  *
- * Every path from a client or a run is resolved from the tmpfs root's fd
+ * Every path from a client or a run is resolved from the workspace root's fd
  * with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
  * RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), one component at a time where
  * directories are made: a symbolic link a run planted (to /etc/shadow,
