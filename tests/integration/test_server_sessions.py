@@ -520,7 +520,7 @@ def test_in_memory_file_calls_match_http(server):
 
 
 def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkeypatch):
-    """Not root: no tmpfs can be mounted for a workspace; sessions and run
+    """Not root: no filesystem can be mounted for a workspace; sessions and run
     workspaces are refused with a clear 501, one-shot runs still work."""
     import test_server
     os.chmod(tmp, 0o755)
