@@ -19,8 +19,9 @@ case "$what" in
   # Kubernetes schemas: tests/deploy/package.json, installed below with npm ci).
   # python3-requests, iproute2: tests/integration/test_egress_proxy.py.
   # postgresql: tests/integration/test_server_pg.py (a private cluster of its own).
+  # e2fsprogs: the server's ext4-loop workspaces (mke2fs; test_server_sessions.py).
   test) pkgs+=(libcmocka-dev libssl-dev python3-pytest python3-requests iproute2 util-linux clang clang-tidy
-               libclang-rt-14-dev chromium docker.io debootstrap binutils systemd podman postgresql "${compat[@]}") ;;
+               libclang-rt-14-dev chromium docker.io debootstrap binutils systemd podman postgresql e2fsprogs "${compat[@]}") ;;
   bench) pkgs+=(bubblewrap firejail python3-pandas) ;;  # python3-pandas: bench/interp.py
   compat) pkgs+=("${compat[@]}") ;;
   build) ;;

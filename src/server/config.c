@@ -289,7 +289,8 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
 }
 
 /* "sessions": {"max_per_tenant", "ttl", "idle_timeout", "workspace_quota",
- * "max_file_bytes", "max_outputs_bytes", "workspace_uids"}. */
+ * "max_file_bytes", "max_outputs_bytes", "workspace_uids",
+ * "workspace_backend"}. */
 static int load_sessions(struct cfg_loader *L, json_t *obj, struct srv_config *cfg)
 {
     char path[300];
@@ -339,9 +340,15 @@ static int load_sessions(struct cfg_loader *L, json_t *obj, struct srv_config *c
                                          "human account) and BASE+COUNT below 4294967295");
             cfg->ws_uid_base = (uint32_t)base;
             cfg->ws_uid_count = (uint32_t)count;
+        } else if (strcmp(key, "workspace_backend") == 0) {
+            const char *b = json_string_value(v);
+            if (!b || (strcmp(b, "auto") != 0 && strcmp(b, "tmpfs") != 0 && strcmp(b, "ext4") != 0))
+                return cfg_fail(L, path, "must be \"auto\" (id-mapped tmpfs where the kernel has it, else ext4 "
+                                         "on a loop device), \"tmpfs\" or \"ext4\"");
+            (void)snprintf(cfg->ws_backend, sizeof(cfg->ws_backend), "%s", b);
         } else {
             return cfg_fail(L, path, "unknown key (known: max_per_tenant, ttl, idle_timeout, workspace_quota, "
-                                     "max_file_bytes, max_outputs_bytes, workspace_uids)");
+                                     "max_file_bytes, max_outputs_bytes, workspace_uids, workspace_backend)");
         }
     }
     return 0;

@@ -10,7 +10,7 @@
  * Live sessions are in memory and each is a row of the store; a thread of
  * this module ends those past their ttl or idle timeout. The server has a
  * mount namespace of its own, so when it dies (SIGKILL included) every
- * workspace tmpfs dies with it: a server that starts marks the sessions a
+ * workspace filesystem dies with it: a server that starts marks the sessions a
  * killed one left "lost" and removes their directories. Sessions do not
  * survive a restart; nothing of them is left behind either. */
 #include <errno.h>
@@ -163,7 +163,7 @@ void srv_session_end(struct srv_sessions *ss, struct srv_session *s)
 }
 
 /* End a live session: no new request finds it, a run in flight is
- * killed, the tmpfs is detached and its directory removed, the row says
+ * killed, the workspace is detached and its directory removed, the row says
  * how it ended. Takes the caller's reference. */
 static void session_close(struct srv_sessions *ss, struct srv_session *s, const char *status, const char *reason)
 {
@@ -188,7 +188,7 @@ static void session_close(struct srv_sessions *ss, struct srv_session *s, const 
         srv_session_unref(ss, s);
         return;
     }
-    /* A run accepted but not yet started when the tmpfs goes would find
+    /* A run accepted but not yet started when the workspace goes would find
      * the bare directory under it: root's and 0700, not mapped to the
      * run's user, so not writable (and rmdir'd next): the host's disk
      * takes nothing either way. */
@@ -276,15 +276,19 @@ int srv_sessions_new(struct srv_ctx *ctx, struct srv_sessions **ret, char *msg, 
         goto fail;
     }
     if (geteuid() != 0) {
-        ss->off = "sessions and run workspaces need agentjail serve to run as root (a tmpfs per workspace, "
+        ss->off = "sessions and run workspaces need agentjail serve to run as root (a filesystem per workspace, "
                   "mounted by the server, bound id-mapped into each run)";
         (void)fprintf(stderr, "agentjail serve: sessions: off: not root\n");
-    } else if (srv_ws_root_init(ctx->cfg.store, &ss->rootfd, &ss->root, msg, msg_size) < 0) {
+    } else if (srv_ws_root_init(ctx->cfg.store, ctx->cfg.ws_backend[0] ? ctx->cfg.ws_backend : NULL, &ss->rootfd,
+                                &ss->root, &ss->backend, msg, msg_size) < 0) {
         /* One-shot runs need none of it: the server still serves them,
          * and says why sessions are refused. */
         (void)snprintf(ss->off_msg, sizeof(ss->off_msg), "sessions are off on this server: %s", msg);
         ss->off = ss->off_msg;
         (void)fprintf(stderr, "agentjail serve: %s\n", ss->off_msg);
+    } else {
+        (void)fprintf(stderr, "agentjail serve: sessions: workspaces are %s in %s\n",
+                      srv_ws_backend_name(ss->backend), ss->root);
     }
     *ret = ss;
     return 0;
@@ -479,11 +483,12 @@ static char *session_json(struct srv_sessions *ss, struct srv_session *s)
     char *text;
 
     (void)pthread_mutex_lock(&ss->lock);
-    o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:o}", "id", s->id, "status",
+    o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:{s:s}}", "id", s->id, "status",
                   s->closed ? "closing" : "live", "created_ms", (json_int_t)s->created_ms, "expires_ms",
                   (json_int_t)s->expires_ms, "idle_timeout", (json_int_t)(s->idle_ms / 1000), "workspace_quota",
                   (json_int_t)s->quota, "workspace_used", (json_int_t)srv_ws_used(s->ws), "policy_sha256",
-                  s->policy_sha256, "run", s->run_id[0] ? json_string(s->run_id) : json_null());
+                  s->policy_sha256, "run", s->run_id[0] ? json_string(s->run_id) : json_null(), "workspace",
+                  "backend", srv_ws_backend_name(s->ws->backend));
     if (o && s->kernel)
         (void)json_object_set_new(o, "kernel", srv_kernel_json(s->kernel));
     if (o && !s->active)

@@ -107,6 +107,7 @@ struct srv_config {
     uint64_t max_file_bytes;          /* one file in or out (PUT, GET, a run's files) */
     uint64_t max_outputs_bytes;       /* a run's outputs in its record, all together */
     uint32_t ws_uid_base, ws_uid_count; /* host uids that own workspaces, one per workspace */
+    char ws_backend[8];               /* "auto" (""), "tmpfs" or "ext4" (srv_ws_root_init) */
     char *events_log;             /* JSON Lines sink of every run's events: a path, "-": stdout; NULL: none */
     char *tls_cert_path, *tls_key_path;
     char *tls_cert_pem, *tls_key_pem; /* read and checked at load; NULL: no TLS */

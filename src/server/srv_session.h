@@ -31,6 +31,7 @@ struct srv_sessions {
     char off_msg[700];
     int rootfd;
     char *root;
+    enum srv_ws_backend backend; /* what srv_ws_root_init chose */
     struct aj_policy *base; /* a copy of the server's policy (diffs are read here, under the lock) */
     char *base_json;
 

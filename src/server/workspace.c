@@ -1,15 +1,30 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Workspaces: a tmpfs per workspace, its size the quota (the kernel
- * refuses the block past it: ENOSPC, never a full host disk), mounted
- * with the new mount API on a directory made here, under "workspaces/"
+/* Workspaces: a size-limited filesystem per workspace, its size the
+ * quota (the kernel refuses the block past it: ENOSPC, never a full host
+ * disk), mounted with the new mount API on a directory made here, under "workspaces/"
  * beside the store: root's and 0700, so no path a run can reach leads to
- * it and nothing a run does can replace the bind source. Runs see the
- * tmpfs through the library's id-mapped writable bind (owner: the
+ * it and nothing a run does can replace the bind source. Two backends:
+ *
+ * - tmpfs-idmap: a tmpfs, size=quota. Id-mapped tmpfs mounts need Linux
+ *   6.3; srv_ws_root_init tries one (a throwaway tmpfs, a user namespace
+ *   of a forked child) rather than reading the version.
+ * - ext4-loop (5.12+: id-mapped ext4): an image file of quota bytes in
+ *   the workspaces directory, made by mke2fs (no journal, no reserved
+ *   blocks, the root directory the owner's), fallocated so the host's
+ *   disk has its blocks before any run writes, attached to a free loop
+ *   device with LO_FLAGS_AUTOCLEAR and unlinked at once: the mount holds
+ *   the device, the device holds the file, so when the mount goes (an
+ *   unmount, or the server's namespace dying with it, SIGKILL included)
+ *   the device detaches itself and the blocks are freed. Only a server
+ *   killed within srv_ws_create leaves an image behind; the next start
+ *   removes it.
+ *
+ * Runs see the workspace through the library's id-mapped writable bind (owner: the
  * workspace's uid), so it stays writable whatever host uid each run
  * gets. Files the API writes are made as that owner, so the runs see
  * them as their own.
  *
- * Every path from a client or a run is resolved from the tmpfs root's fd
+ * Every path from a client or a run is resolved from the workspace root's fd
  * with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
  * RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), one component at a time where
  * directories are made: a symbolic link a run planted (to /etc/shadow,
@@ -18,20 +33,25 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <linux/loop.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
 #include <nettle/base64.h>
 #include <sched.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "srv.h"
@@ -91,13 +111,165 @@ static int resolve_fail(int e, const char *path, char *msg, size_t msg_size)
 
 /* ---- the workspaces directory and the mounts ----------------------------------------- */
 
-static bool ours(const char *name)
+/* A workspace's directory ("s-ID", "r-ID") or an ext4 image ("s-ID.img"). */
+static bool ours(const char *name, bool *image)
 {
-    return (name[0] == 's' || name[0] == 'r') && name[1] == '-' && strlen(name) == 34 &&
+    size_t n = strlen(name);
+
+    *image = n == 38 && strcmp(name + 34, ".img") == 0;
+    return (name[0] == 's' || name[0] == 'r') && name[1] == '-' && (n == 34 || *image) &&
            strspn(name + 2, "0123456789abcdef") == 32;
 }
 
-int srv_ws_root_init(const char *store, int *ret_fd, char **ret_path, char *msg, size_t msg_size)
+const char *srv_ws_backend_name(enum srv_ws_backend b)
+{
+    return b == SRV_WS_EXT4_LOOP ? "ext4-loop" : "tmpfs-idmap";
+}
+
+static enum srv_ws_backend ws_backend;
+static const char *ws_mke2fs; /* ext4-loop: its path */
+
+/* Whether this kernel id-maps a tmpfs mount: a tmpfs of one page, made
+ * detached, and mount_setattr(MOUNT_ATTR_IDMAP) with the user namespace
+ * of a child made for it (uid and gid 0 mapped to one unused host id).
+ * Before 6.3 that is EINVAL. The child is gone on return. */
+static bool tmpfs_idmap_works(char *why, size_t why_size)
+{
+    int fs = -1, mnt = -1, ufd = -1, ready[2] = {-1, -1}, go[2] = {-1, -1};
+    pid_t pid = -1;
+    bool ok = false;
+    char c, path[64];
+
+    (void)snprintf(why, why_size, "setup");
+    fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "size", "4096", 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 || (mnt = fsmount(fs, FSMOUNT_CLOEXEC, 0)) < 0 ||
+        pipe2(ready, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0) {
+        (void)snprintf(why, why_size, "a tmpfs to try: %s", strerror(errno));
+        goto out;
+    }
+    pid = fork();
+    if (pid == 0) {
+        /* The child: a user namespace, then wait for the parent. */
+        (void)close(ready[0]);
+        (void)close(go[1]);
+        if (unshare(CLONE_NEWUSER) < 0)
+            _exit(1);
+        if (write(ready[1], "u", 1) != 1)
+            _exit(1);
+        (void)!read(go[0], &c, 1);
+        _exit(0);
+    }
+    if (pid < 0) {
+        (void)snprintf(why, why_size, "fork: %s", strerror(errno));
+        goto out;
+    }
+    (void)close(ready[1]);
+    ready[1] = -1;
+    (void)close(go[0]);
+    go[0] = -1;
+    if (read(ready[0], &c, 1) != 1) {
+        (void)snprintf(why, why_size, "a user namespace to map with: unshare failed");
+        goto out;
+    }
+    for (int i = 0; i < 2; i++) {
+        int f;
+        (void)snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, i ? "gid_map" : "uid_map");
+        f = open(path, O_WRONLY | O_CLOEXEC);
+        if (f < 0 || write(f, "0 4294967294 1\n", 15) != 15) {
+            (void)snprintf(why, why_size, "%s: %s", path, strerror(errno));
+            if (f >= 0)
+                (void)close(f);
+            goto out;
+        }
+        (void)close(f);
+    }
+    (void)snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+    ufd = open(path, O_RDONLY | O_CLOEXEC);
+    if (ufd < 0) {
+        (void)snprintf(why, why_size, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    {
+        struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)ufd};
+        ok = mount_setattr(mnt, "", AT_EMPTY_PATH, &a, sizeof(a)) == 0;
+        if (!ok)
+            (void)snprintf(why, why_size, "an id-mapped tmpfs mount: %s (Linux 6.3 or later has them)",
+                           strerror(errno));
+    }
+out:
+    if (go[1] >= 0)
+        (void)close(go[1]); /* the child's read returns: it exits */
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    for (int i = 0; i < 2; i++) {
+        if (ready[i] >= 0)
+            (void)close(ready[i]);
+        if (i == 0 && go[0] >= 0)
+            (void)close(go[0]);
+    }
+    if (ufd >= 0)
+        (void)close(ufd);
+    if (mnt >= 0)
+        (void)close(mnt);
+    if (fs >= 0)
+        (void)close(fs);
+    return ok;
+}
+
+/* Whether ext4 on loop devices can work here: mke2fs, /dev/loop-control. */
+static bool ext4_loop_works(char *why, size_t why_size)
+{
+    static const char *const mke2fs[] = {"/usr/sbin/mke2fs", "/sbin/mke2fs", "/usr/bin/mke2fs", NULL};
+    int fd;
+
+    ws_mke2fs = NULL;
+    for (size_t i = 0; mke2fs[i] && !ws_mke2fs; i++)
+        if (access(mke2fs[i], X_OK) == 0)
+            ws_mke2fs = mke2fs[i];
+    if (!ws_mke2fs) {
+        (void)snprintf(why, why_size, "no mke2fs (e2fsprogs) in /usr/sbin or /sbin");
+        return false;
+    }
+    fd = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        (void)snprintf(why, why_size, "/dev/loop-control: %s (loop devices: the loop module, or a container "
+                                      "given the device)", strerror(errno));
+        return false;
+    }
+    (void)close(fd);
+    return true;
+}
+
+/* The backend to use: want "auto"/NULL, "tmpfs" or "ext4". */
+static int choose_backend(const char *want, char *msg, size_t msg_size)
+{
+    char why_t[200], why_e[200];
+    bool any = !want || strcmp(want, "auto") == 0;
+
+    if ((any || strcmp(want, "tmpfs") == 0) && tmpfs_idmap_works(why_t, sizeof(why_t))) {
+        ws_backend = SRV_WS_TMPFS_IDMAP;
+        return 0;
+    }
+    if (!any && strcmp(want, "tmpfs") == 0) {
+        (void)snprintf(msg, msg_size, "workspaces: backend tmpfs: %s", why_t);
+        return -1;
+    }
+    if (ext4_loop_works(why_e, sizeof(why_e))) {
+        ws_backend = SRV_WS_EXT4_LOOP;
+        return 0;
+    }
+    if (any)
+        (void)snprintf(msg, msg_size, "workspaces: no backend works here: tmpfs-idmap: %s; ext4-loop: %s", why_t,
+                       why_e);
+    else
+        (void)snprintf(msg, msg_size, "workspaces: backend ext4: %s", why_e);
+    return -1;
+}
+
+int srv_ws_root_init(const char *store, const char *want, int *ret_fd, char **ret_path,
+                     enum srv_ws_backend *ret_backend, char *msg, size_t msg_size)
 {
     const char *slash = strrchr(store, '/');
     char *root = NULL;
@@ -112,6 +284,8 @@ int srv_ws_root_init(const char *store, int *ret_fd, char **ret_path, char *msg,
         (void)snprintf(msg, msg_size, "workspaces: a mount namespace of the server's own: %s", strerror(errno));
         return -1;
     }
+    if (choose_backend(want, msg, msg_size) < 0)
+        return -1;
     if (asprintf(&root, "%.*s/workspaces", (int)(slash - store), store) < 0) {
         (void)snprintf(msg, msg_size, "out of memory");
         return -1;
@@ -146,8 +320,20 @@ int srv_ws_root_init(const char *store, int *ret_fd, char **ret_path, char *msg,
     }
     for (struct dirent *e; (e = readdir(d));) {
         char *p = NULL;
-        if (!ours(e->d_name))
+        bool image;
+        if (!ours(e->d_name, &image))
             continue;
+        if (image) {
+            /* An ext4 image of a server killed within srv_ws_create (after
+             * that it is unlinked): its loop device detached itself. */
+            if (unlinkat(fd, e->d_name, 0) < 0)
+                (void)fprintf(stderr, "agentjail serve: workspaces: could not remove %s/%s: %s\n", root,
+                              e->d_name, strerror(errno));
+            else
+                (void)fprintf(stderr, "agentjail serve: workspaces: removed %s, left by a server that stopped\n",
+                              e->d_name);
+            continue;
+        }
         if (asprintf(&p, "%s/%s", root, e->d_name) >= 0) {
             for (int i = 0; i < 8 && umount2(p, MNT_DETACH | UMOUNT_NOFOLLOW) == 0; i++)
                 ;
@@ -163,6 +349,7 @@ int srv_ws_root_init(const char *store, int *ret_fd, char **ret_path, char *msg,
     (void)closedir(d);
     *ret_fd = fd;
     *ret_path = root;
+    *ret_backend = ws_backend;
     return 0;
 fail:
     if (fd >= 0)
@@ -171,12 +358,207 @@ fail:
     return -1;
 }
 
+/* tmpfs-idmap: a detached tmpfs mount of quota bytes owned by owner. */
+static int tmpfs_mount(uint64_t quota, uint32_t owner, char *msg, size_t msg_size)
+{
+    char val[32];
+    int fs, mnt = -1;
+
+    /* Each inode of a tmpfs costs kernel memory the size does not count:
+     * bounded too, one per 4 KiB of quota (a file with data takes a page
+     * of it anyway), at least 1024. */
+    fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0)
+        goto fail;
+    (void)snprintf(val, sizeof(val), "%llu", (unsigned long long)quota);
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "size", val, 0) < 0)
+        goto fail;
+    (void)snprintf(val, sizeof(val), "%llu", (unsigned long long)(quota / 4096 > 1024 ? quota / 4096 : 1024));
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", val, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0)
+        goto fail;
+    (void)snprintf(val, sizeof(val), "%u", owner);
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "uid", val, 0) < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "gid", val, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        goto fail;
+    mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (mnt < 0)
+        goto fail;
+    (void)close(fs);
+    return mnt;
+fail:
+    (void)snprintf(msg, msg_size, "workspace: a tmpfs: %s", strerror(errno));
+    if (fs >= 0)
+        (void)close(fs);
+    return -1;
+}
+
+/* mke2fs on the image at path: no journal (the filesystem never outlives
+ * the server), no blocks reserved for root, no resize inode, an inode
+ * per 4 KiB, the root directory the owner's and 0755. Its environment is
+ * fixed (no MKE2FS_CONFIG or the like from the server's). */
+static int run_mke2fs(const char *path, uint32_t owner, char *msg, size_t msg_size)
+{
+    char ext[96];
+    char *argv[] = {(char *)"mke2fs", (char *)"-q", (char *)"-F", (char *)"-t", (char *)"ext4", (char *)"-m", (char *)"0",
+                    (char *)"-O", (char *)"^has_journal,^resize_inode", (char *)"-i", (char *)"4096", (char *)"-I",
+                    (char *)"256", (char *)"-E", ext, (char *)path, NULL};
+    char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", (char *)"LC_ALL=C", NULL};
+    posix_spawn_file_actions_t fa;
+    int err[2], st = 0, e;
+    char out[512];
+    size_t got = 0;
+    pid_t pid;
+
+    /* lazy_itable_init: the inode tables are left as the image's holes,
+     * which read as zeros (mounted noinit_itable: no kernel thread
+     * zeroes them later). */
+    (void)snprintf(ext, sizeof(ext), "nodiscard,lazy_itable_init=1,root_owner=%u:%u", owner, owner);
+    if (pipe2(err, O_CLOEXEC) < 0) {
+        (void)snprintf(msg, msg_size, "workspace: pipe: %s", strerror(errno));
+        return -1;
+    }
+    e = posix_spawn_file_actions_init(&fa);
+    if (e == 0)
+        e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (e == 0)
+        e = posix_spawn_file_actions_adddup2(&fa, err[1], 1);
+    if (e == 0)
+        e = posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    if (e == 0)
+        e = posix_spawn(&pid, ws_mke2fs, &fa, NULL, argv, envp);
+    (void)posix_spawn_file_actions_destroy(&fa);
+    (void)close(err[1]);
+    if (e != 0) {
+        (void)close(err[0]);
+        (void)snprintf(msg, msg_size, "workspace: %s: %s", ws_mke2fs, strerror(e));
+        return -1;
+    }
+    for (;;) {
+        char buf[512];
+        ssize_t n = read(err[0], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t i = 0; i < n && got + 1 < sizeof(out); i++)
+            out[got++] = buf[i] == '\n' ? ' ' : buf[i];
+    }
+    out[got] = '\0';
+    (void)close(err[0]);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        (void)snprintf(msg, msg_size, "workspace: mke2fs failed (status %d): %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                       out);
+        return -1;
+    }
+    return 0;
+}
+
+/* ext4-loop: the image root/name.img of quota bytes, on a loop device,
+ * mounted detached. The image is unlinked on every path out of here (the
+ * loop device holds it while mounted); the device detaches itself when
+ * the mount goes (or at once, on a failure: its fd is its last user). */
+static int ext4_mount(int rootfd, const char *root_path, const char *name, uint64_t quota, uint32_t owner, char *msg,
+                      size_t msg_size)
+{
+    char img[64], *path = NULL, dev[32];
+    int ifd = -1, ctl = -1, lfd = -1, fs = -1, mnt = -1;
+
+    (void)snprintf(img, sizeof(img), "%s.img", name);
+    if (asprintf(&path, "%s/%s", root_path, img) < 0) {
+        (void)snprintf(msg, msg_size, "out of memory");
+        return -1;
+    }
+    ifd = openat(rootfd, img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (ifd < 0 || ftruncate(ifd, (off_t)quota) < 0) {
+        (void)snprintf(msg, msg_size, "workspace: an image at %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (run_mke2fs(path, owner, msg, msg_size) < 0)
+        goto fail;
+    /* Every block of it on the host's disk now: a run can fill its
+     * workspace, never the host's disk. (A filesystem without fallocate
+     * keeps the image sparse.) */
+    if (fallocate(ifd, 0, 0, (off_t)quota) < 0 && errno != EOPNOTSUPP) {
+        if (errno == ENOSPC)
+            (void)snprintf(msg, msg_size, "workspace: the host's disk has no room for a workspace of %llu bytes "
+                                          "(%s)", (unsigned long long)quota, root_path);
+        else
+            (void)snprintf(msg, msg_size, "workspace: fallocate %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0) {
+        (void)snprintf(msg, msg_size, "workspace: /dev/loop-control: %s", strerror(errno));
+        goto fail;
+    }
+    /* A free device; another process may take it first (EBUSY): again. */
+    for (int i = 0;; i++) {
+        struct loop_config lc = {.fd = (uint32_t)ifd, .info = {.lo_flags = LO_FLAGS_AUTOCLEAR}};
+        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (n < 0) {
+            (void)snprintf(msg, msg_size, "workspace: no free loop device: %s", strerror(errno));
+            goto fail;
+        }
+        (void)snprintf(dev, sizeof(dev), "/dev/loop%d", n);
+        (void)snprintf((char *)lc.info.lo_file_name, sizeof(lc.info.lo_file_name), "agentjail:%s", name);
+        lfd = open(dev, O_RDWR | O_CLOEXEC);
+        if (lfd < 0) {
+            (void)snprintf(msg, msg_size, "workspace: %s: %s (in a container: give it the loop devices too)", dev,
+                           strerror(errno));
+            goto fail;
+        }
+        if (ioctl(lfd, LOOP_CONFIGURE, &lc) == 0)
+            break;
+        if (errno != EBUSY) {
+            (void)snprintf(msg, msg_size, "workspace: %s: LOOP_CONFIGURE: %s", dev, strerror(errno));
+            goto fail;
+        }
+        (void)close(lfd);
+        lfd = -1;
+        if (i == 16) {
+            (void)snprintf(msg, msg_size, "workspace: no loop device could be attached (busy)");
+            goto fail;
+        }
+    }
+    (void)unlinkat(rootfd, img, 0);
+    free(path);
+    path = NULL;
+    fs = fsopen("ext4", FSOPEN_CLOEXEC);
+    if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+        (mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0) {
+        (void)snprintf(msg, msg_size, "workspace: mount %s (ext4): %s", dev, strerror(errno));
+        goto fail;
+    }
+    (void)close(fs);
+    (void)close(lfd); /* the mount holds the device now: it detaches when the mount goes */
+    (void)close(ctl);
+    (void)close(ifd);
+    return mnt;
+fail:
+    if (fs >= 0)
+        (void)close(fs);
+    if (lfd >= 0)
+        (void)close(lfd);
+    if (ctl >= 0)
+        (void)close(ctl);
+    if (ifd >= 0) {
+        (void)close(ifd);
+        (void)unlinkat(rootfd, img, 0);
+    }
+    free(path);
+    return -1;
+}
+
 int srv_ws_create(int rootfd, const char *root_path, const char *name, uint64_t quota, uint32_t owner,
                   struct srv_ws **ret, char *msg, size_t msg_size)
 {
     struct srv_ws *ws = calloc(1, sizeof(*ws));
-    char val[32];
-    int fs = -1, mnt = -1, target = -1;
+    int mnt = -1, target = -1;
     struct statfs sf;
     bool made = false;
 
@@ -187,6 +569,7 @@ int srv_ws_create(int rootfd, const char *root_path, const char *name, uint64_t 
     ws->dirfd = -1;
     ws->owner = owner;
     ws->quota = quota;
+    ws->backend = ws_backend;
     (void)snprintf(ws->name, sizeof(ws->name), "%s", name);
     if (asprintf(&ws->path, "%s/%s", root_path, name) < 0) {
         ws->path = NULL;
@@ -198,44 +581,32 @@ int srv_ws_create(int rootfd, const char *root_path, const char *name, uint64_t 
         goto fail;
     }
     made = true;
-    /* Each inode of a tmpfs costs kernel memory the size does not count:
-     * bounded too, one per 4 KiB of quota (a file with data takes a page
-     * of it anyway), at least 1024. */
-    fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
-    if (fs < 0)
-        goto fail_errno;
-    (void)snprintf(val, sizeof(val), "%llu", (unsigned long long)quota);
-    if (fsconfig(fs, FSCONFIG_SET_STRING, "size", val, 0) < 0)
-        goto fail_errno;
-    (void)snprintf(val, sizeof(val), "%llu", (unsigned long long)(quota / 4096 > 1024 ? quota / 4096 : 1024));
-    if (fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", val, 0) < 0 ||
-        fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0)
-        goto fail_errno;
-    (void)snprintf(val, sizeof(val), "%u", owner);
-    if (fsconfig(fs, FSCONFIG_SET_STRING, "uid", val, 0) < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "gid", val, 0) < 0 ||
-        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-        goto fail_errno;
-    mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    mnt = ws->backend == SRV_WS_EXT4_LOOP ? ext4_mount(rootfd, root_path, name, quota, owner, msg, msg_size)
+                                          : tmpfs_mount(quota, owner, msg, msg_size);
     if (mnt < 0)
-        goto fail_errno;
+        goto fail;
     /* Attached through fds: the directory made above, by its fd. */
     target = openat(rootfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (target < 0 || move_mount(mnt, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
         goto fail_errno;
     ws->mounted = true;
     ws->dirfd = openat(mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (ws->dirfd < 0 || fstatfs(ws->dirfd, &sf) < 0 || sf.f_type != TMPFS_MAGIC)
+    if (ws->dirfd < 0 || fstatfs(ws->dirfd, &sf) < 0 ||
+        sf.f_type != (ws->backend == SRV_WS_EXT4_LOOP ? EXT4_SUPER_MAGIC : TMPFS_MAGIC))
         goto fail_errno;
-    (void)close(fs);
+    /* mke2fs's lost+found: nothing here needs it (the filesystem is never
+     * checked, it ends with the server), and it is not the runs'. */
+    if (ws->backend == SRV_WS_EXT4_LOOP && unlinkat(ws->dirfd, "lost+found", AT_REMOVEDIR) < 0 && errno != ENOENT)
+        goto fail_errno;
+    ws->base_used = srv_ws_used(ws);
     (void)close(mnt);
     (void)close(target);
     *ret = ws;
     return 0;
 fail_errno:
-    (void)snprintf(msg, msg_size, "workspace: a tmpfs at %s: %s", ws->path, strerror(errno));
+    (void)snprintf(msg, msg_size, "workspace: %s at %s: %s", srv_ws_backend_name(ws->backend), ws->path,
+                   strerror(errno));
 fail:
-    if (fs >= 0)
-        (void)close(fs);
     if (mnt >= 0)
         (void)close(mnt);
     if (target >= 0)
@@ -272,16 +643,27 @@ bool srv_ws_full(const struct srv_ws *ws)
 {
     struct statvfs sv;
 
-    return fstatvfs(ws->dirfd, &sv) == 0 && (sv.f_bavail == 0 || sv.f_favail == 0);
+    if (fstatvfs(ws->dirfd, &sv) < 0)
+        return false;
+    /* ext4 refuses a write whose worst-case blocks (data and extent tree)
+     * it cannot reserve, with some blocks still free: a 64 KiB write fails
+     * whole with about 40 KiB left (measured, 1 KiB and 4 KiB blocks).
+     * Within 64 KiB of the end counts as full there. */
+    if (ws->backend == SRV_WS_EXT4_LOOP)
+        return (uint64_t)sv.f_bavail * sv.f_frsize < 65536 || sv.f_favail == 0;
+    return sv.f_bavail == 0 || sv.f_favail == 0;
 }
 
 uint64_t srv_ws_used(const struct srv_ws *ws)
 {
     struct statvfs sv;
 
+    uint64_t used;
+
     if (fstatvfs(ws->dirfd, &sv) < 0)
         return 0;
-    return (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+    used = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+    return used > ws->base_used ? used - ws->base_used : 0;
 }
 
 /* ---- paths ----------------------------------------------------------------------------- */

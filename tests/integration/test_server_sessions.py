@@ -1,34 +1,67 @@
 """`agentjail serve`: sessions, their workspaces and the files API, against a
 real server over a real socket (test_server.py's Server). Each workspace is
-a tmpfs that the server mounts in a mount namespace of its own: the tests
+a filesystem that the server mounts in a mount namespace of its own (a
+tmpfs where the kernel id-maps tmpfs, 6.3+, else ext4 on a loop device;
+the tests of the workspace itself run on both backends, forced with
+sessions.workspace_backend, each where this kernel has it): the tests
 look at it through /proc/PID/root and /proc/PID/mountinfo of the server, and
 at the host's side of the same directory (the disk under the mount point),
 which must stay empty. Each denial has its positive control beside it."""
 import base64
+import glob
 import hashlib
 import json
 import os
 import signal
 import socket
+import subprocess
 
 import pytest
 
-from conftest import IS_ROOT, new_tag, pids_with, wait_for
+from conftest import AJ_BIN, IS_ROOT, new_tag, pids_with, wait_for
 from test_server import TOKEN_A, TOKEN_B, Server, tmp  # noqa: F401 (a fixture)
 
 KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
-pytestmark = [pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a tmpfs per workspace, "
+TMPFS_IDMAP = KERNEL >= (6, 3)
+EXT4_LOOP = os.path.exists("/dev/loop-control") and any(
+    os.access(p, os.X_OK) for p in ("/usr/sbin/mke2fs", "/sbin/mke2fs"))
+pytestmark = [pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a filesystem per workspace, "
                                                      "id-mapped binds); the server tests run as root"),
-              pytest.mark.skipif(KERNEL < (6, 3), reason="id-mapped tmpfs mounts need Linux 6.3")]
+              pytest.mark.skipif(not TMPFS_IDMAP and not EXT4_LOOP,
+                                 reason="no workspace backend here: id-mapped tmpfs needs Linux 6.3, ext4-loop "
+                                        "needs /dev/loop-control and mke2fs")]
+# The tests of the workspace itself, once per backend.
+BOTH = pytest.mark.parametrize("backend", ["tmpfs", "ext4"], indirect=True)
 
 
 @pytest.fixture
-def server(tmp):
-    """test_server.py's, and the server's stderr has no sanitizer report
-    (the ASan pass: UBSan reports do not change the exit status)."""
+def backend(request):
+    """The config's sessions.workspace_backend: "auto" unless a test is
+    parametrized with BOTH; a backend this kernel lacks skips."""
+    b = getattr(request, "param", "auto")
+    if b == "tmpfs" and not TMPFS_IDMAP:
+        pytest.skip("id-mapped tmpfs mounts need Linux 6.3 (the ext4 variant runs here)")
+    if b == "ext4" and not EXT4_LOOP:
+        pytest.skip("ext4-loop needs /dev/loop-control and mke2fs (e2fsprogs)")
+    return b
+
+
+def expected_backend(b):
+    return {"tmpfs": "tmpfs-idmap", "ext4": "ext4-loop"}.get(b, "tmpfs-idmap" if TMPFS_IDMAP else "ext4-loop")
+
+
+@pytest.fixture
+def server(tmp, backend):
+    """test_server.py's with the backend's config, and the server's stderr
+    has no sanitizer report (the ASan pass: UBSan reports do not change
+    the exit status)."""
     servers = []
 
     def start(**kw):
+        if backend != "auto":
+            extra = dict(kw.pop("extra", None) or {})
+            extra["sessions"] = dict(extra.get("sessions", {}), workspace_backend=backend)
+            kw["extra"] = extra
         srv = Server(tmp, **kw)
         servers.append(srv)
         return srv
@@ -68,6 +101,21 @@ def mounted_anywhere(path):
     return False
 
 
+def loops_of(s):
+    """The loop devices whose backing file is under the server's state
+    directory (ext4-loop: each workspace's image, unlinked once attached)."""
+    state = os.path.dirname(s.store)
+    found = []
+    for f in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(f) as fh:
+                if fh.read().startswith(state + "/"):
+                    found.append(f.split("/")[3])
+        except OSError:
+            continue  # detached meanwhile
+    return found
+
+
 def in_server(s, path):
     """path as the server sees it (its mount namespace)."""
     return "/proc/%d/root%s" % (s.proc.pid, path)
@@ -93,18 +141,39 @@ def files_url(sid, path=""):
     return "/v1/sessions/%s/files/%s" % (sid, path)
 
 
-def test_session_lifecycle_and_graceful_stop(server):
+@BOTH
+def test_session_lifecycle_and_graceful_stop(server, backend):
     s = server()
+    kind = expected_backend(backend)
+    assert "sessions: workspaces are %s in " % kind in s.err()
     sid = new_session(s, ttl=600, idle_timeout=300, workspace_quota="4M")
     status, _, j = s.request("GET", "/v1/sessions/" + sid)
     assert status == 200 and j["status"] == "live" and j["workspace_quota"] == 4 << 20 and j["idle_timeout"] == 300
+    assert j["workspace"] == {"backend": kind} and j["workspace_used"] == 0, j
     d = ws_dir(s, sid)
-    # The workspace is a tmpfs of the quota's size, in the server's namespace
-    # only: the host's mount table never has it.
+    # The workspace is a filesystem of the quota's size, in the server's
+    # namespace only: the host's mount table never has it.
     assert d in server_mounts(s)
     with open("/proc/%d/mountinfo" % s.proc.pid) as f:
         line = [x for x in f if x.split()[4] == d][0]
-    assert " - tmpfs " in line and "size=4096k" in line and "nosuid" in line and "nodev" in line, line
+    assert "nosuid" in line and "nodev" in line, line
+    if kind == "tmpfs-idmap":
+        assert " - tmpfs " in line and "size=4096k" in line, line
+        assert loops_of(s) == []
+    else:
+        # ext4 on a loop device of its own whose image is already unlinked
+        # (nothing of it is a name on the host's disk), of the quota's size.
+        assert " - ext4 /dev/loop" in line, line
+        loops = loops_of(s)
+        assert len(loops) == 1 and "/dev/" + loops[0] in line, (loops, line)
+        with open("/sys/block/%s/loop/backing_file" % loops[0]) as f:
+            assert f.read().strip().endswith(".img (deleted)")
+        with open("/sys/block/%s/loop/autoclear" % loops[0]) as f:
+            assert f.read().strip() == "1"
+        with open("/sys/block/%s/size" % loops[0]) as f:
+            assert int(f.read()) * 512 == 4 << 20
+        assert sorted(os.listdir(os.path.dirname(d))) == ["s-" + sid]
+        assert os.listdir(in_server(s, d)) == [], "no lost+found"
     with open("/proc/self/mountinfo") as f:
         assert d not in [x.split()[4] for x in f], "the workspace is not in the host's mount table"
     # The bind source is under a root-owned 0700 directory.
@@ -119,6 +188,9 @@ def test_session_lifecycle_and_graceful_stop(server):
     status, _, j = s.request("DELETE", "/v1/sessions/" + sid)
     assert status == 200 and j["status"] == "deleted" and j["ended_ms"] >= j["created_ms"]
     assert d not in server_mounts(s) and not os.path.exists(d)
+    # The loop device detaches itself once the last user of the mount is
+    # gone (the kernel releases a detached mount asynchronously).
+    assert wait_for(lambda: not loops_of(s), 15), loops_of(s)
     # Ended: its runs and files are 410, its record stays.
     assert srun(s, sid, {"argv": ["true"]})[0] == 410
     assert s.request("GET", files_url(sid, "f.txt"))[0] == 410
@@ -135,6 +207,7 @@ def test_session_lifecycle_and_graceful_stop(server):
     assert os.path.isdir(d2)
     assert s.stop() == 0
     assert not os.path.exists(d2) and not pids_with(tag) and not mounted_anywhere(d2)
+    assert wait_for(lambda: not loops_of(s), 15), loops_of(s)
     s2 = server(store=s.store)
     j = s2.request("GET", "/v1/sessions/" + sid2)[2]
     assert j["status"] == "lost" and "shut down" in j["reason"], j
@@ -142,6 +215,7 @@ def test_session_lifecycle_and_graceful_stop(server):
     assert rec["status"] == "signaled" and rec["session"] == sid2, rec
 
 
+@BOTH
 def test_workspace_persists_and_stays_writable_across_host_uids(server):
     s = server()
     sid = new_session(s)
@@ -187,6 +261,7 @@ def test_tenant_b_gets_404_for_tenant_a_session_files_and_runs(server):
     assert s.request("GET", "/v1/runs/" + rec["id"])[0] == 200
 
 
+@BOTH
 def test_symlinks_planted_by_a_run_are_never_followed(server):
     s = server()
     sid = new_session(s)
@@ -243,7 +318,8 @@ def test_path_traversal_is_refused(server):
     assert rec["stdout"] == "bc" and rec["outputs"]["/workspace/a/b.txt"]["base64"] == b64(b"b")
 
 
-def test_quota_is_kernel_enforced_workspace_full(server):
+@BOTH
+def test_quota_is_kernel_enforced_workspace_full(server, backend):
     s = server(extra={"sessions": {"workspace_quota": 8 << 20}})
     assert s.request("POST", "/v1/sessions", {"workspace_quota": 16 << 20})[0] == 400  # may only tighten
     sid = new_session(s, workspace_quota=1 << 20)
@@ -253,9 +329,16 @@ def test_quota_is_kernel_enforced_workspace_full(server):
     size = os.stat(in_server(s, ws_dir(s, sid) + "/big")).st_size
     assert size <= 1 << 20
     j = s.request("GET", "/v1/sessions/" + sid)[2]
-    assert j["workspace_used"] == 1 << 20
-    # The bytes are in the tmpfs: the host's disk under the mount point has nothing.
+    if expected_backend(backend) == "tmpfs-idmap":
+        assert j["workspace_used"] == 1 << 20
+    else:
+        # ext4's own metadata takes a little of the image (not counted):
+        # what the files use is the rest, at most the quota.
+        assert (1 << 20) * 0.85 <= j["workspace_used"] <= 1 << 20, j
+    # The bytes are in the workspace's filesystem: the host's disk under
+    # the mount point has nothing, nor has the directory beside it.
     assert os.listdir(ws_dir(s, sid)) == []
+    assert sorted(os.listdir(os.path.dirname(ws_dir(s, sid)))) == ["s-" + sid]
     status, _, j = s.request("PUT", files_url(sid, "more.bin"), raw=b"x" * 100000)
     assert status == 507 and j["error"].startswith("workspace_full"), j
     assert s.request("GET", files_url(sid, "more.bin"))[0] == 404, "a failed PUT leaves nothing"
@@ -339,6 +422,7 @@ def test_session_policy_may_only_tighten(server):
         s.request("GET", "/v1/sessions/" + plain)[2]["policy_sha256"]
 
 
+@BOTH
 def test_one_shot_run_with_files_and_outputs(server):
     s = server(extra={"sessions": {"max_outputs_bytes": 1000}})
     status, _, rec = s.run({"argv": ["sh", "-c", "cat in/data.txt; pwd; head -c 3000 /dev/zero > big; echo o > o.txt"],
@@ -352,12 +436,14 @@ def test_one_shot_run_with_files_and_outputs(server):
     # Its workspace went with it; the stored record keeps the outputs.
     root = os.path.dirname(ws_dir(s, rec["id"], "r"))
     assert os.listdir(root) == [] and not any("/workspaces/" in m for m in server_mounts(s))
+    assert wait_for(lambda: not loops_of(s), 15), loops_of(s)
     assert s.request("GET", "/v1/runs/" + rec["id"])[2]["outputs"] == outs
     # Control: a run without files or outputs has no workspace.
     status, _, rec = s.run({"argv": ["sh", "-c", "pwd; ls /workspace 2>&1 || true"]})
     assert rec["stdout"].startswith("/") and "outputs" not in rec and "No such file" in rec["stdout"], rec
 
 
+@BOTH
 def test_client_leaving_mid_upload_leaves_no_file(server):
     s = server()
     sid = new_session(s)
@@ -377,6 +463,7 @@ def test_client_leaving_mid_upload_leaves_no_file(server):
     assert used() >= 4000000
 
 
+@BOTH
 def test_sigkill_with_a_live_session_then_restart_leaves_nothing(server):
     s = server()
     sid = new_session(s)
@@ -390,15 +477,24 @@ def test_sigkill_with_a_live_session_then_restart_leaves_nothing(server):
     s.proc.send_signal(signal.SIGKILL)
     s.proc.wait()
     assert wait_for(lambda: not pids_with(tag), 15), "the session's run died with the server"
-    assert wait_for(lambda: not mounted_anywhere(d), 15), "its tmpfs died with the server's namespace"
+    assert wait_for(lambda: not mounted_anywhere(d), 15), "its filesystem died with the server's namespace"
+    assert wait_for(lambda: not loops_of(s), 15), "its loop device (ext4-loop) detached itself: %r" % loops_of(s)
     assert os.listdir(d) == [], "nothing of the workspace is on the host's disk"
+    assert sorted(os.listdir(os.path.dirname(d))) == ["s-" + sid], "no image left beside it"
+    # What a server killed inside srv_ws_create (ext4-loop) would leave: an
+    # image not yet unlinked. The next start removes it, as the directory.
+    stray = os.path.join(os.path.dirname(d), "s-%s.img" % ("ab" * 16))
+    with open(stray, "wb") as f:
+        f.truncate(1 << 20)
     s2 = server(store=s.store)
     assert not os.path.exists(d), "the restarted server removed the directory"
+    assert not os.path.exists(stray) and "removed s-%s.img" % ("ab" * 16) in s2.err()
     j = s2.request("GET", "/v1/sessions/" + sid)[2]
     assert j["status"] == "lost" and "stopped" in j["reason"], j
     assert s2.request("GET", "/v1/runs/" + run_id)[2]["status"] == "lost"
     assert srun(s2, sid, {"argv": ["true"]})[0] == 410
     assert "removed s-%s" % sid in s2.err()
+    assert os.listdir(os.path.dirname(d)) == []
     # Control: the restarted server makes sessions as before.
     sid2 = new_session(s2)
     assert sh(s2, sid2, "echo ok")["stdout"] == "ok\n"
@@ -424,7 +520,7 @@ def test_in_memory_file_calls_match_http(server):
 
 
 def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkeypatch):
-    """Not root: no tmpfs can be mounted for a workspace; sessions and run
+    """Not root: no filesystem can be mounted for a workspace; sessions and run
     workspaces are refused with a clear 501, one-shot runs still work."""
     import test_server
     os.chmod(tmp, 0o755)
@@ -476,3 +572,31 @@ def test_a_workspaces_directory_it_cannot_use_turns_sessions_off_not_the_server(
     with open(os.path.join(state, "workspaces")) as f:
         assert f.read() == "not a directory\n", "left as it was"
     assert s.run({"argv": ["true"]})[2]["status"] == "ok"
+
+
+def test_workspace_backend_config_is_checked(tmp):
+    path = os.path.join(tmp, "bad.json")
+    with open(path, "w") as f:
+        f.write('{"store": "%s/x.db", "tenants": {"a": {"token_sha256": "%s"}},\n'
+                ' "sessions": {"workspace_backend": "xfs"}}' % (tmp, "0" * 64))
+    p = subprocess.run([AJ_BIN, "serve", "--config", path], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p
+    assert p.stderr.startswith("agentjail serve: %s:2:" % path) and "sessions.workspace_backend: must be" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.skipif(TMPFS_IDMAP, reason="this kernel id-maps tmpfs: a forced tmpfs backend works here "
+                                        "(the VM suite's 6.1 runs this)")
+def test_a_forced_backend_this_kernel_lacks_turns_sessions_off(server, tmp):
+    s = server(extra={"sessions": {"workspace_backend": "tmpfs"}})
+    assert "sessions are off on this server: workspaces: backend tmpfs: an id-mapped tmpfs mount" in s.err()
+    status, _, j = s.request("POST", "/v1/sessions", {})
+    assert status == 501 and "Linux 6.3" in j["error"], j
+    assert not glob.glob(os.path.join(tmp, "state", "workspaces", "*"))
+    assert s.run({"argv": ["true"]})[2]["status"] == "ok", "one-shot runs are served"
+    assert s.stop() == 0
+    # Control: auto picks ext4-loop here, and sessions work.
+    s2 = server(store=s.store)
+    sid = new_session(s2)
+    assert s2.request("GET", "/v1/sessions/" + sid)[2]["workspace"] == {"backend": "ext4-loop"}
+    assert sh(s2, sid, "echo ok > f && cat f")["stdout"] == "ok\n"
