@@ -12,7 +12,7 @@ import pytest
 
 from conftest import IS_ROOT, wait_for
 from test_server import TOKEN_A, TOKEN_B, tmp  # noqa: F401 (a fixture)
-from test_server_sessions import KERNEL, server  # noqa: F401 (a fixture)
+from test_server_sessions import KERNEL, backend, server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.skipif(not IS_ROOT, reason="sessions need a root server (a tmpfs per workspace, "
                                                      "id-mapped binds); the server tests run as root"),
