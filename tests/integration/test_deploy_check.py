@@ -79,8 +79,21 @@ def test_every_layer_container_and_its_controls():
     root_only("aj-container loads a profile without no_new_privs, as runc does: root only")
     _, rep = check(["--profile", SHIPPED] + EVERY_CAPS)
     dep = rep["deployment"]
-    if CG_LIMITS:
+    # What check says must be what a run in the same container gets: with
+    # the cgroup limits it enforces, every layer; where this caller's own
+    # cgroup cannot take a child there (on cgroup v1, a hierarchy whose
+    # root is the caller's, written without CAP_DAC_OVERRIDE), partial
+    # naming the cgroup, and the run refuses those limits.
+    confine = [helper("aj-container"), "--profile", SHIPPED] + EVERY_CAPS + ["--"]
+    run = subprocess.run(confine + [AJ_BIN, "run", "--memory", "64M", "--pids", "64", "--", "true"],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, HOME="/tmp"))
+    if run.returncode == 0:
         assert dep["way"] == "every-layer" and dep["missing_for_every_layer"] == [], dep
+    else:
+        assert "needs a writable cgroup" in run.stderr, run.stderr
+        assert dep["way"] == "partial" and dep["missing_for_every_layer"] == [CGROUP], dep
+    if CG_LIMITS and run.returncode != 0:
+        print("cgroup limits work on this host but not in the container: " + run.stderr.strip())
     # The cgroup tree read-only, as Docker mounts it: partial, and it says why.
     _, rep = check(["--profile", SHIPPED, "--ro-cgroup"] + EVERY_CAPS)
     assert rep["deployment"]["way"] == "partial", rep["deployment"]
