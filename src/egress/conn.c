@@ -674,6 +674,11 @@ static void resolve(struct conn *c)
         dial(c);
         return;
     }
+    if (c->eg->no_dns) {
+        deny(c, 502, "Bad Gateway",
+             "no DNS server: the host's /etc/resolv.conf names none and the policy gives no network.resolver");
+        return;
+    }
     struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                                     .ai_protocol = IPPROTO_TCP};
     struct evdns_getaddrinfo_request *r = evdns_getaddrinfo(c->eg->dns, c->host, NULL, &hints, dns_done, c);

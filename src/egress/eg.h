@@ -67,6 +67,7 @@ SSL *eg_tls_client_ssl(struct eg_tls *t, const char *host);
 struct eg {
     struct event_base *base;
     struct evdns_base *dns;
+    bool no_dns; /* no resolver: names are refused, literal addresses still served */
     struct eg_config cfg;
     struct eg_tls *tls;
     struct eg_cidrs own;       /* getifaddrs() at start */

@@ -342,7 +342,11 @@ static int setup_dns(struct eg *eg)
     } else if (evdns_base_resolv_conf_parse(eg->dns, DNS_OPTION_NAMESERVERS | DNS_OPTION_MISC,
                                             "/etc/resolv.conf") != 0 ||
                evdns_base_count_nameservers(eg->dns) == 0) {
-        return -3;
+        /* A host without a resolver (an offline machine, a container with
+         * none): allow-listed literal addresses still work; every name is
+         * refused with the reason (conn.c), never looked up elsewhere. */
+        eg->no_dns = true;
+        return 0;
     }
     (void)evdns_base_set_option(eg->dns, "timeout:", "3"); /* defaults stay if refused */
     (void)evdns_base_set_option(eg->dns, "attempts:", "2");
@@ -413,8 +417,7 @@ int main(int argc, char **argv)
         return die(1, "%s", "event_base_new failed");
     r = setup_dns(eg);
     if (r < 0)
-        return die(1, "%s", r == -2 ? "\"resolver\" is not IP:PORT"
-                            : "no DNS server: /etc/resolv.conf names none and the config gives no resolver");
+        return die(1, "%s", r == -2 ? "\"resolver\" is not IP:PORT" : "evdns_base_new failed");
 
 
     /* libevent's listener accepts in a loop until EAGAIN: a blocking

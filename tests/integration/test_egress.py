@@ -845,3 +845,26 @@ def test_real_clients_inside_requests_pip_git(repo_up, dns):
     assert "cloned through the egress proxy" in r.stdout, r
     assert "pip elsewhere refused" in r.stdout, r
     assert r.result["network"]["denied"] >= 1 and r.result["network"]["allowed"] >= 4, r.result
+
+
+def test_a_host_without_a_resolver_refuses_names_and_serves_allowed_addresses(up, tmp_path):
+    """No network.resolver and a host /etc/resolv.conf naming no server (an
+    offline machine, a container without one): the proxy still starts; a
+    name is refused with the reason (502, net_denied), never looked up; an
+    allow-listed literal address is served (the positive control)."""
+    root_only("binds an empty /etc/resolv.conf in a mount namespace of the test's own")
+    empty = tmp_path / "resolv.conf"
+    empty.write_text("# no nameserver\n")
+    ev = str(tmp_path / "ev.jsonl")
+    prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+              'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(empty)]
+    r = run_aj(["--network", "proxy", "--allow", "up.test:%d" % up.port, "--allow", "127.0.0.1:%d" % up.port,
+                "--allow-range", "127.0.0.0/8", "--events", ev],
+               # NO_PROXY names 127.0.0.1 (the sandbox's own): --noproxy "" sends it to the proxy.
+               ["/bin/sh", "-c", "%s http://up.test:%d/name; %s --noproxy '' http://127.0.0.1:%d/addr; true" %
+                (shlex.join(CURL), up.port, shlex.join(CURL), up.port)], env=egress_env(), prefix=prefix)
+    assert r.returncode == 0, r
+    assert "code=502" in r.stdout and "code=200" in r.stdout, r
+    assert [s["path"] for s in up.seen] == ["/addr"], up.seen
+    denied = [e for e in events_of(ev) if e["type"] == "net_denied"]
+    assert len(denied) == 1 and denied[0]["host"] == "up.test" and "no DNS server" in denied[0]["reason"], denied
