@@ -230,6 +230,8 @@ static int watch(struct srv_kernel *k, int fd, uint32_t what)
     return fd < 0 ? 0 : epoll_ctl(k->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+static void kill_now(struct srv_kernel *k, const char *why);
+
 static void start_sandbox(struct srv_kernel *k)
 {
     char *argv[] = {"python3", "-c", (char *)srv_kernel_boot_py, NULL};
@@ -267,8 +269,9 @@ static void start_sandbox(struct srv_kernel *k)
     if (nonblock(k->fd_in) < 0 || nonblock(k->fd_out) < 0 || nonblock(k->fd_err) < 0 ||
         watch(k, aj_sandbox_fd(k->h), EPOLLIN) < 0 || watch(k, k->fd_out, EPOLLIN) < 0 ||
         watch(k, k->fd_err, EPOLLIN) < 0) {
-        (void)snprintf(k->kill_why, sizeof(k->kill_why), "server: could not watch the kernel's pipes");
-        (void)aj_sandbox_kill(k->h, SIGKILL);
+        /* Not watched, so no event would ever end it: kill, wait and let
+         * go of everything now. */
+        kill_now(k, "server: could not watch the kernel's pipes");
     }
 }
 

@@ -325,7 +325,7 @@ def test_quota_is_kernel_enforced_workspace_full(server, backend):
     sid = new_session(s, workspace_quota=1 << 20)
     rec = sh(s, sid, "dd if=/dev/zero of=big bs=64k count=64; echo dd=$?")
     assert rec["status"] == "workspace_full" and "No space left" in rec["stderr"], rec
-    assert rec["result"]["status"] == "nonzero_exit" or "dd=1" in rec["stdout"]
+    assert "dd=1" in rec["stdout"], rec
     size = os.stat(in_server(s, ws_dir(s, sid) + "/big")).st_size
     assert size <= 1 << 20
     j = s.request("GET", "/v1/sessions/" + sid)[2]
@@ -507,8 +507,8 @@ def test_in_memory_file_calls_match_http(server):
     sid = new_session(s)
     assert s.request("PUT", files_url(sid, "x/y/z.txt"), raw=b"z")[0] == 201
     j = s.request("GET", files_url(sid, "x"))[2]
-    assert j["type"] == "dir" and j["entries"] == [{"name": "y", "type": "dir", "size": 60}] or \
-        [e["name"] for e in j["entries"]] == ["y"]
+    assert j["type"] == "dir", j
+    assert [(e["name"], e["type"]) for e in j["entries"]] == [("y", "dir")], j
     assert s.request("PUT", files_url(sid, "x/y/z.txt/w"), raw=b"w")[0] == 409
     assert s.request("DELETE", files_url(sid, "x/y"))[0] == 409       # not empty
     assert s.request("DELETE", files_url(sid, "x/y/z.txt"))[0] == 200

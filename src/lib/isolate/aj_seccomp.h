@@ -2,6 +2,7 @@
 #pragma once
 
 #include <linux/filter.h>
+#include <seccomp.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -37,6 +38,8 @@ AJ_EXPORT int aj_seccomp_build_memfd_sealed(const struct aj_policy *pol, bool no
 AJ_EXPORT void aj_seccomp_clear(struct aj_bpf *bpf);
 /* network "proxy": the relay's own filter (seccomp_relay.c). */
 int aj_seccomp_compile_relay(struct aj_bpf *ret, struct aj_error *err);
+/* A libseccomp context's program into ret (owned). */
+int aj_seccomp_export(scmp_filter_ctx ctx, struct aj_bpf *ret, struct aj_error *err);
 /* Sandbox side: needs no_new_privs set already. Returns the listener fd
  * for a notify filter, 0 otherwise, or -errno. */
 int aj_seccomp_child_load(const struct aj_bpf *bpf, struct aj_error *err);

@@ -678,6 +678,35 @@ int aj_seccomp_compile(const struct aj_policy *pol, bool notify, bool degraded, 
     return aj_seccomp_compile_ex(pol, notify, degraded, false, ret, err);
 }
 
+/* ctx's program into ret (owned, malloc'd): libseccomp writes it to a
+ * memfd, read back whole. */
+int aj_seccomp_export(scmp_filter_ctx ctx, struct aj_bpf *ret, struct aj_error *err)
+{
+    _cleanup_close_ int memfd = memfd_create("agentjail-bpf", MFD_CLOEXEC);
+    struct stat st;
+    void *buf;
+    int r;
+
+    if (memfd < 0)
+        return aj_err(err, errno, "memfd_create");
+    r = seccomp_export_bpf(ctx, memfd);
+    if (r < 0)
+        return aj_err(err, -r, "seccomp_export_bpf");
+    if (fstat(memfd, &st) < 0 || st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter))
+        return aj_err(err, EIO, "exported seccomp filter has a bad size");
+    buf = malloc((size_t)st.st_size);
+    if (!buf)
+        return aj_err(err, ENOMEM, "seccomp filter buffer");
+    if (pread(memfd, buf, (size_t)st.st_size, 0) != st.st_size) {
+        free(buf);
+        return aj_err(err, EIO, "read back seccomp filter");
+    }
+    ret->insns = buf;
+    ret->len = (size_t)st.st_size / sizeof(struct sock_filter);
+    ret->owned = true;
+    return 0;
+}
+
 int aj_seccomp_compile_ex(const struct aj_policy *pol, bool notify, bool degraded, bool memfd_sealed,
                           struct aj_bpf *ret, struct aj_error *err)
 {
@@ -686,9 +715,6 @@ int aj_seccomp_compile_ex(const struct aj_policy *pol, bool notify, bool degrade
      * answers EPERM itself. Benign syscalls take the same path either way. */
     const uint32_t deny = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EPERM);
     scmp_filter_ctx ctx;
-    _cleanup_close_ int memfd = -1;
-    struct stat st;
-    void *buf = NULL;
     bool debug;
     int r;
 
@@ -750,33 +776,9 @@ int aj_seccomp_compile_ex(const struct aj_policy *pol, bool notify, bool degrade
     if (r < 0)
         goto out;
 
-    memfd = memfd_create("agentjail-bpf", MFD_CLOEXEC);
-    if (memfd < 0) {
-        r = aj_err(err, errno, "memfd_create");
+    r = aj_seccomp_export(ctx, ret, err);
+    if (r < 0)
         goto out;
-    }
-    r = seccomp_export_bpf(ctx, memfd);
-    if (r < 0) {
-        r = aj_err(err, -r, "seccomp_export_bpf");
-        goto out;
-    }
-    if (fstat(memfd, &st) < 0 || st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter)) {
-        r = aj_err(err, EIO, "exported seccomp filter has a bad size");
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size);
-    if (!buf) {
-        r = aj_err(err, ENOMEM, "seccomp filter buffer");
-        goto out;
-    }
-    if (pread(memfd, buf, (size_t)st.st_size, 0) != st.st_size) {
-        free(buf);
-        r = aj_err(err, EIO, "read back seccomp filter");
-        goto out;
-    }
-    ret->insns = buf;
-    ret->len = (size_t)st.st_size / sizeof(struct sock_filter);
-    ret->owned = true;
     ret->notify = notify;
     r = 0;
 out:

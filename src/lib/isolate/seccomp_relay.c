@@ -8,11 +8,7 @@
  * seccomp(2) call (aj_seccomp_child_load). */
 #include <errno.h>
 #include <seccomp.h>
-#include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "aj_seccomp.h"
 #include "aj_util.h"
@@ -25,9 +21,7 @@ int aj_seccomp_compile_relay(struct aj_bpf *ret, struct aj_error *err)
         "nanosleep",
     };
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
-    struct sock_filter *buf = NULL;
-    struct stat st;
-    int memfd = -1, r = 0;
+    int r = 0;
 
     *ret = (struct aj_bpf){0};
     if (!ctx)
@@ -44,35 +38,8 @@ int aj_seccomp_compile_relay(struct aj_bpf *ret, struct aj_error *err)
         r = aj_err(err, -r, "relay seccomp rules");
         goto out;
     }
-    memfd = memfd_create("agentjail-relay-bpf", MFD_CLOEXEC);
-    if (memfd < 0) {
-        r = aj_err(err, errno, "memfd_create");
-        goto out;
-    }
-    r = seccomp_export_bpf(ctx, memfd);
-    if (r < 0) {
-        r = aj_err(err, -r, "seccomp_export_bpf");
-        goto out;
-    }
-    if (fstat(memfd, &st) < 0 || st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter)) {
-        r = aj_err(err, EIO, "exported relay filter has a bad size");
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size);
-    if (!buf) {
-        r = aj_err(err, ENOMEM, "relay filter");
-        goto out;
-    }
-    if (pread(memfd, buf, (size_t)st.st_size, 0) != st.st_size) {
-        free(buf);
-        r = aj_err(err, EIO, "read back the relay filter");
-        goto out;
-    }
-    *ret = (struct aj_bpf){.insns = buf, .len = (size_t)st.st_size / sizeof(struct sock_filter), .owned = true};
-    r = 0;
+    r = aj_seccomp_export(ctx, ret, err);
 out:
-    if (memfd >= 0)
-        (void)close(memfd);
     seccomp_release(ctx);
     return r;
 }

@@ -200,6 +200,11 @@ void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
         _exit(120);
     if (getppid() != ec->parent)
         _exit(120); /* the supervisor died before the death signal was armed */
+    /* As the relay: our copy of the supervisor's environment may hold a
+     * secret's source (env:NAME), and a rootless view makes this process
+     * dumpable for a moment; the proxy gets its own envp (ec->envp). */
+    for (char **e = environ; e && *e; e++)
+        memset(*e, 0, strlen(*e));
     /* Onto 3..7 as the contract names them: first above every target, so
      * that no dup2 overwrites a source still to be placed. */
     for (int i = 0; i < AJ_EGRESS_NFDS; i++) {
