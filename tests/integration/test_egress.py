@@ -23,12 +23,12 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, _ours, comm, must_skip, run_aj, root_only, wait_for, write
+from conftest import (AJ_BIN, CG_LIMITS, IS_ROOT, _ours, comm, must_skip, run_aj, root_only,
+                      wait_for, write)
 
 REAL = os.environ.get("AJ_EGRESS") or os.path.join(os.path.dirname(AJ_BIN), "agentjail-egress")
 
@@ -516,8 +516,13 @@ def test_the_secret_is_nowhere_inside(up, dns, tmp_path):
             # the supervisor's environment).
             proxies = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_proxy(int(p))]
             assert any(_scan_mem(p, needle) for p in proxies), "the scan found the value nowhere: no control"
+        # An env: source is consumed: gone from the supervisor's environment
+        # (the bytes /proc/PID/environ shows wiped, the variable unset);
+        # the file: one's value was never in it.
         with open("/proc/%d/environ" % proc.pid, "rb") as f:
-            assert needle in f.read(), "control: the supervisor's environment holds it"
+            environ = f.read()
+        assert needle not in environ, "the supervisor's environment still holds the secret"
+        assert b"AJTEST_GH=" in environ  # control: the scan reads the block the variable was in
     finally:
         out, err = proc.communicate(input="", timeout=60)
     assert proc.returncode == 0, (out, err)
@@ -607,11 +612,117 @@ def test_a_killed_supervisor_leaves_no_proxy_or_relay(up, dns):
     assert wait_for(lambda: not [p for p in os.listdir("/proc") if p.isdigit() and
                                  (comm(int(p)) == "agentjail-relay" or _is_proxy(int(p)))
                                  and _orphan(int(p)) and int(p) not in earlier], 10)
-    # Its socket directory: the next run cannot remove it (another run's,
-    # for all it knows); removed here.
-    for d in glob.glob("/tmp/agentjail-egress-*"):
-        if os.stat(d).st_mtime >= time.time() - 120:
-            shutil.rmtree(d, ignore_errors=True)
+    # Its socket directory outlived it (nothing could remove it) ...
+    mine = [d for d in glob.glob("/tmp/agentjail-egress-%d.*" % proc.pid)]
+    assert len(mine) == 1 and os.path.exists(mine[0] + "/proxy.sock"), mine
+    # ... and the next proxy-mode run reaps it: its owner is gone.
+    r = run_aj(proxy_args(up, dns), ["true"], env=egress_env())
+    assert r.returncode == 0, r
+    assert not os.path.lexists(mine[0]), "the dead supervisor's socket directory is still there"
+
+
+def _pidns():
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def _starttime(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_stale_socket_directories_reaped_only_when_their_owner_is_gone(up, dns):
+    """The reaper's rules, on directories this test makes with the names
+    and contents a run's have: the owner named in the name gone and no lock
+    held: removed; its lock held (a process still has it), a live owner,
+    another pid namespace's: left alone."""
+    import fcntl
+    gone = subprocess.Popen(["sleep", "60"])
+    gone_start = _starttime(gone.pid)
+    gone.kill()
+    gone.wait()
+    tag = secrets.token_hex(3)
+    names = {
+        "dead": "%d.%d.ns%d-%sA" % (gone.pid, gone_start, _pidns(), tag),
+        "locked": "%d.%d.ns%d-%sB" % (gone.pid, gone_start, _pidns(), tag),
+        "alive": "%d.%d.ns%d-%sC" % (os.getpid(), _starttime(os.getpid()), _pidns(), tag),
+        "other_ns": "%d.%d.ns%d-%sD" % (gone.pid, gone_start, _pidns() + 1, tag),
+    }
+    paths = {k: "/tmp/agentjail-egress-" + v for k, v in names.items()}
+    lock_fd = None
+    try:
+        for path in paths.values():
+            os.mkdir(path, 0o700)
+            os.mkdir(path + "/root")
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(path + "/proxy.sock")
+            s.close()
+        lock_fd = os.open(paths["locked"], os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        r = run_aj(proxy_args(up, dns), ["true"], env=egress_env())
+        assert r.returncode == 0, r
+        assert not os.path.lexists(paths["dead"]), "a dead owner's directory was not reaped"
+        for k in ("locked", "alive", "other_ns"):
+            assert os.path.exists(paths[k] + "/proxy.sock"), "%s: reaped, and must not be" % k
+        # The lock released, the same directory goes at the next start.
+        os.close(lock_fd)
+        lock_fd = None
+        r = run_aj(proxy_args(up, dns), ["true"], env=egress_env())
+        assert r.returncode == 0, r
+        assert not os.path.lexists(paths["locked"])
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)
+        for path in paths.values():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _cgroups(pid):
+    """{hierarchy: path} of /proc/PID/cgroup (v1: by controllers; v2: "")."""
+    with open("/proc/%d/cgroup" % pid) as f:
+        return {line.split(":", 2)[1]: line.rstrip("\n").split(":", 2)[2] for line in f if line.count(":") >= 2}
+
+
+def test_the_proxy_and_relay_are_in_the_runs_cgroup_and_own_no_directory_entry(up, dns):
+    proc = subprocess.Popen([AJ_BIN, "run"] + proxy_args(up, dns) + ["--", "sh", "-c", "read x"], env=egress_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        kids = lambda: [int(p) for p in os.listdir("/proc") if p.isdigit() and _child_of(int(p), proc.pid)]  # noqa
+        relay = wait_for(lambda: [p for p in kids() if comm(p) == "agentjail-relay"], 20)
+        proxy = wait_for(lambda: [p for p in kids() if _is_proxy(p)], 20)
+        init = wait_for(lambda: [p for p in kids() if comm(p) == "agentjail-init"], 20)
+        assert relay and proxy and init, (relay, proxy, init)
+        # The socket directory: the supervisor's, never the proxy's uid's.
+        d = glob.glob("/tmp/agentjail-egress-%d.*" % proc.pid)
+        assert len(d) == 1, d
+        st = os.lstat(d[0])
+        proxy_st = _status(proxy[0])
+        if IS_ROOT:
+            gid = int(proxy_st["Gid"].split()[0])
+            assert st.st_uid == 0 and st.st_gid == gid and (st.st_mode & 0o7777) == 0o710, st
+            uid = proxy_st["Uid"].split()[0]
+            as_proxy = ["setpriv", "--reuid", uid, "--regid", str(gid), "--clear-groups"]
+            # The proxy's uid cannot add (or swap) an entry there ...
+            r = subprocess.run(as_proxy + ["ln", "-s", "/etc", d[0] + "/x"], capture_output=True, text=True,
+                               timeout=20)
+            assert r.returncode != 0 and "Permission denied" in r.stderr, r
+            assert not os.path.lexists(d[0] + "/x")
+            # ... and still reaches the socket (the relay's path to the proxy).
+            r = subprocess.run(as_proxy + ["/usr/bin/python3", "-c", "import socket; s = socket.socket(socket.AF_UNIX); "
+                                           "s.connect(%r); print('ok')" % (d[0] + "/proxy.sock")],
+                               capture_output=True, text=True, timeout=20)
+            assert r.stdout.strip() == "ok", r
+        else:
+            assert st.st_uid == os.getuid() and (st.st_mode & 0o7777) == 0o700, st
+        if CG_LIMITS:
+            # What the kernel says: the proxy and the relay are where the run is.
+            run_cg = {h: c for h, c in _cgroups(init[0]).items() if "/agentjail/" in c}
+            assert run_cg, "control: the sandbox's init is in no run cgroup: %r" % _cgroups(init[0])
+            for pid in proxy + relay:
+                mine = _cgroups(pid)
+                assert {h: mine.get(h) for h in run_cg} == run_cg, (pid, mine, run_cg)
+    finally:
+        proc.communicate(input="\n", timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 def _child_of(pid, parent):

@@ -60,6 +60,14 @@ int aj_mkdir_beneath(int rootfd, const char *rel, bool last_is_file, struct aj_e
 /* Read a whole small file (e.g. /proc/sys value) into buf, NUL-terminated. */
 int aj_read_small_file(const char *path, char *buf, size_t size);
 
+/* A process's start time (field 22 of /proc/PID/stat, clock ticks since
+ * boot): with the pid, who owns a run's leftovers (a cgroup, the egress
+ * socket directory) across pid reuse. -ESRCH: no such process. */
+int aj_proc_starttime(pid_t pid, unsigned long long *ret);
+/* The inode of our pid namespace (0 if unknown): a pid means something
+ * only there. */
+unsigned long long aj_own_pidns(void);
+
 /* 32 hex chars of fresh randomness (sandbox ids). */
 int aj_random_hex(char *buf, size_t nbytes_hex);
 

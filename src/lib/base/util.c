@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -124,6 +125,32 @@ int aj_read_small_file(const char *path, char *buf, size_t size)
     }
     buf[off] = '\0';
     return (int)off;
+}
+
+int aj_proc_starttime(pid_t pid, unsigned long long *ret)
+{
+    char path[64], buf[1024];
+    const char *p;
+    int field = 2;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (aj_read_small_file(path, buf, sizeof(buf)) <= 0)
+        return -ESRCH;
+    p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+    if (!p)
+        return -EINVAL;
+    for (p++; *p; p++)
+        if (*p == ' ' && ++field == 22) {
+            *ret = strtoull(p + 1, NULL, 10);
+            return 0;
+        }
+    return -EINVAL;
+}
+
+unsigned long long aj_own_pidns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
 int aj_random_hex(char *buf, size_t nhex)

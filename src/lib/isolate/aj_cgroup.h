@@ -100,6 +100,13 @@ int aj_cgroup_parent_attach(const struct aj_cgroup *cg, pid_t pid, bool v2_too, 
 #define AJ_CG_MAX_JOIN 4
 int aj_cgroup_open_join_fds(const struct aj_cgroup *cg, int fds[AJ_CG_MAX_JOIN], size_t *ret_n,
                             struct aj_error *err);
+/* For a helper process of the run (the egress proxy and its relay): the
+ * fds of aj_cgroup_open_join_fds plus the v2 group's "cgroup.procs" (v2
+ * moves the writer's whole process), for the helper to write "0" to with
+ * aj_cgroup_child_join first thing after its clone: its memory, pids and
+ * CPU are the run's, and the run's kill is its end. */
+int aj_cgroup_open_helper_join_fds(const struct aj_cgroup *cg, int fds[AJ_CG_MAX_JOIN + 1], size_t *ret_n,
+                                   struct aj_error *err);
 /* Sandbox side, first thing after clone; async-signal-safe. */
 int aj_cgroup_child_join(const int *fds, size_t n, struct aj_error *err);
 int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *ret);

@@ -209,40 +209,13 @@ void aj_cg_join(char *out, size_t size, const char *mount, const char *self, con
         out[0] = '\0';
 }
 
-static int starttime_of(pid_t pid, unsigned long long *ret)
-{
-    char path[64], buf[1024];
-    const char *p;
-    int field = 2;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (aj_read_small_file(path, buf, sizeof(buf)) <= 0)
-        return -ESRCH;
-    p = strrchr(buf, ')');
-    if (!p)
-        return -EINVAL;
-    for (p++; *p; p++)
-        if (*p == ' ' && ++field == 22) {
-            *ret = strtoull(p + 1, NULL, 10);
-            return 0;
-        }
-    return -EINVAL;
-}
-
-/* The inode of our pid namespace: a pid means something only there. */
-static unsigned long long own_pidns(void)
-{
-    struct stat st;
-    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
-}
-
 int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size)
 {
     unsigned long long st = 0;
-    int r = starttime_of(getpid(), &st);
+    int r = aj_proc_starttime(getpid(), &st);
     if (r < 0)
         return r;
-    snprintf(buf, size, "%d.%llu.%.12s.ns%llu", (int)getpid(), st, sandbox_id, own_pidns());
+    snprintf(buf, size, "%d.%llu.%.12s.ns%llu", (int)getpid(), st, sandbox_id, aj_own_pidns());
     return 0;
 }
 
@@ -515,6 +488,34 @@ int aj_cgroup_parent_attach(const struct aj_cgroup *cg, pid_t pid, bool v2_too, 
     return aj_cg_v1_attach(cg, buf, err);
 }
 
+int aj_cgroup_open_helper_join_fds(const struct aj_cgroup *cg, int fds[AJ_CG_MAX_JOIN + 1], size_t *ret_n,
+                                   struct aj_error *err)
+{
+    size_t n = 0;
+    int r;
+
+    *ret_n = 0;
+    if (!cg->created)
+        return 0;
+    r = aj_cgroup_open_join_fds(cg, fds, &n, err);
+    if (r < 0)
+        return r;
+    if (cg->v2_dir[0]) {
+        char path[AJ_CG_PATH * 2 + 16];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", cg->v2_dir);
+        fds[n] = open(path, O_WRONLY | O_CLOEXEC);
+        if (fds[n] < 0) {
+            int e = errno;
+            for (size_t i = 0; i < n; i++)
+                (void)close(fds[i]);
+            return aj_err(err, e, "open %s", path);
+        }
+        n++;
+    }
+    *ret_n = n;
+    return 0;
+}
+
 int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *st)
 {
     uint64_t v;
@@ -632,10 +633,10 @@ static bool owner_alive(const char *name)
 
     if (end == name || *end != '.' || pid <= 0)
         return true; /* not ours: leave it alone */
-    if (!ns || strtoull(ns + 3, NULL, 10) != own_pidns())
+    if (!ns || strtoull(ns + 3, NULL, 10) != aj_own_pidns())
         return true; /* another pid namespace's, or an older agentjail's */
     want = strtoull(end + 1, NULL, 10);
-    if (starttime_of((pid_t)pid, &st) < 0)
+    if (aj_proc_starttime((pid_t)pid, &st) < 0)
         return false;
     return st == want;
 }

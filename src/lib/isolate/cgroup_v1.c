@@ -113,7 +113,7 @@ int aj_cgroup_child_join(const int *fds, size_t n, struct aj_error *err)
 {
     for (size_t i = 0; i < n; i++)
         if (write(fds[i], "0", 1) != 1)
-            return aj_err(err, errno, "join the run's cgroup v1 hierarchy");
+            return aj_err(err, errno, "join the run's cgroup");
     return 0;
 }
 

@@ -20,15 +20,19 @@
  * Nothing here ever prints, logs or puts in an error a secret's value. */
 #include "egress.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -65,6 +69,15 @@ void aj_egress_init(struct aj_egress *eg)
     eg->lease.lock_fd = -1;
     eg->null_fd = eg->proxy_pidfd = eg->ev_fd = eg->err_fd = eg->ctl_fd = -1;
     eg->helper_sock[0] = eg->helper_sock[1] = -1;
+    eg->dir_fd = -1;
+    for (size_t i = 0; i < AJ_ARRAY_SIZE(eg->cg_join); i++)
+        eg->cg_join[i] = -1;
+}
+
+void aj_egress_expect_end(struct aj_egress *eg)
+{
+    if (eg)
+        eg->stopping = true;
 }
 
 /* ---- the sandbox's environment ------------------------------------------------ */
@@ -145,24 +158,138 @@ static void wipe(struct resolved *rs, size_t n)
     free(rs);
 }
 
-/* The real value, from the host: env:NAME (agentjail's environment) or
- * file:/PATH (one trailing newline dropped). Never echoed in an error. */
+/* env:NAME sources, consumed: the first run that reads one takes the value
+ * out of the process's environment (its bytes wiped in place, where
+ * /proc/PID/environ shows them, then the variable unset) into a mapping of
+ * its own that no child inherits (MADV_WIPEONFORK, Linux 4.14: the
+ * sandbox's init, the proxy's and the relay's clones see zeros there) and
+ * no core dump holds. Later runs of the same process (a server's) take it
+ * from there; a new value set in the environment later replaces it. A
+ * kernel without MADV_WIPEONFORK: the value stays in the environment, read
+ * there each time, as before (init blanks its copy; docs/network.md). */
+#define ENV_STORE_MAX 64
+static struct env_store_entry {
+    char *name;
+    char *value; /* mmap'ed, map_len bytes, wiped on fork */
+    size_t len, map_len;
+} env_store[ENV_STORE_MAX];
+static size_t n_env_store;
+static pthread_mutex_t env_store_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct env_store_entry *env_store_find(const char *name)
+{
+    for (size_t i = 0; i < n_env_store; i++)
+        if (strcmp(env_store[i].name, name) == 0)
+            return &env_store[i];
+    return NULL;
+}
+
+/* Move the environment's value of name (v, n bytes) into the store. 1:
+ * stored and consumed; 0: this kernel cannot keep it from children (the
+ * environment keeps it); <0: no memory. Under env_store_mu. */
+static int env_store_take(const char *name, char *v, size_t n)
+{
+    struct env_store_entry *e = env_store_find(name);
+    long page = sysconf(_SC_PAGESIZE);
+    size_t map_len = (n + 1 + (size_t)page - 1) / (size_t)page * (size_t)page;
+    char *m;
+
+    if (!e && n_env_store >= ENV_STORE_MAX)
+        return 0;
+    m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -ENOMEM;
+    if (madvise(m, map_len, MADV_WIPEONFORK) < 0) {
+        (void)munmap(m, map_len);
+        return 0;
+    }
+    (void)madvise(m, map_len, MADV_DONTDUMP); /* best effort: a core is not written by default either */
+    (void)mlock(m, map_len);                  /* best effort: RLIMIT_MEMLOCK may be small */
+    memcpy(m, v, n);
+    m[n] = '\0';
+    if (e) {
+        explicit_bzero(e->value, e->map_len);
+        (void)munmap(e->value, e->map_len);
+    } else {
+        char *nm = strdup(name);
+        if (!nm) {
+            explicit_bzero(m, map_len);
+            (void)munmap(m, map_len);
+            return -ENOMEM;
+        }
+        e = &env_store[n_env_store++];
+        e->name = nm;
+    }
+    e->value = m;
+    e->len = n;
+    e->map_len = map_len;
+    /* Consumed: the bytes first (the original environment block is what
+     * /proc/PID/environ shows, unset or not), then the variable. */
+    explicit_bzero(v, n);
+    (void)unsetenv(name);
+    return 1;
+}
+
+/* The value of env:NAME into a malloc'ed copy (the caller wipes it). */
+static int read_env_secret(const struct aj_secret *s, const char *name, char **ret, size_t *ret_len,
+                           struct aj_error *err)
+{
+    struct env_store_entry *e;
+    const char *v;
+    char *buf = NULL;
+    size_t n = 0;
+    int r = 0;
+
+    pthread_mutex_lock(&env_store_mu);
+    v = getenv(name);
+    if (v && *v) {
+        n = strlen(v);
+        if (n > SECRET_MAX) {
+            r = aj_err(err, 0, "secret '%s': longer than %d bytes", s->id, SECRET_MAX);
+        } else {
+            buf = malloc(n + 1);
+            if (!buf)
+                r = aj_err(err, ENOMEM, "secret");
+            else
+                memcpy(buf, v, n + 1);
+        }
+        if (r == 0 && env_store_take(name, (char *)(uintptr_t)v, n) < 0)
+            r = aj_err(err, ENOMEM, "secret");
+    } else if ((e = env_store_find(name))) {
+        n = e->len;
+        buf = malloc(n + 1);
+        if (!buf)
+            r = aj_err(err, ENOMEM, "secret");
+        else
+            memcpy(buf, e->value, n + 1);
+    } else {
+        r = aj_err(err, 0, "secret '%s': %s is not set in agentjail's environment", s->id, name);
+    }
+    pthread_mutex_unlock(&env_store_mu);
+    if (r < 0) {
+        if (buf) {
+            explicit_bzero(buf, n);
+            free(buf);
+        }
+        return r;
+    }
+    *ret = buf;
+    *ret_len = n;
+    return 0;
+}
+
+/* The real value, from the host: env:NAME (agentjail's environment,
+ * consumed: see env_store) or file:/PATH (one trailing newline dropped).
+ * Never echoed in an error. */
 static int read_secret(const struct aj_secret *s, struct resolved *out, struct aj_error *err)
 {
     char *buf;
     size_t n = 0;
 
     if (strncmp(s->value_from, "env:", 4) == 0) {
-        const char *v = getenv(s->value_from + 4);
-        if (!v || !*v)
-            return aj_err(err, 0, "secret '%s': %s is not set in agentjail's environment", s->id, s->value_from + 4);
-        n = strlen(v);
-        if (n > SECRET_MAX)
-            return aj_err(err, 0, "secret '%s': longer than %d bytes", s->id, SECRET_MAX);
-        buf = malloc(n + 1);
-        if (!buf)
-            return aj_err(err, ENOMEM, "secret");
-        memcpy(buf, v, n + 1);
+        int r = read_env_secret(s, s->value_from + 4, &buf, &n, err);
+        if (r < 0)
+            return r;
     } else {
         const char *path = s->value_from + 5;
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -278,26 +405,122 @@ static int locate_binary(char *buf, size_t size, struct aj_error *err)
     return 0;
 }
 
-/* The proxy's unix socket, listening, in a directory of its own (0700):
- * only the relay (the egress uid in root mode, the caller's otherwise) and
- * root can connect, never another user of the host. */
+/* ---- the socket directory ---------------------------------------------------------- */
+
+#define EGRESS_TMP "/tmp"
+#define EGRESS_DIR_PREFIX "agentjail-egress-"
+
+/* Whether the supervisor named in a socket directory's name
+ * (EGRESS_DIR_PREFIX "<pid>.<starttime>.ns<pid namespace>-XXXXXX") may
+ * still live. A name of another pid namespace (or of an older agentjail)
+ * cannot be judged from here: left alone, as for run cgroups. */
+static bool dir_owner_alive(const char *name)
+{
+    const char *p = name + strlen(EGRESS_DIR_PREFIX);
+    unsigned long long want, ns, st;
+    char *end;
+    long pid;
+    int r;
+
+    pid = strtol(p, &end, 10);
+    if (end == p || *end != '.' || pid <= 0)
+        return true;
+    p = end + 1;
+    want = strtoull(p, &end, 10);
+    if (end == p || strncmp(end, ".ns", 3) != 0)
+        return true;
+    p = end + 3;
+    ns = strtoull(p, &end, 10);
+    if (end == p || *end != '-' || ns == 0 || ns != aj_own_pidns())
+        return true;
+    r = aj_proc_starttime((pid_t)pid, &st);
+    if (r == -ESRCH)
+        return false;
+    return r < 0 || st == want;
+}
+
+/* The socket directories of runs whose supervisor was killed (SIGKILL
+ * leaves no chance to clean up): removed at the next proxy-mode start.
+ * Only our own (same euid), only when the owner named in the name is
+ * gone, and only when no process holds its lock any more (the owner
+ * holds it for the run's life; a copy of the fd in a child still dying
+ * keeps it too): two supervisors never remove a live run's directory,
+ * whatever the pids say. Entries are removed through the opened fd
+ * (O_NOFOLLOW), never by a path a process could redirect. */
+static void reap_stale_dirs(void)
+{
+    DIR *d = opendir(EGRESS_TMP);
+    struct dirent *de;
+    uid_t me = geteuid();
+
+    if (!d)
+        return;
+    while ((de = readdir(d))) {
+        struct stat st;
+        int fd;
+        if (strncmp(de->d_name, EGRESS_DIR_PREFIX, strlen(EGRESS_DIR_PREFIX)) != 0 ||
+            (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN) || dir_owner_alive(de->d_name))
+            continue;
+        fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (fstat(fd, &st) == 0 && st.st_uid == me && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            (void)unlinkat(fd, "proxy.sock", 0);
+            (void)unlinkat(fd, "root", AT_REMOVEDIR);
+            /* By name in the sticky /tmp: a directory of our euid, which no
+             * one else can rename or replace. */
+            (void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+        }
+        (void)close(fd);
+    }
+    (void)closedir(d);
+}
+
+/* The proxy's unix socket, listening, in a directory of its own: only the
+ * relay and root can connect, never another user of the host. Root mode:
+ * the directory is root's, mode 0710, group the egress gid (the relay
+ * traverses it, nothing of the egress uid can add, rename or replace an
+ * entry in it: the supervisor's cleanup as root never meets a link the
+ * proxy planted); rootless: the caller's, 0700. */
 static int make_socket(struct aj_egress *eg, struct aj_error *err)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd;
+    unsigned long long start = 0;
+    struct stat st;
+    int fd, r;
 
-    (void)snprintf(eg->dir, sizeof(eg->dir), "/tmp/agentjail-egress-XXXXXX");
+    r = aj_proc_starttime(getpid(), &start);
+    if (r < 0)
+        return aj_err(err, -r, "read our own start time");
+    if (snprintf(eg->dir, sizeof(eg->dir), EGRESS_TMP "/" EGRESS_DIR_PREFIX "%d.%llu.ns%llu-XXXXXX", (int)getpid(),
+                 start, aj_own_pidns()) >= (int)sizeof(eg->dir)) {
+        eg->dir[0] = '\0';
+        return aj_err(err, ENAMETOOLONG, "egress socket directory");
+    }
     if (!mkdtemp(eg->dir)) {
         eg->dir[0] = '\0';
         return aj_err(err, errno, "egress socket directory");
     }
-    if (!eg->rootless && chown(eg->dir, eg->uid, eg->gid) < 0)
+    eg->dir_fd = open(eg->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (eg->dir_fd < 0)
+        return aj_err(err, errno, "open %s", eg->dir);
+    /* Held for the run's life: reap_stale_dirs of another run skips it. */
+    if (flock(eg->dir_fd, LOCK_EX | LOCK_NB) < 0)
+        return aj_err(err, errno, "lock %s", eg->dir);
+    if (fstat(eg->dir_fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+        return aj_err(err, EPERM, "%s is not the directory we made", eg->dir);
+    if (!eg->rootless && (fchown(eg->dir_fd, (uid_t)-1, eg->gid) < 0 || fchmod(eg->dir_fd, 0710) < 0))
         return aj_err(err, errno, "chown %s", eg->dir);
-    (void)snprintf(eg->sock_path, sizeof(eg->sock_path), "%s/proxy.sock", eg->dir);
+    if (snprintf(eg->sock_path, sizeof(eg->sock_path), "%.*s/proxy.sock", (int)(sizeof(eg->sock_path) - 12),
+                 eg->dir) >= (int)sizeof(eg->sock_path) ||
+        strlen(eg->sock_path) >= sizeof(sa.sun_path))
+        return aj_err(err, ENAMETOOLONG, "egress socket in %s", eg->dir);
     memcpy(sa.sun_path, eg->sock_path, strlen(eg->sock_path) + 1);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return aj_err(err, errno, "egress socket");
+    /* chmod by name is sound here: only we can write the directory. The
+     * socket's own mode lets the relay's uid connect. */
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(eg->sock_path, 0666) < 0 || listen(fd, 512) < 0) {
         int e = errno;
         (void)close(fd);
@@ -516,7 +739,7 @@ static int plan_view(struct aj_egress *eg, struct aj_egress_child *ec, const cha
         ec->view[ec->n_view++] = (struct aj_egress_view_entry){__VA_ARGS__};                       \
     } while (0)
     (void)snprintf(ec->view_root, sizeof(ec->view_root), "%s/root", eg->dir);
-    if (mkdir(ec->view_root, 0755) < 0)
+    if (mkdirat(eg->dir_fd, "root", 0755) < 0)
         return aj_err(err, errno, "mkdir %s", ec->view_root);
     for (size_t i = 0; i < AJ_ARRAY_SIZE(sys); i++) {
         char link[AJ_EGRESS_VIEW_PATH];
@@ -539,7 +762,7 @@ static int plan_view(struct aj_egress *eg, struct aj_egress_child *ec, const cha
     for (size_t i = 0; i < AJ_ARRAY_SIZE(more); i++) {
         if (stat(more[i].path, &st) < 0 || (more[i].file ? S_ISDIR(st.st_mode) : !S_ISDIR(st.st_mode)))
             continue;
-        VIEW_ADD(.file = more[i].file, .dev = more[i].dev);
+        VIEW_ADD(.file = more[i].file, .dev = more[i].dev, .follow = true);
         (void)snprintf(ec->view[ec->n_view - 1].path, AJ_EGRESS_VIEW_PATH, "%s", more[i].path);
     }
     /* Its own directory, where it is not under /usr already. */
@@ -575,6 +798,7 @@ static int spawn_proxy(struct aj_egress *eg, int fds[AJ_EGRESS_NFDS], int stderr
     }
     *ec = (struct aj_egress_child){
         .parent = getpid(),
+        .n_cg_join = eg->n_cg_join,
         .rootless = eg->rootless,
         .uid = eg->uid,
         .gid = eg->gid,
@@ -587,6 +811,7 @@ static int spawn_proxy(struct aj_egress *eg, int fds[AJ_EGRESS_NFDS], int stderr
         .nofile = 2 * max_conns + 64,
     };
     memcpy(ec->fds, fds, sizeof(ec->fds));
+    memcpy(ec->cg_join, eg->cg_join, sizeof(ec->cg_join));
     r = plan_view(eg, ec, real, err);
     if (r < 0) {
         free(ec);
@@ -675,7 +900,7 @@ static int plan_files(struct aj_egress *eg, const struct aj_policy *pol, const s
 }
 
 int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const char *run_id, bool rootless,
-                      struct aj_mount_plan *plan, struct aj_error *err)
+                      const struct aj_cgroup *cg, struct aj_mount_plan *plan, struct aj_error *err)
 {
     char path[4096];
     int cfg[2] = {-1, -1}, ev[2] = {-1, -1}, ctl[2] = {-1, -1}, ca[2] = {-1, -1}, errp[2] = {-1, -1};
@@ -705,6 +930,12 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
     eg->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (eg->null_fd < 0)
         return aj_err(err, errno, "open /dev/null");
+    if (cg) {
+        r = aj_cgroup_open_helper_join_fds(cg, eg->cg_join, &eg->n_cg_join, err);
+        if (r < 0)
+            return aj_err_prefix(err, r, "the egress proxy's cgroup");
+    }
+    reap_stale_dirs();
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, eg->helper_sock) < 0)
         return aj_err(err, errno, "socketpair");
     eg->secret_ids = json_array();
@@ -813,6 +1044,7 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
     }
     ec = (struct aj_egress_child){
         .parent = getpid(),
+        .n_cg_join = eg->n_cg_join,
         .rootless = eg->rootless,
         .uid = eg->uid,
         .gid = eg->gid,
@@ -821,6 +1053,7 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
         .max_conns = (size_t)pol->net_max_connections + 16,
     };
     (void)snprintf(ec.sock_path, sizeof(ec.sock_path), "%s", eg->sock_path);
+    memcpy(ec.cg_join, eg->cg_join, sizeof(ec.cg_join));
     r = aj_seccomp_compile_relay(&bpf, err);
     if (r < 0) {
         (void)close(fd);
@@ -835,6 +1068,10 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
     (void)close(fd);
     if (pid < 0)
         return aj_err(err, errno, "start the relay");
+    /* Both helpers have joined (or are joining with their copies). */
+    for (size_t i = 0; i < eg->n_cg_join; i++)
+        close_fd(&eg->cg_join[i]);
+    eg->n_cg_join = 0;
     aj_children_add(pid);
     eg->relay_pid = pid;
     return 0;
@@ -1088,16 +1325,20 @@ void aj_egress_release(struct aj_egress *eg)
     close_fd(&eg->helper_sock[0]);
     close_fd(&eg->helper_sock[1]);
     close_fd(&eg->null_fd);
-    if (eg->sock_path[0])
-        (void)unlink(eg->sock_path);
-    eg->sock_path[0] = '\0';
-    if (eg->dir[0]) {
-        char root[96];
-        (void)snprintf(root, sizeof(root), "%s/root", eg->dir);
-        (void)rmdir(root);
-        (void)rmdir(eg->dir);
+    for (size_t i = 0; i < eg->n_cg_join; i++)
+        close_fd(&eg->cg_join[i]);
+    eg->n_cg_join = 0;
+    /* Through the directory's fd: never a path (see make_socket). */
+    if (eg->dir_fd >= 0) {
+        if (eg->sock_path[0])
+            (void)unlinkat(eg->dir_fd, "proxy.sock", 0);
+        (void)unlinkat(eg->dir_fd, "root", AT_REMOVEDIR);
     }
+    eg->sock_path[0] = '\0';
+    if (eg->dir[0])
+        (void)rmdir(eg->dir); /* ours, in the sticky /tmp: no one else can replace the name */
     eg->dir[0] = '\0';
+    close_fd(&eg->dir_fd); /* the lock goes with it */
     aj_userns_lease_release(&eg->lease);
     for (size_t i = 0; i < eg->n_env; i++)
         free(eg->env[i]);

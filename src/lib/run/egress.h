@@ -14,6 +14,7 @@
 
 #include "agentjail.h"
 #include "aj_audit.h"
+#include "aj_cgroup.h"
 #include "aj_mount.h"
 #include "aj_policy_model.h"
 #include "aj_userns.h"
@@ -36,8 +37,18 @@ struct aj_egress {
     int err_fd;              /* its stderr, our read end (non-blocking) */
     int ctl_fd;              /* its fd 6, our write end */
     int helper_sock[2];      /* the netns helper sends the relay's listening socket on [1] */
-    char dir[64];            /* private directory of the proxy's unix socket */
+    /* The proxy's unix socket's directory, in /tmp, named after its owner
+     * (agentjail-egress-<pid>.<starttime>.ns<pidns>-XXXXXX: a later run
+     * reaps it when that supervisor is gone) and held open: flock'ed for
+     * the run's life, and its entries removed through this fd only. */
+    char dir[112];
+    int dir_fd;
     char sock_path[108];
+    /* The run's cgroups, joined by the proxy and the relay as their first
+     * step (v1 "tasks" and v2 "cgroup.procs", written "0"): their memory,
+     * pids and CPU are the run's, and they die with it. */
+    int cg_join[AJ_CG_MAX_JOIN + 1];
+    size_t n_cg_join;
     char **env;              /* "K=V" the sandbox gets (proxy variables, CA, placeholders); NULL-terminated */
     size_t n_env;
     json_t *secret_ids;      /* the ids of the brokered secrets (credentials_suspended) */
@@ -61,7 +72,7 @@ void aj_egress_init(struct aj_egress *eg);
  * bundle, placeholder files); eg->env then holds the variables. A no-op
  * unless pol->network is proxy. */
 int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const char *run_id, bool rootless,
-                      struct aj_mount_plan *plan, struct aj_error *err);
+                      const struct aj_cgroup *cg, struct aj_mount_plan *plan, struct aj_error *err);
 /* The netns helper's end of the socket the relay's listening socket comes
  * back on (-1 when not in proxy mode). */
 int aj_egress_helper_sock(const struct aj_egress *eg);
@@ -81,6 +92,10 @@ void aj_egress_read_events(struct aj_egress *eg, const struct aj_audit *a, aj_eg
  * credentials_suspended event to emit, or NULL when nothing was
  * brokered or it was already suspended. */
 json_t *aj_egress_suspend(struct aj_egress *eg, const struct aj_audit *a);
+/* The run is being killed whole (a limit, an interrupt: its cgroup,
+ * which holds the proxy and the relay, is killed): the proxy's end is
+ * expected, not news. */
+void aj_egress_expect_end(struct aj_egress *eg);
 /* The end of the run: the proxy told to exit (EOF on its control fd),
  * its last events taken, then both processes killed and reaped. */
 void aj_egress_stop(struct aj_egress *eg, const struct aj_audit *a, aj_egress_emit_fn emit, void *ctx);

@@ -48,6 +48,12 @@ static int become_helper(void)
     return 0;
 }
 
+static int join_cgroups(const struct aj_egress_child *ec)
+{
+    struct aj_error err;
+    return aj_cgroup_child_join(ec->cg_join, ec->n_cg_join, &err);
+}
+
 /* Root mode: the egress uid (leased from identity.uid_range, never the
  * sandbox's), no supplementary groups. Then no capability and
  * no_new_privs, in either mode. */
@@ -159,13 +165,34 @@ static void proxy_fs_view(const struct aj_egress_child *ec)
         view_fail("tmpfs", ec->view_root);
     for (size_t i = 0; i < ec->n_view; i++) {
         const struct aj_egress_view_entry *e = &ec->view[i];
+        char fdpath[32];
         unsigned long fl;
+        struct stat st;
+        int src;
         (void)snprintf(buf, sizeof(buf), "%s%s", ec->view_root, e->path);
         if (e->link[0]) {
             mkdir_p(buf, true);
             if (symlink(e->link, buf) < 0)
                 view_fail("symlink", buf);
             continue;
+        }
+        /* The source opened once, its type checked on that fd, and the
+         * fd itself bound (/proc/self/fd/N): what was checked is what is
+         * mounted, whatever happens to the name meanwhile. Opened here,
+         * not by the supervisor: a bind's source must be a mount of the
+         * caller's mount namespace, and this is a new one. */
+        src = open(e->path, O_PATH | O_CLOEXEC | (e->follow ? 0 : O_NOFOLLOW));
+        if (src < 0) {
+            if (errno == ENOENT)
+                continue; /* gone since the plan (an optional file): not in the view */
+            view_fail("open", e->path);
+        }
+        if (fstat(src, &st) < 0)
+            view_fail("fstat", e->path);
+        if (e->dev ? !S_ISCHR(st.st_mode) : e->file ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode)) {
+            errno = EINVAL;
+            view_fail(e->dev ? "not a character device:" : e->file ? "not a regular file:" : "not a directory:",
+                      e->path);
         }
         mkdir_p(buf, e->file);
         if (e->file) {
@@ -174,8 +201,10 @@ static void proxy_fs_view(const struct aj_egress_child *ec)
                 view_fail("create", buf);
             (void)close(fd);
         }
-        if (mount(e->path, buf, NULL, MS_BIND | MS_REC, NULL) < 0)
+        (void)snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", src);
+        if (mount(fdpath, buf, NULL, MS_BIND | MS_REC, NULL) < 0)
             view_fail("bind", e->path);
+        (void)close(src);
         if (statfs(buf, &sf) < 0)
             view_fail("statfs", buf);
         /* ST_* equal MS_* for these bits: keep what is locked. */
@@ -200,6 +229,11 @@ void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
         _exit(120);
     if (getppid() != ec->parent)
         _exit(120); /* the supervisor died before the death signal was armed */
+    /* Into the run's cgroups before anything of its own: its memory, pids
+     * and CPU are the run's from its first page, and the run's kill ends
+     * it. The supervisor's fds, so its credentials authorise the move. */
+    if (join_cgroups(ec) < 0)
+        _exit(120);
     /* As the relay: our copy of the supervisor's environment may hold a
      * secret's source (env:NAME), and a rootless view makes this process
      * dumpable for a moment; the proxy gets its own envp (ec->envp). */
@@ -354,6 +388,8 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
     if (become_helper() < 0)
         _exit(120);
     if (getppid() != ec->parent)
+        _exit(120);
+    if (join_cgroups(ec) < 0)
         _exit(120);
     (void)prctl(PR_SET_NAME, "agentjail-relay", 0, 0, 0);
     {

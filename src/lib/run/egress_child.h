@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "aj_cgroup.h"
+
 struct sock_filter;
 
 /* The contract's fds: config, listen, events, control, CA out (3..7). */
@@ -24,11 +26,14 @@ struct aj_egress_view_entry {
     char link[AJ_EGRESS_VIEW_PATH]; /* non-empty: a symlink to this */
     bool file;                       /* a file (bound on an empty file), else a directory */
     bool dev;                        /* a device node: no nodev */
+    bool follow;                     /* the path itself may be a symlink (/etc/resolv.conf often is) */
 };
 
 /* Built by the supervisor before the clone, never freed by the child. */
 struct aj_egress_child {
     pid_t parent;       /* the supervisor: gone before the death signal was armed = exit */
+    int cg_join[AJ_CG_MAX_JOIN + 1]; /* the run's cgroups, written "0" first thing */
+    size_t n_cg_join;
     bool rootless;
     uid_t uid;          /* root mode: the egress uid (a second lease of identity.uid_range) */
     gid_t gid;

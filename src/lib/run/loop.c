@@ -381,8 +381,11 @@ static void fail_unarmed_decoys(struct supervise_state *st, const struct aj_erro
     st->child_err.exit_hint = 125;
     st->have_child_err = true;
     (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
-    if (st->cg)
+    if (st->cg) {
+        /* The egress proxy and relay are in it: their end is expected. */
+        aj_egress_expect_end(st->egress);
         aj_cgroup_kill(st->cg);
+    }
 }
 
 /* The payload's pty master arrived (see child_make_pty): its output is
@@ -541,8 +544,11 @@ static void end_run(struct supervise_state *st, enum aj_status why)
         return;
     st->limit = why;
     (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
-    if (st->cg)
+    if (st->cg) {
+        /* The egress proxy and relay are in it: their end is expected. */
+        aj_egress_expect_end(st->egress);
         aj_cgroup_kill(st->cg);
+    }
     for (size_t i = 0; i < AJ_ARRAY_SIZE(limits); i++)
         if (limits[i].status == why) {
             /* A limit hit by a fork bomb or a memory bomb is a resource
@@ -1114,8 +1120,11 @@ void aj_loop_interrupt(struct supervise_state *st, int sig)
     st->interrupted = sig;
     if (st->pidfd >= 0)
         (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
-    if (st->cg)
+    if (st->cg) {
+        /* The egress proxy and relay are in it: their end is expected. */
+        aj_egress_expect_end(st->egress);
         aj_cgroup_kill(st->cg);
+    }
 }
 
 void aj_loop_alert_begin(struct supervise_state *st)

@@ -9,8 +9,10 @@
  *     prep_filters      the seccomp programs
  *     prep_root         mount plan: binds resolved once, workspaces
  *                       id-mapped, decoys planted
- *     prep_command      argv and environment (parked: at launch)
  *     prep_cgroup       the run's cgroups, /tmp by the memory limit
+ *     prep_egress       network "proxy": the egress proxy, started in
+ *                       the run's cgroups, the secrets' placeholders
+ *     prep_command      argv and environment (parked: at launch)
  *     prep_stdio        0, 1, 2 as the request names them, the relay
  *     launch_init       sync socket, clone3 into the cgroup (or degraded)
  *     release_init      v2 attach, vm.memfd_noexec, id maps, GO, netns helper
@@ -890,7 +892,8 @@ static int prep_egress(struct aj_sandbox *sb, struct aj_result *res, struct aj_e
         return aj_err(err, EOPNOTSUPP, "network.mode \"proxy\" is not available in a warm pool yet (one proxy per "
                       "run, started with the run): use a one-shot run");
     sb->st.egress = &sb->eg;
-    r = aj_egress_prepare(&sb->eg, c->pol, res->sandbox_id, c->rootless, &c->plan, err);
+    r = aj_egress_prepare(&sb->eg, c->pol, res->sandbox_id, c->rootless, sb->cg.created ? &sb->cg : NULL, &c->plan,
+                          err);
     return r < 0 ? aj_err_prefix(err, r, "network proxy") : 0;
 }
 
@@ -1090,12 +1093,13 @@ int sb_prepare(struct aj_sandbox *sb, bool parked, struct aj_result *res, struct
         r = prep_filters(sb, err);
     if (r == 0)
         r = prep_root(sb, res, err);
+    /* The cgroup before the egress proxy: it starts in it. */
+    if (r == 0)
+        r = prep_cgroup(sb, res, err);
     if (r == 0)
         r = prep_egress(sb, res, err);
     if (r == 0)
         r = prep_command(sb, err);
-    if (r == 0)
-        r = prep_cgroup(sb, res, err);
     if (r == 0)
         r = prep_stdio(sb, res, err);
     if (r == 0)
