@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import (AJ_BIN, CG_LIMITS, IS_ROOT, _ours, comm, must_skip, run_aj, root_only,
+from conftest import (AJ_BIN, AJ_HELPERS, CG_LIMITS, IS_ROOT, _ours, comm, must_skip, run_aj, root_only,
                       wait_for, write)
 
 REAL = os.environ.get("AJ_EGRESS") or os.path.join(os.path.dirname(AJ_BIN), "agentjail-egress")
@@ -723,6 +723,92 @@ def test_the_proxy_and_relay_are_in_the_runs_cgroup_and_own_no_directory_entry(u
     finally:
         proc.communicate(input="\n", timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_warm_pool_runs_get_their_own_parked_proxy(up, dns, tmp_path):
+    """A warm pool of a proxy-mode policy (aj_pool_*, as the server keeps):
+    each parked sandbox has its proxy, started with the pool's policy (the
+    allow-list, the caps, the brokered secret: nothing of a request) and
+    waiting with it; each run is warm and gets its own proxy's decisions
+    and counts, the upstream the real credential."""
+    helper = os.path.join(AJ_HELPERS, "aj-pool")
+    if not os.path.exists(helper):
+        must_skip("aj-pool helper not built")
+    real = "ghp_" + secrets.token_hex(18)
+    evdir = str(tmp_path / "ev")
+    os.mkdir(evdir)
+    os.chmod(str(tmp_path), 0o755)
+    os.chmod(evdir, 0o777)
+    sets = ["--network=proxy", "--allow=up.test:%d" % up.port, "--allow-range=127.0.0.0/8",
+            "--resolver=127.0.0.1:%d" % dns.port, "--secret=gh,hosts=up.test,from=env:AJTEST_POOL_GH,env=GH",
+            "detection.decoys=false"]
+    cmd = ["/bin/sh", "-c", "%s -H \"Authorization: Bearer $GH\" http://up.test:%d/run; %s http://other.test:%d/; "
+           "echo \"GH=$GH\"" % (shlex.join(CURL), up.port, shlex.join(CURL), up.port)]
+    outdir = str(tmp_path / "out")
+    os.mkdir(outdir)
+    os.chmod(outdir, 0o777)
+    argv = [helper, "--size", "2", "--events", evdir, "--outdir", outdir]
+    for kv in sets:
+        argv += ["--set", kv]
+    argv += ["--"] + cmd + [":::"] + cmd
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                          env=egress_env({"AGENTJAIL_EGRESS": REAL, "AJTEST_POOL_GH": real}))
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
+    assert lines and "pool" in lines[-1], (proc.returncode, proc.stdout, proc.stderr)
+    runs, summary = lines[:-1], lines[-1]
+    assert [r["warm"] for r in runs] == [True, True], (runs, proc.stderr)
+    for i, r in enumerate(runs):
+        res = r["result"]
+        assert res["status"] == "ok" and res["network"]["mode"] == "proxy", res
+        # Its own proxy's counts, not a shared one's running total.
+        assert res["network"]["allowed"] == 1 and res["network"]["denied"] == 1, res["network"]
+        evs = events_of(os.path.join(evdir, "%d.jsonl" % i))
+        assert {e["sandbox_id"] for e in evs} == {res["sandbox_id"]}, evs
+        assert [e["host"] for e in evs if e["type"] == "net_denied"] == ["other.test"], evs
+        assert [e["secret"] for e in evs if e["type"] == "secret_used"] == ["gh"], evs
+        assert real not in json.dumps(evs) + json.dumps(res)
+        with open(os.path.join(outdir, "%d.out" % i)) as f:
+            out = f.read()
+        assert "code=200" in out and "code=403" in out, out
+        # Inside: a placeholder of the same shape, never the value.
+        gh = out.split("GH=", 1)[1].strip()
+        assert gh.startswith("ghp_") and len(gh) == len(real) and gh != real, (gh, out)
+    assert runs[0]["result"]["sandbox_id"] != runs[1]["result"]["sandbox_id"]
+    # The upstream got the real value, once per run.
+    assert [s["auth"] for s in up.seen] == ["Bearer " + real] * 2, up.seen
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
+
+
+def test_a_parked_sandbox_whose_proxy_died_is_not_handed_out(up, dns, tmp_path):
+    helper = os.path.join(AJ_HELPERS, "aj-pool")
+    if not os.path.exists(helper):
+        must_skip("aj-pool helper not built")
+    go = str(tmp_path / "go")
+    argv = [helper, "--size", "1", "--wait-file", go, "--set", "--network=proxy", "--set",
+            "--allow=up.test:%d" % up.port, "--set", "--allow-range=127.0.0.0/8", "--set",
+            "--resolver=127.0.0.1:%d" % dns.port, "--"] + CURL + ["http://up.test:%d/x" % up.port]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=egress_env({"AGENTJAIL_EGRESS": REAL}))
+    try:
+        assert proc.stderr.readline().strip() == "ready"
+        parked = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_proxy(int(p)) and
+                  _child_of(int(p), proc.pid)]
+        assert len(parked) == 1, parked  # the parked sandbox's own proxy, waiting with it
+        os.kill(parked[0], signal.SIGKILL)
+        write(go, "")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = [json.loads(line) for line in out.splitlines() if line.strip().startswith("{")]
+    assert len(lines) == 2, (out, err)
+    run, summary = lines
+    # Not handed out (its run would have had no network): discarded, the
+    # run started cold with a proxy of its own, and it got through.
+    assert run["warm"] is False and summary["pool"]["discarded"] >= 1, (run, summary)
+    assert run["result"]["status"] == "ok" and run["result"]["network"]["allowed"] == 1, run
+    assert [s["path"] for s in up.seen] == ["/x"], up.seen
 
 
 def _child_of(pid, parent):

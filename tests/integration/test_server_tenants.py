@@ -571,17 +571,19 @@ except Exception as e:
 """
 
 
-def test_a_proxy_mode_policy_runs_cold_through_the_egress_proxy_and_counts_denials(server, tmp):
-    """A server whose policy is network.mode proxy: its runs cannot be
-    pooled (one proxy per run), so they start cold, each with its proxy;
-    a host outside the allow-list is a 403 and a net_denied event in the
-    record and in the metrics. A request's "network": "none" drops the
-    whole network group (allow-list, caps, secrets) and gets no proxy."""
+def test_a_proxy_mode_policy_runs_warm_through_its_own_egress_proxy_and_counts_denials(server, tmp):
+    """A server whose policy is network.mode proxy: its warm pool parks
+    each sandbox with its own egress proxy (docs/network.md), so a run is
+    warm and still has a proxy of its own; a host outside the allow-list
+    is a 403 and a net_denied event in the record and in the metrics. A
+    request's "network": "none" drops the whole network group (allow-list,
+    caps, secrets) and gets no proxy."""
     pol = policy_file(tmp, "proxy.json", {"network": {"mode": "proxy", "allow": ["allowed.test:80"]}})
     s = server(extra={"policy": pol, "pool_size": 1})
-    assert "its runs start cold" in s.err()
+    assert "its runs start cold" not in s.err(), s.err()
     status, _, j = s.run({"language": "python", "code": PROXY_PROBE})
     assert status == 200 and j["stdout"].splitlines() == ["http://127.0.0.1:3128", "403"], j
+    assert s.metrics()['agentjail_tenant_pool_runs_total{tenant="a",kind="warm"}'] == 1
     denied = [e for e in j["events"] if e["type"] == "net_denied"]
     assert len(denied) == 1 and denied[0]["host"] == "other.example", j["events"]
     m = s.metrics()

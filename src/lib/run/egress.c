@@ -240,6 +240,8 @@ static int read_env_secret(const struct aj_secret *s, const char *name, char **r
     size_t n = 0;
     int r = 0;
 
+    *ret = NULL;
+    *ret_len = 0;
     pthread_mutex_lock(&env_store_mu);
     v = getenv(name);
     if (v && *v) {
@@ -290,6 +292,8 @@ static int read_secret(const struct aj_secret *s, struct resolved *out, struct a
         int r = read_env_secret(s, s->value_from + 4, &buf, &n, err);
         if (r < 0)
             return r;
+        if (!buf) /* never with r == 0; said for the analyzer */
+            return aj_err(err, ENOMEM, "secret");
     } else {
         const char *path = s->value_from + 5;
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -549,8 +553,16 @@ static json_int_t cap(uint64_t v, uint64_t div)
 /* The config the proxy reads on fd 3. The values are in it: the text goes
  * into a buffer of ours (json_dumpb writes straight into it, no growing
  * copies) and every copy is wiped once written. */
-static int write_config(int fd, const struct aj_policy *pol, const char *run_id, struct resolved *rs,
-                        struct aj_error *err)
+/* How long the run CA is valid: the run's timeout plus a margin (a day
+ * without a timeout), plus, for a parked sandbox, how long it may wait in
+ * its pool first. */
+static uint64_t ca_validity_s(const struct aj_egress *eg, const struct aj_policy *pol)
+{
+    return (pol->timeout_ms ? pol->timeout_ms / 1000 + 600 : 86400) + eg->park_s;
+}
+
+static int write_config(const struct aj_egress *eg, int fd, const struct aj_policy *pol, const char *run_id,
+                        struct resolved *rs, struct aj_error *err)
 {
     json_t *root, *secrets = json_array(), *caps;
     size_t need;
@@ -576,8 +588,7 @@ static int write_config(int fd, const struct aj_policy *pol, const char *run_id,
                      strv_json(pol->net_allow, pol->n_net_allow), "deny", strv_json(pol->net_deny, pol->n_net_deny),
                      "allow_ranges", strv_json(pol->net_allow_ranges, pol->n_net_allow_ranges), "resolver",
                      pol->net_resolver, "caps", caps, "secrets", secrets,
-                     /* The run CA lives as long as the run may (plus a margin); a day without a timeout. */
-                     "ca_validity_seconds", (json_int_t)(pol->timeout_ms ? pol->timeout_ms / 1000 + 600 : 86400));
+                     "ca_validity_seconds", (json_int_t)ca_validity_s(eg, pol));
     if (!root)
         return aj_err(err, ENOMEM, "egress config");
     {
@@ -976,7 +987,10 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
             r = aj_err(err, ENOMEM, "secrets");
     }
     if (r >= 0) {
-        r = write_config(cfg[1], pol, run_id, rs, err);
+        /* Taken before the proxy makes its CA: never later than its end. */
+        if (pol->n_secrets)
+            eg->ca_not_after_ms = aj_now_ms() + ca_validity_s(eg, pol) * 1000;
+        r = write_config(eg, cfg[1], pol, run_id, rs, err);
         /* EPIPE: it is gone before reading its config; say what it said. */
         if (r == -EPIPE && eg->proxy_pidfd >= 0) {
             struct pollfd p = {.fd = eg->proxy_pidfd, .events = POLLIN};
@@ -1001,6 +1015,18 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
     wipe(rs, pol->n_secrets);
     free(pem);
     return r < 0 ? r : 0;
+}
+
+bool aj_egress_parked_usable(const struct aj_egress *eg, uint64_t timeout_ms)
+{
+    struct pollfd p = {.fd = eg->proxy_pidfd, .events = POLLIN};
+
+    if (!eg->on)
+        return true;
+    if (eg->proxy_pid <= 0 || eg->ev_fd < 0 || (eg->proxy_pidfd >= 0 && poll(&p, 1, 0) != 0))
+        return false; /* the proxy is gone: the run would have no network */
+    /* A minute of margin past the timeout; an hour of run without one. */
+    return !eg->ca_not_after_ms || aj_now_ms() + (timeout_ms ? timeout_ms + 60000 : 3600000) < eg->ca_not_after_ms;
 }
 
 int aj_egress_helper_sock(const struct aj_egress *eg)

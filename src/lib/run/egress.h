@@ -23,6 +23,10 @@
  * run's CA), when a secret is brokered. */
 #define AJ_EGRESS_CA_BUNDLE "/etc/agentjail/ca-bundle.pem"
 
+/* How long a parked sandbox's proxy may wait for its run: its CA's
+ * validity grows by this much; a pool discards it past that. */
+#define AJ_EGRESS_PARK_MAX_S 3600
+
 struct aj_egress {
     bool on;                 /* network.mode "proxy" */
     bool rootless;
@@ -59,6 +63,8 @@ struct aj_egress {
     char line[8192];         /* a partial line of the proxy's events */
     size_t line_len;
     bool line_skip;          /* the line was too long: dropped to its end */
+    uint64_t park_s;         /* a parked (pooled) sandbox's: how long it may wait for its run (CA validity) */
+    uint64_t ca_not_after_ms; /* aj_now_ms() clock: the run CA's end (0: no CA) */
     uint64_t bytes_out, bytes_in;
     uint64_t malformed;      /* event lines that were not what the contract says */
     char stderr_tail[256];   /* the proxy's last words, for a setup error */
@@ -73,6 +79,9 @@ void aj_egress_init(struct aj_egress *eg);
  * unless pol->network is proxy. */
 int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const char *run_id, bool rootless,
                       const struct aj_cgroup *cg, struct aj_mount_plan *plan, struct aj_error *err);
+/* A parked sandbox's proxy, at the moment its run would start: alive,
+ * and its CA valid for a run of timeout_ms (0: none) from now. */
+bool aj_egress_parked_usable(const struct aj_egress *eg, uint64_t timeout_ms);
 /* The netns helper's end of the socket the relay's listening socket comes
  * back on (-1 when not in proxy mode). */
 int aj_egress_helper_sock(const struct aj_egress *eg);

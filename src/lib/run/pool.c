@@ -301,11 +301,13 @@ void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
 }
 
 /* A parked sandbox whose init has exited (setup failed, or it was killed)
- * cannot take a command. */
+ * cannot take a command; nor one whose egress proxy is gone or whose run
+ * CA would not outlast the run (network "proxy": parked past
+ * AJ_EGRESS_PARK_MAX_S). */
 static bool parked_alive(const struct aj_sandbox *sb)
 {
     struct pollfd p = {.fd = sb->st.pidfd, .events = POLLIN};
-    return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0;
+    return sb->st.pidfd >= 0 && poll(&p, 1, 0) == 0 && aj_egress_parked_usable(&sb->eg, sb->c.pol->timeout_ms);
 }
 
 /* Whether the request fits what a parked payload takes (AJ_RUN_MAX_*):

@@ -888,9 +888,12 @@ static int prep_egress(struct aj_sandbox *sb, struct aj_result *res, struct aj_e
 
     if (c->pol->network != AJ_NET_PROXY)
         return 0;
+    /* Parked (a warm pool's): the proxy is started now, with the pool's
+     * policy (its allow-list, caps and secrets: nothing of a request), and
+     * waits with the sandbox; its run CA covers the wait (see
+     * aj_egress_parked_usable, checked when the pool hands it out). */
     if (c->parked)
-        return aj_err(err, EOPNOTSUPP, "network.mode \"proxy\" is not available in a warm pool yet (one proxy per "
-                      "run, started with the run): use a one-shot run");
+        sb->eg.park_s = AJ_EGRESS_PARK_MAX_S;
     sb->st.egress = &sb->eg;
     r = aj_egress_prepare(&sb->eg, c->pol, res->sandbox_id, c->rootless, sb->cg.created ? &sb->cg : NULL, &c->plan,
                           err);
