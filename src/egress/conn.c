@@ -90,6 +90,13 @@ struct conn {
     char address[INET6_ADDRSTRLEN];
     struct evdns_getaddrinfo_request *dnsreq;
     char note[600];          /* why the connection ended, for net_allowed */
+
+    /* Request bodies seen in clear, searched for placeholders (scan_body):
+     * the last bytes of what came before (a placeholder split across
+     * reads), and the secrets already reported for this connection. */
+    char *scan;
+    size_t scan_len, scan_cap;
+    uint32_t body_flagged;
 };
 
 static void conn_close(struct conn *c);
@@ -161,6 +168,7 @@ static void free_cb(evutil_socket_t fd, short what, void *arg)
         evbuffer_free(c->out_head);
     free(c->head);
     free(c->path);
+    free(c->scan);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -549,6 +557,60 @@ static void add_header_value(struct conn *c, const struct hdr *h, struct evbuffe
     evbuffer_add(out, v, vl);
 }
 
+/* A placeholder in a request body sent to a host its secret does not go
+ * to: the payload carrying the credential elsewhere (secret_misdirected,
+ * which the supervisor treats as a canary). Only what the proxy sees in
+ * clear: plain-HTTP requests, and those inside a TLS-terminated tunnel;
+ * a tunnel that is not intercepted is opaque bytes. The body as sent:
+ * chunk framing between the halves of a placeholder, compression or any
+ * encoding hides it from this check (a tripwire for the plain case, not a
+ * guarantee; docs/network.md). A body to one of the secret's own hosts
+ * goes as it is, placeholder included, without an event. The search
+ * carries the last (longest placeholder - 1) bytes over to the next
+ * piece, so that a placeholder split across reads is found. */
+#define SCAN_PIECE (16 * 1024)
+
+static void scan_body(struct conn *c, const char *p, size_t n)
+{
+    struct eg *eg = c->eg;
+    size_t keep = 0;
+
+    if (eg->cfg.n_secrets == 0)
+        return;
+    for (size_t i = 0; i < eg->cfg.n_secrets && i < 32; i++) {
+        size_t pl = strlen(eg->cfg.secrets[i].placeholder);
+        if (pl > keep + 1)
+            keep = pl - 1;
+    }
+    while (n > 0) {
+        size_t k = n < SCAN_PIECE ? n : SCAN_PIECE;
+        if (c->scan_len + k > c->scan_cap) {
+            char *w = realloc(c->scan, keep + SCAN_PIECE);
+            if (!w)
+                return; /* out of memory: the check is skipped, never the request */
+            c->scan = w;
+            c->scan_cap = keep + SCAN_PIECE;
+        }
+        memcpy(c->scan + c->scan_len, p, k);
+        c->scan_len += k;
+        p += k;
+        n -= k;
+        for (size_t i = 0; i < eg->cfg.n_secrets && i < 32; i++) {
+            const struct eg_secret *s = &eg->cfg.secrets[i];
+            if ((c->body_flagged & (1u << i)) || secret_covers(s, c->host))
+                continue;
+            if (memfind(c->scan, c->scan_len, s->placeholder, strlen(s->placeholder))) {
+                secret_event(c, "secret_misdirected", s, "body");
+                c->body_flagged |= 1u << i;
+            }
+        }
+        if (c->scan_len > keep) {
+            memmove(c->scan, c->scan + c->scan_len - keep, keep);
+            c->scan_len = keep;
+        }
+    }
+}
+
 /* The request as the upstream gets it: origin-form, Host from the URL,
  * hop-by-hop headers dropped, Connection: close. */
 static int build_upstream_head(struct conn *c, const char *method, int default_port)
@@ -760,6 +822,7 @@ static void forward_body(struct conn *c)
             conn_close(c);
             return;
         }
+        scan_body(c, p, parsed);
         /* Exactly the bytes of this request go on. */
         if (!move_bytes(c, in, parsed, c->up, true))
             return;

@@ -373,6 +373,52 @@ def test_brokering(env, proxy, tmp_path):
     assert REAL not in json.dumps(p.events) and REAL not in p.stderr()
 
 
+def test_placeholder_in_a_plain_request_body(env, proxy, tmp_path):
+    """A placeholder in the body of a plain-HTTP request to a host that is
+    not its secret's: sent as is, and a secret_misdirected event ("body"),
+    also past the first reads of a large body and in a chunked one. Controls:
+    the same body without it, and with it to the secret's own host: no
+    event."""
+    p = proxy(broker_config(env))
+
+    def post(url, body, *more):
+        f = tmp_path / "body"
+        f.write_bytes(body)
+        return curl(p, url, "--data-binary", "@" + str(f), *more)
+
+    def body_events(host):
+        return [e for e in p.events if e["type"] == "secret_misdirected" and e["where"] == "body" and
+                e["host"] == host]
+
+    # Control: no placeholder, no event (a request's events all come before
+    # its closing net_allowed).
+    n = len(p.events)
+    assert post("http://public.test/clean", b"token=nothing-here")[0] == 200
+    p.wait_event(lambda e: e["type"] == "net_allowed" and e["host"] == "public.test", start=n)
+    assert not body_events("public.test")
+    # Control: to the secret's own host the body goes as is, no event.
+    n = len(p.events)
+    assert post("http://api.brokered.test/own", b"token=" + PLACE.encode())[0] == 200
+    p.wait_event(lambda e: e["type"] == "net_allowed" and e["host"] == "api.brokered.test", start=n)
+    assert not body_events("api.brokered.test")
+    assert ups(env, "/own")[0]["body_len"] == len("token=" + PLACE)
+    # Elsewhere: the event, the body unchanged.
+    n = len(p.events)
+    assert post("http://public.test/leak", b"token=" + PLACE.encode())[0] == 200
+    ev = p.wait_event(lambda e: e["type"] == "secret_misdirected" and e["where"] == "body", start=n)
+    assert ev["secret"] == "gh" and ev["host"] == "public.test" and ev["method"] == "POST", ev
+    assert ups(env, "/leak")[0]["body_len"] == len("token=" + PLACE)
+    # Far into a large body (past the first reads), and in a chunked one.
+    n = len(p.events)
+    assert post("http://public.test/leak-big", b"x" * 700001 + PLACE.encode() + b"y" * 3)[0] == 200
+    p.wait_event(lambda e: e["type"] == "secret_misdirected" and e["where"] == "body", start=n)
+    n = len(p.events)
+    assert post("http://public.test/leak-chunked", b"a=" + PLACE.encode(), "-H", "Transfer-Encoding: chunked")[0] \
+        == 200
+    p.wait_event(lambda e: e["type"] == "secret_misdirected" and e["where"] == "body", start=n)
+    assert REAL not in json.dumps(p.events)
+
+
 def test_brokering_urllib_and_no_ca_without_secrets(env, proxy, tmp_path):
     p = proxy(broker_config(env))
     ca = tmp_path / "run-ca.pem"
