@@ -463,6 +463,88 @@ def test_client_leaving_mid_upload_leaves_no_file(server):
     assert used() >= 4000000
 
 
+# A run watching the workspace with inotify: for every name made in it, a
+# file named .aj-upload* gets the run's own file renamed over it (the swap
+# an upload through a temporary name would let in); a directory of that
+# name is tried (list it, write in it). It ends at "done" and prints what it
+# saw. Its control: before "ready" it renames a file of its own over
+# "api.txt", a file the API wrote (a rename over a name works for it).
+WATCHER = r"""
+import ctypes, json, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+IN_MOVED_TO, IN_CREATE, IN_ISDIR = 0x80, 0x100, 0x40000000
+assert fd >= 0 and libc.inotify_add_watch(fd, b"/workspace", IN_CREATE | IN_MOVED_TO) >= 0
+with open("mine", "w") as f:
+    f.write("run\n")
+os.rename("mine", "api.txt")
+open("ready", "w").close()
+seen, n, done = [], 0, False
+while not done:
+    buf, i = os.read(fd, 65536), 0
+    while i < len(buf):
+        wd, mask, cookie, ln = struct.unpack_from("iIII", buf, i)
+        name = buf[i + 16:i + 16 + ln].rstrip(b"\0").decode()
+        i += 16 + ln
+        kind, what = ("dir" if mask & IN_ISDIR else "file"), ""
+        if name.startswith(".aj-upload") and kind == "file":
+            n += 1
+            with open("evil%d" % n, "w") as f:
+                f.write("swapped\n")
+            try:
+                os.rename("evil%d" % n, name)
+                what = "swapped"
+            except OSError as e:
+                what = type(e).__name__
+        elif name.startswith(".aj-upload"):
+            for act in (lambda: os.listdir(name), lambda: open(name + "/f", "w")):
+                try:
+                    act()
+                    what += "done,"
+                except OSError as e:
+                    what += type(e).__name__ + ","
+        seen.append([name, kind, what])
+        done = done or name == "done"
+print(json.dumps(seen))
+"""
+
+
+@BOTH
+def test_an_upload_has_no_name_a_run_can_swap(server):
+    """A run sharing the workspace cannot put its own file in an upload's
+    place: no name of the upload but its own ever appears in a directory
+    the run writes (new file: linked at its name; replacement: renamed from
+    a root-owned 0700 directory the run can neither list nor write)."""
+    s = server()
+    sid = new_session(s)
+    assert s.request("PUT", files_url(sid, "api.txt"), raw=b"api\n")[0] == 201
+    status, _, j = srun(s, sid, {"language": "python", "code": WATCHER, "wait": False, "timeout": 60})
+    assert status == 202, j
+    run_id = j["id"]
+    assert wait_for(lambda: s.request("GET", files_url(sid, "ready"))[0] == 200, 30), "the watcher is ready"
+    for body in (b"one\n", b"two\n", b"three\n"):   # a new file, then two replacements
+        status, _, j = s.request("PUT", files_url(sid, "target"), raw=body)
+        assert status == 201 and j["bytes"] == len(body), j
+    assert s.request("PUT", files_url(sid, "done"), raw=b"")[0] == 201
+    rec = wait_for(lambda: (lambda r: r if r["status"] not in ("queued", "running") else None)(
+        s.request("GET", "/v1/runs/" + run_id)[2]), 60)
+    assert rec and rec["status"] == "ok", rec
+    seen = json.loads(rec["stdout"])
+    # Control: the watcher saw the API's names, and its own rename over a
+    # file the API wrote took effect.
+    names = [n for n, _, _ in seen]
+    assert ["target", "file", ""] in seen and "done" in names, seen
+    assert s.request("GET", files_url(sid, "api.txt"))[2] == "run\n"
+    # The uploads: no file name but "target"; the staging directories (one
+    # per replacement) neither listed nor written by the run, and gone.
+    assert not [x for x in seen if x[0].startswith(".aj-upload") and x[1] == "file"], seen
+    staged = [x for x in seen if x[0].startswith(".aj-upload")]
+    assert len(staged) == 2 and all(x[1] == "dir" and "done" not in x[2] for x in staged), seen
+    assert s.request("GET", files_url(sid, "target"))[2] == "three\n"
+    entries = sorted(e["name"] for e in s.request("GET", files_url(sid))[2]["entries"])
+    assert entries == ["api.txt", "done", "ready", "target"], entries
+
+
 @BOTH
 def test_sigkill_with_a_live_session_then_restart_leaves_nothing(server):
     s = server()
