@@ -362,7 +362,7 @@ def test_tls_serves_https_with_the_configured_certificate(server, tmp):
     c.close()
 
 
-def test_bad_tls_files_are_located_config_errors(tmp):
+def test_bad_tls_files_are_located_config_errors(server, tmp):
     if not shutil.which("openssl"):
         pytest.skip("openssl makes the test's certificate")
     cert, key = make_cert(tmp)
@@ -380,6 +380,11 @@ def test_bad_tls_files_are_located_config_errors(tmp):
                        ({"cert": cert, "key": key, "ca": cert}, "tls.ca: unknown key")):
         line = bad_config(tmp, dict(base, tls=tls))
         assert re.search(r"\.json:\d+:\d+: " + re.escape(where), line), (tls, line)
+    # Control: the same certificate and key, as a pair, serve HTTPS (each
+    # refusal above is the file or key at fault, not the files of the test).
+    s = server(extra={"tls": {"cert": cert, "key": key}}, tls_ca=cert)
+    status, _, j = s.request("GET", "/healthz", tenant=None)
+    assert status == 200 and j == {"status": "ok"}, j
 
 
 # ---- the events log --------------------------------------------------------------------------------
