@@ -218,12 +218,26 @@ out:
     return ok;
 }
 
-/* Whether ext4 on loop devices can work here: mke2fs, /dev/loop-control. */
+/* Whether ext4 on loop devices can work here: id-mapped mounts, mke2fs,
+ * /dev/loop-control. Runs reach a workspace only through the library's
+ * id-mapped bind, and a kernel without mount_setattr (ENOSYS before 5.12,
+ * which brought id-mapped mounts and ext4's support of them together)
+ * would take every session and then fail each of its runs: refused here,
+ * at start, with the reason. The probe is the call itself on no mount
+ * (EBADF where it exists), not the kernel's version. */
 static bool ext4_loop_works(char *why, size_t why_size)
 {
     static const char *const mke2fs[] = {"/usr/sbin/mke2fs", "/sbin/mke2fs", "/usr/bin/mke2fs", NULL};
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)-1};
     int fd;
 
+    if (mount_setattr(-1, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0 && (errno == ENOSYS || errno == EPERM)) {
+        int e = errno;
+        (void)snprintf(why, why_size, "no id-mapped mounts here (mount_setattr: %s): the workspace's bind "
+                                      "needs Linux 5.12 or later%s", strerror(e),
+                       e == EPERM ? ", and no seccomp filter on the server that refuses mount_setattr" : "");
+        return false;
+    }
     ws_mke2fs = NULL;
     for (size_t i = 0; mke2fs[i] && !ws_mke2fs; i++)
         if (access(mke2fs[i], X_OK) == 0)

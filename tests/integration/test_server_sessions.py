@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, new_tag, pids_with, wait_for
+from conftest import AJ_BIN, IS_ROOT, helper, must_skip, new_tag, pids_with, wait_for
 from test_server import TOKEN_A, TOKEN_B, Server, tmp  # noqa: F401 (a fixture)
 
 KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
@@ -682,3 +682,39 @@ def test_a_forced_backend_this_kernel_lacks_turns_sessions_off(server, tmp):
     sid = new_session(s2)
     assert s2.request("GET", "/v1/sessions/" + sid)[2]["workspace"] == {"backend": "ext4-loop"}
     assert sh(s2, sid, "echo ok > f && cat f")["stdout"] == "ok\n"
+
+
+@pytest.mark.skipif(not EXT4_LOOP, reason="the control is a session on ext4-loop (/dev/loop-control, mke2fs)")
+def test_a_kernel_without_idmapped_mounts_turns_sessions_off_at_start(tmp, server, monkeypatch):
+    """Before Linux 5.12 there is no mount_setattr, so no id-mapped mount of
+    any filesystem: ext4-loop would make workspaces that no run could bind.
+    The server says so as it starts (sessions off, 501 naming 5.12) rather
+    than failing each run later. The kernel is made to answer ENOSYS for
+    mount_setattr (aj-nouserns --enosys, as test_kernels.py does)."""
+    import test_server
+    nouserns = helper("aj-nouserns")
+    if not os.access(nouserns, os.X_OK):
+        must_skip("aj-nouserns not built: " + nouserns)
+    os.chmod(tmp, 0o755)
+    wrapper = os.path.join(tmp, "before-5.12")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec %s --enosys mount_setattr %s \"$@\"\n" % (nouserns, test_server.AJ_BIN))
+    os.chmod(wrapper, 0o755)
+    monkeypatch.setattr(test_server, "AJ_BIN", wrapper)
+    # No warm pool: a run needs mount_setattr too (it is a setup_error there).
+    for want, line in (("auto", "no backend works here: tmpfs-idmap: "), ("ext4", "backend ext4: ")):
+        s = server(extra={"pool_size": 0, "sessions": {"workspace_backend": want}})
+        err = s.err()
+        assert "sessions are off on this server: workspaces: " + line in err, err
+        assert "no id-mapped mounts here (mount_setattr: Function not implemented)" in err and "Linux 5.12" in err
+        status, _, j = s.request("POST", "/v1/sessions", {})
+        assert status == 501 and "Linux 5.12" in j["error"], j
+        assert not glob.glob(os.path.join(tmp, "state", "workspaces", "*"))
+        assert s.stop() == 0
+    # Control: the same config on this kernel as it is gives ext4-loop
+    # sessions whose runs work.
+    monkeypatch.undo()
+    s = server(store=s.store, extra={"pool_size": 0, "sessions": {"workspace_backend": "ext4"}})
+    sid = new_session(s)
+    assert s.request("GET", "/v1/sessions/" + sid)[2]["workspace"] == {"backend": "ext4-loop"}
+    assert sh(s, sid, "echo ok > f && cat f")["stdout"] == "ok\n"
