@@ -1,5 +1,5 @@
 """`agentjail serve`: sessions, their workspaces and the files API, against a
-real server over a real socket (test_server.py's Server). Each workspace is
+real server over a real socket (srvhelp.py's Server). Each workspace is
 a filesystem that the server mounts in a mount namespace of its own (a
 tmpfs where the kernel id-maps tmpfs, 6.3+, else ext4 on a loop device;
 the tests of the workspace itself run on both backends, forced with
@@ -19,7 +19,8 @@ import subprocess
 import pytest
 
 from conftest import AJ_BIN, IS_ROOT, helper, must_skip, new_tag, pids_with, wait_for
-from test_server import TOKEN_A, TOKEN_B, Server, tmp  # noqa: F401 (a fixture)
+from srvhelp import TOKEN_A, TOKEN_B, serving
+from test_server import tmp  # noqa: F401 (a fixture)
 
 KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
 TMPFS_IDMAP = KERNEL >= (6, 3)
@@ -52,25 +53,19 @@ def expected_backend(b):
 
 @pytest.fixture
 def server(tmp, backend):
-    """test_server.py's with the backend's config, and the server's stderr
+    """srvhelp's, with the backend's config, and the server's stderr
     has no sanitizer report (the ASan pass: UBSan reports do not change
     the exit status)."""
-    servers = []
-
-    def start(**kw):
+    def config(kw):
         if backend != "auto":
             extra = dict(kw.pop("extra", None) or {})
             extra["sessions"] = dict(extra.get("sessions", {}), workspace_backend=backend)
             kw["extra"] = extra
-        srv = Server(tmp, **kw)
-        servers.append(srv)
-        return srv
 
-    yield start
-    for srv in servers:
-        if srv.proc.poll() is None:
-            assert srv.stop() == 0, srv.err()
+    def no_sanitizer_report(srv):
         assert "runtime error:" not in srv.err() and "Sanitizer" not in srv.err(), srv.err()
+
+    yield from serving(tmp, before=config, check=no_sanitizer_report)
 
 
 def b64(data):
@@ -601,10 +596,9 @@ def test_in_memory_file_calls_match_http(server):
     assert s.request("POST", files_url(sid, "q"), raw=b"")[0] == 405
 
 
-def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkeypatch):
+def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server):
     """Not root: no filesystem can be mounted for a workspace; sessions and run
     workspaces are refused with a clear 501, one-shot runs still work."""
-    import test_server
     os.chmod(tmp, 0o755)
     state = os.path.join(tmp, "state")
     os.mkdir(state, 0o700)
@@ -612,10 +606,9 @@ def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkey
     wrapper = os.path.join(tmp, "as-nobody")
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp %s \"$@\"\n"
-                % test_server.AJ_BIN)
+                % AJ_BIN)
     os.chmod(wrapper, 0o755)
-    monkeypatch.setattr(test_server, "AJ_BIN", wrapper)
-    s = server()
+    s = server(bin=wrapper)
     assert "sessions: off: not root" in s.err()
     status, _, j = s.request("POST", "/v1/sessions", {})
     assert status == 501 and "root" in j["error"], j
@@ -685,25 +678,23 @@ def test_a_forced_backend_this_kernel_lacks_turns_sessions_off(server, tmp):
 
 
 @pytest.mark.skipif(not EXT4_LOOP, reason="the control is a session on ext4-loop (/dev/loop-control, mke2fs)")
-def test_a_kernel_without_idmapped_mounts_turns_sessions_off_at_start(tmp, server, monkeypatch):
+def test_a_kernel_without_idmapped_mounts_turns_sessions_off_at_start(tmp, server):
     """Before Linux 5.12 there is no mount_setattr, so no id-mapped mount of
     any filesystem: ext4-loop would make workspaces that no run could bind.
     The server says so as it starts (sessions off, 501 naming 5.12) rather
     than failing each run later. The kernel is made to answer ENOSYS for
     mount_setattr (aj-nouserns --enosys, as test_kernels.py does)."""
-    import test_server
     nouserns = helper("aj-nouserns")
     if not os.access(nouserns, os.X_OK):
         must_skip("aj-nouserns not built: " + nouserns)
     os.chmod(tmp, 0o755)
     wrapper = os.path.join(tmp, "before-5.12")
     with open(wrapper, "w") as f:
-        f.write("#!/bin/sh\nexec %s --enosys mount_setattr %s \"$@\"\n" % (nouserns, test_server.AJ_BIN))
+        f.write("#!/bin/sh\nexec %s --enosys mount_setattr %s \"$@\"\n" % (nouserns, AJ_BIN))
     os.chmod(wrapper, 0o755)
-    monkeypatch.setattr(test_server, "AJ_BIN", wrapper)
     # No warm pool: a run needs mount_setattr too (it is a setup_error there).
     for want, line in (("auto", "no backend works here: tmpfs-idmap: "), ("ext4", "backend ext4: ")):
-        s = server(extra={"pool_size": 0, "sessions": {"workspace_backend": want}})
+        s = server(bin=wrapper, extra={"pool_size": 0, "sessions": {"workspace_backend": want}})
         err = s.err()
         assert "sessions are off on this server: workspaces: " + line in err, err
         assert "no id-mapped mounts here (mount_setattr: Function not implemented)" in err and "Linux 5.12" in err
@@ -713,7 +704,6 @@ def test_a_kernel_without_idmapped_mounts_turns_sessions_off_at_start(tmp, serve
         assert s.stop() == 0
     # Control: the same config on this kernel as it is gives ext4-loop
     # sessions whose runs work.
-    monkeypatch.undo()
     s = server(store=s.store, extra={"pool_size": 0, "sessions": {"workspace_backend": "ext4"}})
     sid = new_session(s)
     assert s.request("GET", "/v1/sessions/" + sid)[2]["workspace"] == {"backend": "ext4-loop"}
