@@ -531,6 +531,14 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server, pool_size):
     assert 0 < m["agentjail_run_duration_seconds_sum"] < 42 * 30
     if pool_size:
         assert m['agentjail_pool_runs_total{kind="warm"}'] >= 1, m
+        assert m['agentjail_pool_runs_total{kind="warm"}'] + m['agentjail_pool_runs_total{kind="cold"}'] == 42, m
+        # The gauge is read when asked: the pool refills with no run to
+        # report it (it used to be the count as of the last run's start).
+        def full():
+            m = s.metrics()
+            ready = [v for k, v in m.items() if k.startswith("agentjail_tenant_pool_ready")]
+            return ready and all(v == pool_size for v in ready) and m["agentjail_pool_ready"] == sum(ready)
+        assert wait_for(full, 30), {k: v for k, v in s.metrics().items() if "pool" in k}
     else:
         assert not any(k.startswith("agentjail_pool") for k in m), m
 
@@ -560,6 +568,8 @@ def test_healthz_and_readyz(server):
     import sqlite3
     s = server()
     assert s.request("GET", "/healthz", token=None)[:3:2] == (200, {"status": "ok"})
+    # Ready once the warm pool is made and filled (503 "warming up" before).
+    assert wait_for(lambda: s.request("GET", "/readyz", token=None)[0] == 200, 60)
     assert s.request("GET", "/readyz", token=None)[:3:2] == (200, {"status": "ready"})
     # Another process holding the store's write lock: not ready (after the
     # store's 5 s busy timeout), ready again once it lets go.
@@ -672,6 +682,13 @@ def test_warm_interpreters_for_python_runs(server, tmp):
         assert j["argv"][:2] == ["python3", "-c"] and j["result"]["layers"]["seccomp"] is True, j
     status, _, j = s.run({"language": "python", "code": code}, token=TOKEN_B)
     assert status == 200 and j["stdout"] == "False ['-c']\n" and j["exit_code"] == 3, j
+    # The interpreters' pool in the metrics: a's two python runs (b's went
+    # elsewhere), and the parked one counted again once refilled.
+    m = s.metrics()
+    assert m['agentjail_interp_runs_total{kind="warm"}'] + m['agentjail_interp_runs_total{kind="cold"}'] == 2, m
+    assert m['agentjail_interp_runs_total{kind="warm"}'] >= 1, m
+    assert wait_for(lambda: s.metrics().get('agentjail_tenant_interp_ready{tenant="a"}') == 1, 30), s.metrics()
+    assert 'agentjail_tenant_interp_ready{tenant="b"}' not in m, m
     status, _, j = s.run({"language": "bash", "code": "echo plain"})
     assert status == 200 and j["stdout"] == "plain\n", j
     # Bad entries stop the server with the key named.
@@ -684,3 +701,17 @@ def test_warm_interpreters_for_python_runs(server, tmp):
                        "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}}, f)
         p = subprocess.run([AJ_BIN, "serve", "--config", path], capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and where in p.stderr, (interp, p.stderr)
+
+
+def test_readyz_waits_for_the_warm_interpreters(server):
+    """/readyz is 503 while the warm pools are being filled (pandas takes a
+    while to import), then 200; the same server answers /healthz at once."""
+    pytest.importorskip("pandas")
+    s = server(extra={"pool_size": 0, "interpreters": [{"language": "python", "preload": ["pandas"], "pool": 2}]})
+    status, _, j = s.request("GET", "/readyz", token=None)
+    assert status == 503 and "warming up" in j["error"], (status, j)
+    assert s.request("GET", "/healthz", token=None)[0] == 200
+    assert wait_for(lambda: s.request("GET", "/readyz", token=None)[0] == 200, 120)
+    m = s.metrics()
+    assert m["agentjail_interp_ready"] == sum(v for k, v in m.items() if k.startswith("agentjail_tenant_interp_ready")) > 0, m
+    assert all(v == 2 for k, v in m.items() if k.startswith("agentjail_tenant_interp_ready")), m
