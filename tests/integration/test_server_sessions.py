@@ -538,6 +538,13 @@ def test_an_upload_has_no_name_a_run_can_swap(server):
     assert s.request("GET", files_url(sid, "target"))[2] == "three\n"
     entries = sorted(e["name"] for e in s.request("GET", files_url(sid))[2]["entries"])
     assert entries == ["api.txt", "done", "ready", "target"], entries
+    # A replacement that fails (a directory in the way) leaves no staging
+    # directory either.
+    assert s.request("PUT", files_url(sid, "d/x"), raw=b"x")[0] == 201
+    status, _, j = s.request("PUT", files_url(sid, "d"), raw=b"y")
+    assert status == 409 and "a directory is in the way" in j["error"], j
+    entries = sorted(e["name"] for e in s.request("GET", files_url(sid))[2]["entries"])
+    assert entries == ["api.txt", "d", "done", "ready", "target"], entries
 
 
 @BOTH
