@@ -1,11 +1,8 @@
 """`agentjail serve`: a real server on a loopback port (and one on a unix
 socket) with a temp config and store, driven over real HTTP with
 http.client. Each denial has its positive control next to it."""
-import hashlib
-import http.client
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -16,99 +13,9 @@ import time
 import pytest
 
 from conftest import AJ_BIN, IS_ROOT, new_tag, pids_with, wait_for
+from srvhelp import TOKEN_A, TOKEN_B, Server, serving, sha  # noqa: F401 (test_server_pg and test_mcp take them from here)
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="the server tests run as root (per-run host uids)")
-
-TOKEN_A, TOKEN_B = "token-of-tenant-a", "token-of-tenant-b"
-
-
-def sha(s):
-    return hashlib.sha256(s.encode()).hexdigest()
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
-class Server:
-    """One `agentjail serve` process; stderr goes to a file."""
-
-    def __init__(self, tmp, extra=None, listen="127.0.0.1:0", store=None):
-        self.tmp = tmp
-        self.store = store or os.path.join(tmp, "state", "runs.db")
-        cfg = {"listen": listen, "store": self.store,
-               "tenants": {"a": {"token_sha256": sha(TOKEN_A)}, "b": {"token_sha256": sha(TOKEN_B)}}}
-        cfg.update(extra or {})
-        self.config = os.path.join(tmp, "server.json")
-        with open(self.config, "w") as f:
-            json.dump(cfg, f, indent=2)
-        self.errpath = os.path.join(tmp, "server.err.%d" % time.monotonic_ns())
-        self.errf = open(self.errpath, "w")
-        self.proc = subprocess.Popen([AJ_BIN, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
-                                     stderr=self.errf)
-        # Generous: warm pools are prepared before "ready", slow under ASan
-        # or in a loaded CI; a server that never gets there is killed, not left.
-        ready = wait_for(lambda: "serve: ready" in self.err() or self.proc.poll() is not None, 120)
-        if not ready or self.proc.poll() is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            raise AssertionError("server did not start: " + self.err())
-        m = re.search(r"listening on (unix:\S+|[0-9.]+:(\d+))", self.err())
-        assert m, self.err()
-        self.unix = m.group(1)[5:] if m.group(1).startswith("unix:") else None
-        self.port = int(m.group(2)) if not self.unix else None
-
-    def err(self):
-        with open(self.errpath) as f:
-            return f.read()
-
-    def conn(self, timeout=60):
-        if self.unix:
-            return UnixConnection(self.unix, timeout=timeout)
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, token=TOKEN_A, raw=None, timeout=60):
-        c = self.conn(timeout)
-        headers = {}
-        if token is not None:
-            headers["Authorization"] = "Bearer " + token
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        c.request(method, path, body=data, headers=headers)
-        resp = c.getresponse()
-        text = resp.read().decode()
-        c.close()
-        ctype = resp.getheader("Content-Type", "")
-        return resp.status, resp, (json.loads(text) if ctype.startswith("application/json") else text)
-
-    def run(self, body, token=TOKEN_A):
-        return self.request("POST", "/v1/runs", body, token=token)
-
-    def metrics(self):
-        status, _, text = self.request("GET", "/metrics", token=None)
-        assert status == 200
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = int(float(value)) if float(value).is_integer() else float(value)
-        return out
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=timeout)
-        self.errf.close()
-        return rc
 
 
 @pytest.fixture
@@ -120,17 +27,7 @@ def tmp():
 
 @pytest.fixture
 def server(tmp):
-    servers = []
-
-    def start(**kw):
-        s = Server(tmp, **kw)
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        if s.proc.poll() is None:
-            assert s.stop() == 0, s.err()
+    yield from serving(tmp)
 
 
 def cgroup_dirs_of(pid):
