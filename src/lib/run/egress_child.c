@@ -291,20 +291,33 @@ struct relay_conn {
     bool shut[2];    /* fd[i]'s write side is shut down */
 };
 
-#define RELAY_CONN_BUF (32 * 1024)
+/* Per direction. With RELAY_ROUNDS read-and-write rounds per wakeup, a
+ * bulk transfer moves up to 512 KiB a direction between two polls. The
+ * mapping is touched only as connections use it. */
+#define RELAY_CONN_BUF (64 * 1024)
+#define RELAY_ROUNDS 8
 
 static struct relay_conn *conns;
 static char *bufs; /* 2 * RELAY_CONN_BUF per connection */
 static struct pollfd *pfds;
 static size_t n_conns, max_conns;
 
+static char *conn_buf(size_t i, int d)
+{
+    return bufs + (i * 2 + (size_t)d) * RELAY_CONN_BUF;
+}
+
 static void conn_close(size_t i)
 {
     (void)close(conns[i].fd[0]);
     (void)close(conns[i].fd[1]);
-    conns[i] = conns[--n_conns];
-    /* Its buffers move with it. */
-    memcpy(bufs + i * 2 * RELAY_CONN_BUF, bufs + n_conns * 2 * RELAY_CONN_BUF, 2 * RELAY_CONN_BUF);
+    if (i != --n_conns) {
+        conns[i] = conns[n_conns];
+        /* Its buffers move with it: what they hold, not all of them. */
+        for (int d = 0; d < 2; d++)
+            if (conns[i].len[d])
+                memcpy(conn_buf(i, d) + conns[i].off[d], conn_buf(n_conns, d) + conns[i].off[d], conns[i].len[d]);
+    }
 }
 
 static int to_proxy(const struct aj_egress_child *ec)
@@ -345,21 +358,27 @@ static bool pump(size_t i, const struct pollfd *pf)
     struct relay_conn *c = &conns[i];
 
     for (int d = 0; d < 2; d++) {
-        char *buf = bufs + (i * 2 + (size_t)d) * RELAY_CONN_BUF;
-        /* Read from fd[d] when its buffer is empty. */
-        if (!c->eof[d] && c->len[d] == 0 && (pf[d].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t n = read(c->fd[d], buf, RELAY_CONN_BUF);
-            if (n > 0) {
-                c->len[d] = (size_t)n;
-                c->off[d] = 0;
-            } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-                if (n < 0)
-                    return false; /* reset: the other side is told by our close */
-                c->eof[d] = true;
+        char *buf = conn_buf(i, d);
+        /* Rounds of: read from fd[d] when its buffer is empty (the first
+         * when poll said so, the next ones because the last write took
+         * everything: the sockets are non-blocking), write to fd[!d].
+         * They end when there is nothing to read, or the other side takes
+         * no more (its POLLOUT resumes), or after RELAY_ROUNDS (the other
+         * connections' turn). */
+        for (int round = 0; round < RELAY_ROUNDS; round++) {
+            if (!c->eof[d] && c->len[d] == 0 && (round > 0 || (pf[d].revents & (POLLIN | POLLHUP | POLLERR)))) {
+                ssize_t n = read(c->fd[d], buf, RELAY_CONN_BUF);
+                if (n > 0) {
+                    c->len[d] = (size_t)n;
+                    c->off[d] = 0;
+                } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+                    if (n < 0)
+                        return false; /* reset: the other side is told by our close */
+                    c->eof[d] = true;
+                }
             }
-        }
-        /* Write it to the other side. */
-        if (c->len[d] > 0) {
+            if (c->len[d] == 0)
+                break;
             /* MSG_NOSIGNAL: a peer that closed first (the proxy after its
              * response, a client after its TLS close_notify) is an EPIPE
              * for this connection, never a SIGPIPE for the relay. */
@@ -370,6 +389,8 @@ static bool pump(size_t i, const struct pollfd *pf)
             } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
                 return false;
             }
+            if (c->len[d] > 0)
+                break;
         }
         if (c->eof[d] && c->len[d] == 0 && !c->shut[d]) {
             (void)shutdown(c->fd[!d], SHUT_WR);
