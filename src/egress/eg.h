@@ -74,6 +74,7 @@ struct eg {
     struct bufferevent *events;
     struct bufferevent *control;
     struct evconnlistener *listener;
+    struct event *handoff;     /* --handoff-fd: connections the relay accepted, passed by SCM_RIGHTS */
     bool suspended;            /* brokering stopped (control "suspend") */
     uint64_t n_conns;
     uint64_t total_out, total_in;

@@ -3,6 +3,14 @@
  * in docs/network.md "The proxy process").
  *
  *   agentjail-egress --config-fd 3 --listen-fd 4 --events-fd 5 --control-fd 6 --ca-out-fd 7
+ *                    [--handoff-fd 8]
+ *
+ * --handoff-fd: a unix SOCK_SEQPACKET socket on which each message carries
+ * one connected socket (SCM_RIGHTS, one byte of data): served as if it had
+ * been accepted on the listening socket. agentjail's relay hands over the
+ * TCP connections it accepts inside the sandbox's network namespace this
+ * way, so that their bytes go straight between the client's socket and
+ * the upstream's, with no copy through the relay and a unix socket.
  *
  * Order: read the config; learn the host's own addresses; make the run CA
  * and load the trust store; set up DNS; write the CA to the ca-out fd;
@@ -154,6 +162,51 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     (void)sa;
     (void)len;
     eg_conn_accept(arg, fd);
+}
+
+/* Every connection waiting on the handoff socket. Its EOF (the relay is
+ * gone) or an error ends the handoff, never the proxy. */
+static void handoff_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct eg *eg = arg;
+    for (;;) {
+        char byte;
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * 4)];
+            struct cmsghdr align;
+        } u;
+        struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            event_del(eg->handoff);
+            return;
+        }
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int cfd;
+                memcpy(&cfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                int type = 0;
+                socklen_t tl = sizeof(type);
+                /* A stream socket, or nothing: the relay is ours, but a
+                 * handed fd is checked as anything from outside is. */
+                if (getsockopt(cfd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_STREAM ||
+                    evutil_make_socket_nonblocking(cfd) < 0) {
+                    close(cfd);
+                    continue;
+                }
+                eg_conn_accept(eg, cfd);
+            }
+        }
+    }
 }
 
 static void accept_resume(evutil_socket_t fd, short what, void *arg)
@@ -356,19 +409,19 @@ static int setup_dns(struct eg *eg)
 int main(int argc, char **argv)
 {
     struct eg *eg = &g_eg;
-    int fds[5] = {-1, -1, -1, -1, -1};
-    static const char *const names[5] = {"--config-fd", "--listen-fd", "--events-fd", "--control-fd",
-                                         "--ca-out-fd"};
+    int fds[6] = {-1, -1, -1, -1, -1, -1};
+    static const char *const names[6] = {"--config-fd", "--listen-fd", "--events-fd", "--control-fd",
+                                         "--ca-out-fd", "--handoff-fd"};
     char err[512];
 
     for (int i = 1; i < argc; i++) {
         int k;
-        for (k = 0; k < 5; k++)
+        for (k = 0; k < 6; k++)
             if (strcmp(argv[i], names[k]) == 0)
                 break;
-        if (k == 5 || i + 1 >= argc || parse_fd(argv[i + 1], &fds[k]) < 0)
+        if (k == 6 || i + 1 >= argc || parse_fd(argv[i + 1], &fds[k]) < 0)
             return die(2, "usage: agentjail-egress --config-fd N --listen-fd N --events-fd N "
-                          "--control-fd N --ca-out-fd N (bad argument \"%s\")", argv[i]);
+                          "--control-fd N --ca-out-fd N [--handoff-fd N] (bad argument \"%s\")", argv[i]);
         i++;
     }
     for (int k = 0; k < 5; k++)
@@ -391,6 +444,12 @@ int main(int argc, char **argv)
     socklen_t al = sizeof(acc);
     if (getsockopt(fds[1], SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) < 0 || !acc)
         return die(1, "%s", "--listen-fd is not a listening socket");
+    if (fds[5] >= 0) {
+        int type = 0;
+        al = sizeof(type);
+        if (getsockopt(fds[5], SOL_SOCKET, SO_TYPE, &type, &al) < 0 || type != SOCK_SEQPACKET)
+            return die(1, "%s", "--handoff-fd is not a unix SOCK_SEQPACKET socket");
+    }
     if (own_addresses(&eg->own) < 0)
         return die(1, "getifaddrs: %s", strerror(errno));
 
@@ -429,6 +488,12 @@ int main(int argc, char **argv)
     eg->control = bufferevent_socket_new(eg->base, fds[3], BEV_OPT_CLOSE_ON_FREE);
     eg->listener = evconnlistener_new(eg->base, accept_cb, eg, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
                                       -1, fds[1]);
+    if (fds[5] >= 0) {
+        evutil_make_socket_nonblocking(fds[5]);
+        eg->handoff = event_new(eg->base, fds[5], EV_READ | EV_PERSIST, handoff_cb, eg);
+        if (!eg->handoff || event_add(eg->handoff, NULL) < 0)
+            return die(1, "%s", "set up the handoff socket");
+    }
     if (!eg->events || !eg->control || !eg->listener)
         return die(1, "%s", "set up the event loop");
     evconnlistener_set_error_cb(eg->listener, accept_error);
@@ -457,6 +522,10 @@ int main(int argc, char **argv)
     event_base_dispatch(eg->base);
 
     evconnlistener_free(eg->listener);
+    if (eg->handoff) {
+        event_free(eg->handoff);
+        close(fds[5]);
+    }
     eg_conn_free_all(eg);
     if (eg->events_dropped)
         eg_event(eg, json_pack("{s:s, s:I}", "type", "events_dropped", "count", (json_int_t)eg->events_dropped));

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The relay's own filter (network "proxy", src/lib/run/egress_child.c):
- * once its listening socket, its memory and its limits are set up, the
- * relay needs only to wait, accept, open a unix socket to the proxy, move
- * bytes and close. Everything else fails with EPERM (an error, not a
+ * once its listening socket and the handoff socket are in place, the
+ * relay needs only to wait, accept, hand each connection to the proxy
+ * (sendmsg with SCM_RIGHTS) and close it. Everything else fails with EPERM (an error, not a
  * kill: a libc path we did not foresee fails one connection, not the
  * run's network). Compiled in the supervisor, loaded by the relay with one
  * seccomp(2) call (aj_seccomp_child_load). */
@@ -16,9 +16,8 @@
 int aj_seccomp_compile_relay(struct aj_bpf *ret, struct aj_error *err)
 {
     static const char *const allowed[] = {
-        "read", "write", "sendto", "recvfrom", "poll", "ppoll", "accept", "accept4", "connect", "shutdown",
-        "close", "exit", "exit_group", "rt_sigreturn", "restart_syscall", "clock_gettime", "clock_nanosleep",
-        "nanosleep",
+        "sendmsg", "poll", "ppoll", "accept", "accept4", "close", "exit", "exit_group", "rt_sigreturn",
+        "restart_syscall", "clock_gettime", "clock_nanosleep", "nanosleep",
     };
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     int r = 0;
@@ -31,9 +30,6 @@ int aj_seccomp_compile_relay(struct aj_bpf *ret, struct aj_error *err)
         if (nr != __NR_SCMP_ERROR)
             r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
     }
-    /* socket(): unix stream sockets (to the proxy) only. */
-    if (r == 0)
-        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
     if (r < 0) {
         r = aj_err(err, -r, "relay seccomp rules");
         goto out;

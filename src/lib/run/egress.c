@@ -69,6 +69,7 @@ void aj_egress_init(struct aj_egress *eg)
     eg->lease.lock_fd = -1;
     eg->null_fd = eg->proxy_pidfd = eg->ev_fd = eg->err_fd = eg->ctl_fd = -1;
     eg->helper_sock[0] = eg->helper_sock[1] = -1;
+    eg->handoff[0] = eg->handoff[1] = -1;
     eg->dir_fd = -1;
     for (size_t i = 0; i < AJ_ARRAY_SIZE(eg->cg_join); i++)
         eg->cg_join[i] = -1;
@@ -795,7 +796,7 @@ static int spawn_proxy(struct aj_egress *eg, int fds[AJ_EGRESS_NFDS], int stderr
 {
     static char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
     char *argv[] = {"agentjail-egress", "--config-fd", "3", "--listen-fd", "4", "--events-fd", "5",
-                    "--control-fd", "6", "--ca-out-fd", "7", NULL};
+                    "--control-fd", "6", "--ca-out-fd", "7", "--handoff-fd", "8", NULL};
     /* Large (the view's paths): not on the stack of a server's thread. */
     struct aj_egress_child *ec = calloc(1, sizeof(*ec));
     char *real = realpath(path, NULL);
@@ -949,6 +950,9 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
     reap_stale_dirs();
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, eg->helper_sock) < 0)
         return aj_err(err, errno, "socketpair");
+    /* [0] the proxy's --handoff-fd, [1] the relay's, kept until it starts. */
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, eg->handoff) < 0)
+        return aj_err(err, errno, "socketpair");
     eg->secret_ids = json_array();
     if (!eg->secret_ids)
         return aj_err(err, ENOMEM, "secrets");
@@ -960,12 +964,13 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
                    pipe2(ca, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0))
         r = aj_err(err, errno, "pipes for the egress proxy");
     if (r >= 0) {
-        int fds[AJ_EGRESS_NFDS] = {cfg[0], listen_fd, ev[1], ctl[0], ca[1]};
+        int fds[AJ_EGRESS_NFDS] = {cfg[0], listen_fd, ev[1], ctl[0], ca[1], eg->handoff[0]};
         r = spawn_proxy(eg, fds, errp[1], path, pol->net_max_connections, err);
     }
     /* The proxy has its copies. */
     close_fd(&cfg[0]);
     close_fd(&listen_fd);
+    close_fd(&eg->handoff[0]);
     close_fd(&ev[1]);
     close_fd(&ctl[0]);
     close_fd(&ca[1]);
@@ -1076,9 +1081,8 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
         .gid = eg->gid,
         .null_fd = eg->null_fd,
         .listen_fd = fd,
-        .max_conns = (size_t)pol->net_max_connections + 16,
+        .handoff_fd = eg->handoff[1],
     };
-    (void)snprintf(ec.sock_path, sizeof(ec.sock_path), "%s", eg->sock_path);
     memcpy(ec.cg_join, eg->cg_join, sizeof(ec.cg_join));
     r = aj_seccomp_compile_relay(&bpf, err);
     if (r < 0) {
@@ -1094,6 +1098,7 @@ int aj_egress_start_relay(struct aj_egress *eg, const struct aj_policy *pol, str
     (void)close(fd);
     if (pid < 0)
         return aj_err(err, errno, "start the relay");
+    close_fd(&eg->handoff[1]); /* the relay has its copy */
     /* Both helpers have joined (or are joining with their copies). */
     for (size_t i = 0; i < eg->n_cg_join; i++)
         close_fd(&eg->cg_join[i]);
@@ -1350,6 +1355,8 @@ void aj_egress_release(struct aj_egress *eg)
     close_fd(&eg->ctl_fd);
     close_fd(&eg->helper_sock[0]);
     close_fd(&eg->helper_sock[1]);
+    close_fd(&eg->handoff[0]);
+    close_fd(&eg->handoff[1]);
     close_fd(&eg->null_fd);
     for (size_t i = 0; i < eg->n_cg_join; i++)
         close_fd(&eg->cg_join[i]);

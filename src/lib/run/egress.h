@@ -41,6 +41,7 @@ struct aj_egress {
     int err_fd;              /* its stderr, our read end (non-blocking) */
     int ctl_fd;              /* its fd 6, our write end */
     int helper_sock[2];      /* the netns helper sends the relay's listening socket on [1] */
+    int handoff[2];          /* SOCK_SEQPACKET: the relay hands accepted connections ([1]) to the proxy ([0]) */
     /* The proxy's unix socket's directory, in /tmp, named after its owner
      * (agentjail-egress-<pid>.<starttime>.ns<pidns>-XXXXXX: a later run
      * reaps it when that supervisor is gone) and held open: flock'ed for

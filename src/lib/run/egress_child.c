@@ -181,7 +181,9 @@ static void proxy_fs_view(const struct aj_egress_child *ec)
          * mounted, whatever happens to the name meanwhile. Opened here,
          * not by the supervisor: a bind's source must be a mount of the
          * caller's mount namespace, and this is a new one. */
-        src = open(e->path, O_PATH | O_CLOEXEC | (e->follow ? 0 : O_NOFOLLOW));
+        /* (A mode argument: flags not known at compile time make
+         * fortify call __open64_2, not on the child's allow-list.) */
+        src = open(e->path, O_PATH | O_CLOEXEC | (e->follow ? 0 : O_NOFOLLOW), 0);
         if (src < 0) {
             if (errno == ENOENT)
                 continue; /* gone since the plan (an optional file): not in the view */
@@ -280,131 +282,35 @@ void aj_egress_child_proxy_main(const struct aj_egress_child *ec)
 
 /* ---- the relay ------------------------------------------------------------------ */
 
-/* One relayed connection: the program's TCP socket (inside the sandbox's
- * network namespace) and our unix socket to the proxy, each direction
- * with a buffer of its own. */
-struct relay_conn {
-    int fd[2];       /* 0: the sandbox's TCP connection, 1: the proxy's unix socket */
-    size_t len[2];   /* bytes read from fd[i], waiting to go to fd[!i] */
-    size_t off[2];
-    bool eof[2];     /* fd[i] said EOF: shut down writing on fd[!i] once drained */
-    bool shut[2];    /* fd[i]'s write side is shut down */
-};
-
-/* Per direction. With RELAY_ROUNDS read-and-write rounds per wakeup, a
- * bulk transfer moves up to 512 KiB a direction between two polls. The
- * mapping is touched only as connections use it. */
-#define RELAY_CONN_BUF (64 * 1024)
-#define RELAY_ROUNDS 8
-
-static struct relay_conn *conns;
-static char *bufs; /* 2 * RELAY_CONN_BUF per connection */
-static struct pollfd *pfds;
-static size_t n_conns, max_conns;
-
-static char *conn_buf(size_t i, int d)
+/* Hand one accepted connection to the proxy: one byte and the fd, on the
+ * handoff socket (blocking: a proxy that is busy holds the next accept
+ * back; one that is gone is EPIPE, and the connection is closed, which
+ * the client sees as a refusal). */
+static void hand_over(int handoff, int fd)
 {
-    return bufs + (i * 2 + (size_t)d) * RELAY_CONN_BUF;
-}
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    char byte = 0;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    ssize_t n;
 
-static void conn_close(size_t i)
-{
-    (void)close(conns[i].fd[0]);
-    (void)close(conns[i].fd[1]);
-    if (i != --n_conns) {
-        conns[i] = conns[n_conns];
-        /* Its buffers move with it: what they hold, not all of them. */
-        for (int d = 0; d < 2; d++)
-            if (conns[i].len[d])
-                memcpy(conn_buf(i, d) + conns[i].off[d], conn_buf(n_conns, d) + conns[i].off[d], conns[i].len[d]);
-    }
-}
-
-static int to_proxy(const struct aj_egress_child *ec)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-
-    if (fd < 0)
-        return -1;
-    memcpy(sa.sun_path, ec->sock_path, sizeof(sa.sun_path) - 1);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
-        (void)close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static void accept_all(const struct aj_egress_child *ec, int lfd)
-{
-    for (;;) {
-        int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), p;
-        if (c < 0)
-            return;
-        /* Past the relay's table the connection is refused at once (the
-         * proxy's own cap, lower, answers with a 503 and an event). */
-        if (n_conns >= max_conns || (p = to_proxy(ec)) < 0) {
-            (void)close(c);
-            continue;
-        }
-        conns[n_conns] = (struct relay_conn){.fd = {c, p}};
-        n_conns++;
-    }
-}
-
-/* Move what can move on connection i; false once it is done. */
-static bool pump(size_t i, const struct pollfd *pf)
-{
-    struct relay_conn *c = &conns[i];
-
-    for (int d = 0; d < 2; d++) {
-        char *buf = conn_buf(i, d);
-        /* Rounds of: read from fd[d] when its buffer is empty (the first
-         * when poll said so, the next ones because the last write took
-         * everything: the sockets are non-blocking), write to fd[!d].
-         * They end when there is nothing to read, or the other side takes
-         * no more (its POLLOUT resumes), or after RELAY_ROUNDS (the other
-         * connections' turn). */
-        for (int round = 0; round < RELAY_ROUNDS; round++) {
-            if (!c->eof[d] && c->len[d] == 0 && (round > 0 || (pf[d].revents & (POLLIN | POLLHUP | POLLERR)))) {
-                ssize_t n = read(c->fd[d], buf, RELAY_CONN_BUF);
-                if (n > 0) {
-                    c->len[d] = (size_t)n;
-                    c->off[d] = 0;
-                } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-                    if (n < 0)
-                        return false; /* reset: the other side is told by our close */
-                    c->eof[d] = true;
-                }
-            }
-            if (c->len[d] == 0)
-                break;
-            /* MSG_NOSIGNAL: a peer that closed first (the proxy after its
-             * response, a client after its TLS close_notify) is an EPIPE
-             * for this connection, never a SIGPIPE for the relay. */
-            ssize_t n = send(c->fd[!d], buf + c->off[d], c->len[d], MSG_NOSIGNAL);
-            if (n > 0) {
-                c->off[d] += (size_t)n;
-                c->len[d] -= (size_t)n;
-            } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-                return false;
-            }
-            if (c->len[d] > 0)
-                break;
-        }
-        if (c->eof[d] && c->len[d] == 0 && !c->shut[d]) {
-            (void)shutdown(c->fd[!d], SHUT_WR);
-            c->shut[d] = true;
-        }
-    }
-    return !(c->shut[0] && c->shut[1]);
+    memset(u.buf, 0, sizeof(u.buf));
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    do
+        n = sendmsg(handoff, &mh, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
 }
 
 void aj_egress_child_relay_main(const struct aj_egress_child *ec)
 {
-    const int lfd = 3;
-    struct rlimit rl;
-    size_t bytes;
+    const int lfd = 3, hfd = 4;
 
     if (become_helper() < 0)
         _exit(120);
@@ -423,81 +329,49 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
      * (value_from env:NAME): blanked, in this process's memory only. */
     for (char **e = environ; e && *e; e++)
         memset(*e, 0, strlen(*e));
-    /* Keep the listening socket alone: nothing else of the supervisor's
-     * (the sandbox's pidfd, a caller's files or terminal). */
+    /* Keep the listening socket and the handoff socket alone: nothing else
+     * of the supervisor's (the sandbox's pidfd, a caller's files or
+     * terminal). */
     {
-        /* Above 0-3 first: the supervisor's own 0-2 may have been closed. */
-        int l = fcntl(ec->listen_fd, F_DUPFD_CLOEXEC, 10), nul = fcntl(ec->null_fd, F_DUPFD_CLOEXEC, 10);
-        if (l < 0 || nul < 0 || dup2(nul, STDIN_FILENO) < 0 || dup2(nul, STDOUT_FILENO) < 0 ||
-            dup2(nul, STDERR_FILENO) < 0 || dup2(l, lfd) < 0 || aj_sys_close_range(lfd + 1, ~0U, 0) < 0)
+        /* Above 0-4 first: the supervisor's own 0-2 may have been closed. */
+        int l = fcntl(ec->listen_fd, F_DUPFD_CLOEXEC, 10), h = fcntl(ec->handoff_fd, F_DUPFD_CLOEXEC, 10),
+            nul = fcntl(ec->null_fd, F_DUPFD_CLOEXEC, 10);
+        if (l < 0 || h < 0 || nul < 0 || dup2(nul, STDIN_FILENO) < 0 || dup2(nul, STDOUT_FILENO) < 0 ||
+            dup2(nul, STDERR_FILENO) < 0 || dup2(l, lfd) < 0 || dup2(h, hfd) < 0 ||
+            aj_sys_close_range(hfd + 1, ~0U, 0) < 0)
             _exit(120);
     }
     if (drop_privileges(ec) < 0)
         _exit(121);
-    /* Two fds a connection: within the hard limit, never EMFILE (a
-     * listening socket that stays readable would spin the loop). */
-    max_conns = ec->max_conns;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rl.rlim_cur = rl.rlim_max;
-        (void)setrlimit(RLIMIT_NOFILE, &rl);
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * max_conns + 16)
-            max_conns = rl.rlim_cur > 48 ? (rl.rlim_cur - 16) / 2 : 16;
-    }
-    bytes = max_conns * (sizeof(struct relay_conn) + sizeof(struct pollfd) * 2 + 2 * RELAY_CONN_BUF) +
-            sizeof(struct pollfd);
-    /* One mapping, touched only as connections come: no malloc here. */
-    {
-        char *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED)
-            _exit(122);
-        bufs = m;
-        conns = (struct relay_conn *)(void *)(m + max_conns * 2 * RELAY_CONN_BUF);
-        pfds = (struct pollfd *)(void *)((char *)conns + max_conns * sizeof(struct relay_conn));
-    }
     {
         int fl = fcntl(lfd, F_GETFL);
         if (fl < 0 || fcntl(lfd, F_SETFL, fl | O_NONBLOCK) < 0)
             _exit(120);
     }
     {
-        /* Set up: from here on it only waits, accepts, connects, moves
-         * bytes and closes (seccomp_relay.c). no_new_privs is set. */
+        /* Set up: from here on it only waits, accepts, hands over and
+         * closes (seccomp_relay.c). no_new_privs is set. */
         struct aj_bpf bpf = {.insns = (struct sock_filter *)(uintptr_t)ec->relay_insns, .len = ec->relay_len};
         struct aj_error err;
         if (ec->relay_len && aj_seccomp_child_load(&bpf, &err) < 0)
             _exit(124);
     }
     for (;;) {
-        size_t np = 0;
-        pfds[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        for (size_t i = 0; i < n_conns; i++) {
-            struct relay_conn *c = &conns[i];
-            for (int d = 0; d < 2; d++) {
-                short ev = 0;
-                if (!c->eof[d] && c->len[d] == 0)
-                    ev |= POLLIN;
-                if (c->len[!d] > 0)
-                    ev |= POLLOUT;
-                /* Nothing wanted: not polled (a hung-up peer would wake
-                 * the loop without end while our buffer waits). */
-                pfds[np++] = (struct pollfd){.fd = ev ? c->fd[d] : -1, .events = ev};
-            }
-        }
-        if (poll(pfds, np, -1) < 0) {
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (poll(&p, 1, -1) < 0) {
             if (errno == EINTR)
                 continue;
             _exit(123);
         }
-        if (pfds[0].revents & POLLIN)
-            accept_all(ec, lfd);
-        else if (pfds[0].revents & (POLLERR | POLLNVAL))
+        if (p.revents & (POLLERR | POLLNVAL))
             _exit(0);
-        /* Backwards: conn_close moves the last entry into the freed slot. */
-        for (size_t i = np / 2; i-- > 0;) {
-            if (i >= n_conns)
-                continue;
-            if (!pump(i, &pfds[1 + 2 * i]))
-                conn_close(i);
+        for (;;) {
+            /* Never read or written here: the proxy serves it directly. */
+            int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (c < 0)
+                break; /* EAGAIN; or EMFILE and the like: the next poll tries again */
+            hand_over(hfd, c);
+            (void)close(c);
         }
     }
 }

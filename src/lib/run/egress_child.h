@@ -14,8 +14,9 @@
 
 struct sock_filter;
 
-/* The contract's fds: config, listen, events, control, CA out (3..7). */
-#define AJ_EGRESS_NFDS 5
+/* The contract's fds: config, listen, events, control, CA out, handoff
+ * (3..8). */
+#define AJ_EGRESS_NFDS 6
 
 /* One entry of the proxy's filesystem view: a host path bound read-only at
  * the same place, or a symlink replicated (merged /usr: /lib -> usr/lib). */
@@ -42,7 +43,7 @@ struct aj_egress_child {
     const char *path;   /* agentjail-egress */
     char *const *argv;
     char *const *envp;
-    int fds[AJ_EGRESS_NFDS]; /* become 3..7 */
+    int fds[AJ_EGRESS_NFDS]; /* become 3..8 */
     int stderr_fd;
     uint64_t nofile;     /* RLIMIT_NOFILE the proxy needs (2 fds a connection), within the hard limit */
     /* The proxy's own root: a tmpfs at view_root (an empty directory of
@@ -52,8 +53,7 @@ struct aj_egress_child {
     size_t n_view;
     /* relay */
     int listen_fd;      /* TCP, 127.0.0.1:proxy_port, in the sandbox's network namespace */
-    char sock_path[108]; /* the proxy's unix socket */
-    size_t max_conns;
+    int handoff_fd;     /* SOCK_SEQPACKET to the proxy's --handoff-fd: each accepted connection goes there */
     const struct sock_filter *relay_insns; /* its seccomp filter (aj_seccomp_compile_relay) */
     size_t relay_len;
 };
@@ -61,8 +61,9 @@ struct aj_egress_child {
 /* The proxy: fds into place, setsid, egress uid, no capability,
  * no_new_privs, execve. Never returns. */
 __attribute__((noreturn)) void aj_egress_child_proxy_main(const struct aj_egress_child *ec);
-/* The relay: each connection to listen_fd carried to the proxy's unix
- * socket, byte for byte, until the supervisor kills it. Never returns. */
+/* The relay: each connection accepted on listen_fd handed to the proxy
+ * (SCM_RIGHTS on handoff_fd), until the supervisor kills it. Never
+ * returns. */
 __attribute__((noreturn)) void aj_egress_child_relay_main(const struct aj_egress_child *ec);
 /* In the netns helper, inside the new network namespace: lo up, a
  * listening socket on 127.0.0.1:port, sent down relay_sock (an
