@@ -205,7 +205,7 @@ class Proxy:
                 "a = [str(s.fileno()) if x == 'LISTEN' else x for x in sys.argv[2:]]\n"
                 "os.execv(a[0], a)\n")
 
-    def __init__(self, env, config, relay=True, tcp_port=None, nofile=None):
+    def __init__(self, env, config, relay=True, tcp_port=None, nofile=None, handoff=False):
         self.env = env
         self.dir = tempfile.mkdtemp(prefix="ajeg-px-")
         self.sock_path = self.dir + "/egress.sock"
@@ -227,6 +227,12 @@ class Proxy:
         child = [cfg_r, lsock.fileno(), ev_w, ctl_r, ca_w]
         args = [egress_bin(), "--config-fd", str(cfg_r), "--listen-fd", str(lsock.fileno()),
                 "--events-fd", str(ev_w), "--control-fd", str(ctl_r), "--ca-out-fd", str(ca_w)]
+        self.handoff = None
+        if handoff:  # --handoff-fd: the test hands connected sockets over as agentjail's relay does
+            self.handoff, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            child.append(theirs.fileno())
+            args += ["--handoff-fd", str(theirs.fileno())]
+            theirs_keep = theirs
         if tcp_port:
             args[4] = "LISTEN"
             args = [sys.executable, "-c", self.TCP_WRAP, str(tcp_port)] + args
@@ -240,6 +246,9 @@ class Proxy:
                     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
             self.proc = subprocess.Popen(cmd, pass_fds=child, stderr=errf, stdin=subprocess.DEVNULL,
                                          preexec_fn=limit if nofile else None)
+        if handoff:
+            theirs_keep.close()
+            child.remove(child[-1])
         for fd in child:
             os.close(fd)
         lsock.detach()

@@ -419,6 +419,35 @@ def test_placeholder_in_a_plain_request_body(env, proxy, tmp_path):
     assert REAL not in json.dumps(p.events)
 
 
+def test_handoff_serves_handed_sockets_and_refuses_others(env, proxy):
+    """--handoff-fd, as agentjail's relay uses it: a connected stream socket
+    handed over is served like an accepted one; anything else handed over
+    is closed; the hand-off's EOF leaves the proxy serving its listen
+    socket."""
+    p = proxy(handoff=True)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    # Not a stream socket: closed by the proxy, nothing served.
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    socket.send_fds(p.handoff, [b"\0"], [udp.fileno()])
+    udp.close()
+    # A connection, handed over as the relay does: the client talks to the proxy.
+    cli = socket.create_connection(srv.getsockname(), timeout=20)
+    acc, _ = srv.accept()
+    socket.send_fds(p.handoff, [b"\0"], [acc.fileno()])
+    acc.close()
+    out = eghelp.raw_request(cli, b"GET http://public.test/handed HTTP/1.1\r\nHost: public.test\r\n\r\n")
+    cli.close()
+    assert out.startswith(b"HTTP/1.1 200"), out[:200]
+    assert ups(env, "/handed")
+    p.wait_event(lambda e: e["type"] == "net_allowed" and e["host"] == "public.test")
+    # The hand-off's end: the proxy goes on serving its listen socket.
+    p.handoff.close()
+    assert curl(p, "http://public.test/after-handoff")[0] == 200
+    srv.close()
+
+
 def test_brokering_urllib_and_no_ca_without_secrets(env, proxy, tmp_path):
     p = proxy(broker_config(env))
     ca = tmp_path / "run-ca.pem"
