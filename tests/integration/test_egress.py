@@ -620,6 +620,20 @@ def test_a_killed_supervisor_leaves_no_proxy_or_relay(up, dns):
     assert not os.path.lexists(mine[0]), "the dead supervisor's socket directory is still there"
 
 
+def test_a_run_killed_whole_ends_its_proxy_quietly(up, dns, tmp_path):
+    """The proxy and the relay are in the run's cgroup: a limit kills them
+    with the payload. That end is expected: the run's events say timeout,
+    not "the egress proxy exited during the run"."""
+    ev = str(tmp_path / "ev.jsonl")
+    r = run_aj(proxy_args(up, dns, "--timeout", "1s", "--events", ev),
+               ["/bin/sh", "-c", "%s http://up.test:%d/before; sleep 30" % (shlex.join(CURL), up.port)],
+               env=egress_env())
+    assert r.result["status"] == "timeout", r
+    evs = events_of(ev)
+    assert [e["type"] for e in evs if e["type"] in ("limit", "error")] == ["limit"], evs
+    assert "code=200" in r.stdout and [s["path"] for s in up.seen] == ["/before"], r  # it had a proxy
+
+
 def _pidns():
     return os.stat("/proc/self/ns/pid").st_ino
 
