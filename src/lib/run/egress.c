@@ -454,10 +454,19 @@ static bool dir_owner_alive(const char *name)
  * (O_NOFOLLOW), never by a path a process could redirect. */
 static void reap_stale_dirs(void)
 {
-    DIR *d = opendir(EGRESS_TMP);
+    /* At most once a second per process: a server starting many proxy
+     * runs reads /tmp once, not once a run (a leftover waits a second). */
+    static uint64_t last_scan;
+    uint64_t now = aj_now_ms(), last = __atomic_load_n(&last_scan, __ATOMIC_RELAXED);
+    DIR *d;
     struct dirent *de;
     uid_t me = geteuid();
 
+    if (last && now - last < 1000)
+        return;
+    if (!__atomic_compare_exchange_n(&last_scan, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return; /* another thread scans now */
+    d = opendir(EGRESS_TMP);
     if (!d)
         return;
     while ((de = readdir(d))) {
