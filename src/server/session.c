@@ -139,8 +139,9 @@ void srv_find_fail(int rc, const char *id, struct srv_reply *reply)
         srv_reply_error(reply, 410, "session %s has ended (GET /v1/sessions/%s says how)", id, id);
     else if (rc == -EREMOTE)
         srv_reply_error(reply, 421,
-                        "session %s is live on another replica, which holds its workspace: send its requests "
-                        "there (route by session)", id);
+                        "session %s is live on another replica, which holds its workspace and advertises no "
+                        "address to forward to (replica.advertise): send its requests there (route by session)",
+                        id);
     else
         srv_reply_error(reply, 404, "no session %s", srv_valid_id(id) ? id : "with that id");
 }

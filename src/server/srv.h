@@ -111,6 +111,12 @@ struct srv_config {
     char *events_log;             /* JSON Lines sink of every run's events: a path, "-": stdout; NULL: none */
     char *tls_cert_path, *tls_key_path;
     char *tls_cert_pem, *tls_key_pem; /* read and checked at load; NULL: no TLS */
+    /* Forwarding between replicas of a PostgreSQL store (the config's
+     * "replica"; forward.c). */
+    char *replica_advertise;  /* where the other replicas reach this one (http://, https://, unix:);
+                               * NULL: they answer 421 for its live runs and sessions */
+    char *replica_ca_path;    /* PEM CA(s) an https peer's certificate must chain to; NULL: the system's */
+    unsigned replica_timeout; /* seconds: connecting to a peer, and each wait for its bytes */
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -142,6 +148,12 @@ const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, 
                                        size_t msg_size);
 
 /* ---- TLS (tls.c) ------------------------------------------------------------------------ */
+
+/* A replica's advertise address ("http://HOST:PORT", "https://HOST:PORT",
+ * "unix:/PATH"; forward.c): 0, or -1 and why. */
+int srv_peer_check(const char *spec, char *why, size_t why_size);
+/* A CA file for https peers (replica.ca): 0, or -1 and why. */
+int srv_peer_check_ca(const char *path, char *why, size_t why_size);
 
 /* Read and check the certificate chain and key (PEM): 0, or -1 with
  * which ("cert" or "key") and the reason. */
@@ -264,6 +276,11 @@ int srv_store_session_end(struct srv_store *s, const char *id, const char *statu
                           int64_t ended_ms);
 /* The row of id if tenant owns it, as JSON text (caller frees): 0, -ENOENT, -EIO. */
 int srv_store_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
+/* Whether the live run (session: the live session) id of tenant is
+ * another replica's: 1 and *ret_advertise, its address (malloc'd; NULL
+ * when it has none), or 0 (not live elsewhere: unknown, ended, this
+ * replica's, or its replica has stopped), or -EIO. Always 0 with SQLite. */
+int srv_store_locate(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
 /* Remove the records of runs that ended before before_ms: how many, or -EIO. */

@@ -38,7 +38,9 @@ static int state_dir(const char *store, char *msg, size_t msg_size)
 int srv_store_open(const struct srv_config *cfg, struct srv_store **ret, char *msg, size_t msg_size)
 {
     if (cfg->store_pg)
-        return state_dir(cfg->store, msg, msg_size) < 0 ? -1 : store_pg_open(cfg->store_pg, ret, msg, msg_size);
+        return state_dir(cfg->store, msg, msg_size) < 0
+                   ? -1
+                   : store_pg_open(cfg->store_pg, cfg->replica_advertise, ret, msg, msg_size);
     return store_sqlite_open(cfg->store, ret, msg, msg_size);
 }
 
@@ -92,6 +94,12 @@ int srv_store_session_end(struct srv_store *s, const char *id, const char *statu
 int srv_store_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret)
 {
     return s->ops->session_get_json(s, tenant, id, ret);
+}
+
+int srv_store_locate(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise)
+{
+    *ret_advertise = NULL;
+    return s->ops->locate ? s->ops->locate(s, session, tenant, id, ret_advertise) : 0;
 }
 
 /* ---- shared by the backends -------------------------------------------------------------------- */

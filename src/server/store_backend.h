@@ -18,6 +18,8 @@ struct store_ops {
     int (*session_insert)(struct srv_store *s, const struct srv_session_row *row);
     int (*session_end)(struct srv_store *s, const char *id, const char *status, const char *reason, int64_t ended_ms);
     int (*session_get_json)(struct srv_store *s, const char *tenant, const char *id, char **ret);
+    /* NULL: one node (SQLite), nothing is ever another replica's. */
+    int (*locate)(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise);
 };
 
 /* Each backend's handle starts with this. */
@@ -26,7 +28,8 @@ struct srv_store {
 };
 
 int store_sqlite_open(const char *path, struct srv_store **ret, char *msg, size_t msg_size);
-int store_pg_open(const char *conninfo, struct srv_store **ret, char *msg, size_t msg_size);
+/* advertise: this replica's address for forwarded requests, or NULL. */
+int store_pg_open(const char *conninfo, const char *advertise, struct srv_store **ret, char *msg, size_t msg_size);
 
 /* argv as a JSON array (the record's summary of what ran): malloc'd text. */
 char *store_argv_json(char *const *argv);

@@ -42,6 +42,7 @@ struct pg_store {
     int64_t replica; /* the row's id and the advisory lock's key */
     char replica_text[24];
     char name[300]; /* host:pid, for operators reading "replicas" */
+    char *advertise; /* where other replicas forward its runs' requests (forward.c), or NULL */
     pthread_t reaper;
     bool reaper_started, stop;
     pthread_mutex_t stop_lock;
@@ -60,6 +61,8 @@ static const char schema[] =
     "SELECT pg_advisory_xact_lock(6951423887107410273);"
     "CREATE TABLE IF NOT EXISTS replicas ("
     " id BIGINT PRIMARY KEY, name TEXT NOT NULL, started_ms BIGINT NOT NULL);"
+    /* Added with forwarding: a database of an older server gets it. */
+    "ALTER TABLE replicas ADD COLUMN IF NOT EXISTS advertise TEXT;"
     "CREATE TABLE IF NOT EXISTS runs ("
     " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL, ended_ms BIGINT,"
     " argv TEXT NOT NULL, status TEXT NOT NULL, exit_code INTEGER, policy_sha256 TEXT, result TEXT,"
@@ -117,7 +120,7 @@ const char *srv_store_pg_check_conninfo(const char *conninfo, char *msg, size_t 
 /* Under p->lock. The lock, the row: this replica is alive to the others. */
 static int join(struct pg_store *p, char *msg, size_t msg_size)
 {
-    const char *v[3] = {p->replica_text, p->name, NULL};
+    const char *v[4] = {p->replica_text, p->name, NULL, p->advertise};
     char started[24];
     PGresult *res;
     int ok;
@@ -129,8 +132,9 @@ static int join(struct pg_store *p, char *msg, size_t msg_size)
     PQclear(res);
     if (ok) {
         res = PQexecParams(p->conn,
-                           "INSERT INTO replicas (id, name, started_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
-                           3, NULL, v, NULL, NULL, 0);
+                           "INSERT INTO replicas (id, name, started_ms, advertise) VALUES ($1, $2, $3, $4)"
+                           " ON CONFLICT (id) DO NOTHING",
+                           4, NULL, v, NULL, NULL, 0);
         ok = PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
     }
@@ -277,7 +281,7 @@ static void *reaper_main(void *arg)
 
 static const struct store_ops pg_ops;
 
-int store_pg_open(const char *conninfo, struct srv_store **ret, char *msg, size_t msg_size)
+int store_pg_open(const char *conninfo, const char *advertise, struct srv_store **ret, char *msg, size_t msg_size)
 {
     struct pg_store *p = calloc(1, sizeof(*p));
     char host[256] = "";
@@ -296,6 +300,10 @@ int store_pg_open(const char *conninfo, struct srv_store **ret, char *msg, size_
     (void)pthread_cond_init(&p->stop_cv, &ca);
     (void)pthread_condattr_destroy(&ca);
     p->base.ops = &pg_ops;
+    if (advertise && !(p->advertise = strdup(advertise))) {
+        (void)snprintf(msg, msg_size, "store: out of memory");
+        goto fail;
+    }
     p->conn = PQconnectdb(conninfo);
     if (!p->conn || PQstatus(p->conn) != CONNECTION_OK) {
         (void)snprintf(msg, msg_size, "store: postgresql: %s", p->conn ? PQerrorMessage(p->conn) : "out of memory");
@@ -334,6 +342,7 @@ fail:
     (void)pthread_cond_destroy(&p->stop_cv);
     (void)pthread_mutex_destroy(&p->stop_lock);
     (void)pthread_mutex_destroy(&p->lock);
+    free(p->advertise);
     free(p);
     return -1;
 }
@@ -358,6 +367,7 @@ static void pg_close(struct srv_store *s)
     (void)pthread_cond_destroy(&p->stop_cv);
     (void)pthread_mutex_destroy(&p->stop_lock);
     (void)pthread_mutex_destroy(&p->lock);
+    free(p->advertise);
     free(p);
 }
 
@@ -409,13 +419,15 @@ static int pg_check_writable(struct srv_store *s)
 {
     struct pg_store *p = P(s);
     char now[24];
-    const char *v[3] = {p->replica_text, p->name, now};
+    const char *v[4] = {p->replica_text, p->name, now, p->advertise};
 
     /* A write (a read-only standby or a full disk fails it) that also
      * puts this replica's row back if someone deleted it by hand. */
     (void)snprintf(now, sizeof(now), "%" PRId64, srv_now_ms());
-    return exec_cmd(p, "INSERT INTO replicas (id, name, started_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
-                    3, v, NULL, NULL, NULL);
+    return exec_cmd(p,
+                    "INSERT INTO replicas (id, name, started_ms, advertise) VALUES ($1, $2, $3, $4)"
+                    " ON CONFLICT (id) DO NOTHING",
+                    4, v, NULL, NULL, NULL);
 }
 
 static int pg_delete(struct srv_store *s, const char *id)
@@ -667,6 +679,36 @@ static int pg_session_get_json(struct srv_store *s, const char *tenant, const ch
     return rc;
 }
 
+/* ---- forwarding ------------------------------------------------------------------------------------------ */
+
+/* The owner of a live run or session, if another replica with a row (a
+ * replica without one has stopped: its runs become lost, nothing to
+ * forward to). The tenant is part of the key: another tenant's id is
+ * not even looked up on the owner. */
+static int pg_locate(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise)
+{
+    struct pg_store *p = P(s);
+    const char *v[3] = {id, tenant, p->replica_text};
+    PGresult *res = NULL;
+    int rc;
+
+    rc = query_row(p,
+                   session ? "SELECT r.advertise FROM sessions x JOIN replicas r ON r.id = x.replica"
+                             " WHERE x.id = $1 AND x.tenant = $2 AND x.status = 'live' AND x.replica <> $3"
+                           : "SELECT r.advertise FROM runs x JOIN replicas r ON r.id = x.replica"
+                             " WHERE x.id = $1 AND x.tenant = $2 AND x.status IN ('queued', 'running')"
+                             " AND x.replica <> $3",
+                   3, v, &res);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return rc;
+    if (!PQgetisnull(res, 0, 0) && !(*ret_advertise = strdup(PQgetvalue(res, 0, 0))))
+        rc = -ENOMEM;
+    PQclear(res);
+    return rc < 0 ? rc : 1;
+}
+
 static const struct store_ops pg_ops = {
     .close = pg_close,
     .insert = pg_insert,
@@ -678,4 +720,5 @@ static const struct store_ops pg_ops = {
     .session_insert = pg_session_insert,
     .session_end = pg_session_end,
     .session_get_json = pg_session_get_json,
+    .locate = pg_locate,
 };
