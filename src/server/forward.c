@@ -765,8 +765,10 @@ int srv_fwd_route(struct srv_ctx *ctx, const struct srv_tenant *t, struct MHD_Co
         return 0;
     memcpy(id, rest, 32);
     id[32] = '\0';
+    /* Running or held here: no store round trip. */
+    if (session && srv_session_live_here(ctx->sessions, t, id))
+        return 0;
     if (!session) {
-        /* Running here: no store round trip. */
         struct srv_run *r = srv_runner_find(ctx->rn, t, id);
         if (r) {
             srv_run_unref(ctx->rn, r);

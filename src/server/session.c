@@ -133,6 +133,17 @@ int srv_session_find(struct srv_sessions *ss, const struct srv_tenant *t, const 
     return rc;
 }
 
+bool srv_session_live_here(struct srv_sessions *ss, const struct srv_tenant *t, const char *id)
+{
+    bool here = false;
+
+    (void)pthread_mutex_lock(&ss->lock);
+    for (struct srv_session *s = ss->live; s && !here; s = s->next)
+        here = s->tenant == t && strcmp(s->id, id) == 0;
+    (void)pthread_mutex_unlock(&ss->lock);
+    return here;
+}
+
 void srv_find_fail(int rc, const char *id, struct srv_reply *reply)
 {
     if (rc == -ESTALE)

@@ -443,6 +443,9 @@ int srv_sessions_start(struct srv_sessions *ss, char *msg, size_t msg_size);
  * workspace removed. Runs have ended (srv_runner_stop) before. */
 void srv_sessions_stop(struct srv_sessions *ss);
 void srv_sessions_free(struct srv_sessions *ss);
+/* Whether t's session id is live on this replica (memory only, no store:
+ * forward.c asks before it looks for another replica's). */
+bool srv_session_live_here(struct srv_sessions *ss, const struct srv_tenant *t, const char *id);
 /* The live sessions (metrics). */
 unsigned srv_sessions_live(struct srv_sessions *ss);
 
