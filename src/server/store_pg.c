@@ -509,30 +509,50 @@ out:
     return rc;
 }
 
-static const char *val(const PGresult *res, int col)
+/* The first row of a result, read through store_row (store.c maps it). */
+static bool val_null(const void *res, int col)
+{
+    return PQgetisnull(res, 0, col);
+}
+
+static const char *val(const void *res, int col)
 {
     return PQgetisnull(res, 0, col) ? "" : PQgetvalue(res, 0, col);
 }
 
-static int64_t val_i64(const PGresult *res, int col)
+static int64_t val_i64(const void *res, int col)
 {
     return PQgetisnull(res, 0, col) ? 0 : strtoll(PQgetvalue(res, 0, col), NULL, 10);
 }
 
-/* A bytea column (text format: hex) as a malloc'd, NUL-ended copy. */
-static char *val_bytes(const PGresult *res, int col, size_t *len)
-{
-    size_t n = 0;
-    unsigned char *b = PQgetisnull(res, 0, col) ? NULL : PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, col), &n);
-    char *s = malloc(n + 1);
+#define BYTEA_OID 17 /* pg_type.h's BYTEAOID (server headers, not libpq's) */
 
+/* A column as a malloc'd, NUL-ended copy: bytea (text format: hex) decoded. */
+static char *val_copy(const void *res, int col, size_t *len)
+{
+    unsigned char *b = NULL;
+    const char *t;
+    size_t n = 0;
+    char *s;
+
+    if (!PQgetisnull(res, 0, col) && PQftype(res, col) == BYTEA_OID) {
+        b = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, col), &n);
+        if (!b)
+            return NULL;
+        t = (const char *)b;
+    } else {
+        t = val(res, col);
+        n = strlen(t);
+    }
+    s = malloc(n + 1);
     if (s) {
         if (n)
-            memcpy(s, b, n);
+            memcpy(s, t, n);
         s[n] = '\0';
     }
     PQfreemem(b);
-    *len = n;
+    if (len)
+        *len = n;
     return s;
 }
 
@@ -561,47 +581,19 @@ static int query_row(struct pg_store *p, const char *sql, int n, const char *con
 
 static int pg_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret)
 {
-    struct srv_tenant t = {.name = (char *)tenant};
-    struct srv_run r = {.tenant = &t, .state = SRV_DONE};
     const char *v[2] = {id, tenant};
     PGresult *res = NULL;
     int rc;
 
-    rc = query_row(P(s),
-                   "SELECT created_ms, ended_ms, argv, status, exit_code, policy_sha256, result, error,"
-                   " stdout, stderr, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, events,"
-                   " events_truncated, session, outputs FROM runs WHERE id = $1 AND tenant = $2",
-                   2, v, &res);
+    *ret = NULL;
+    rc = query_row(P(s), "SELECT " STORE_RUN_COLUMNS " FROM runs WHERE id = $1 AND tenant = $2", 2, v, &res);
     if (rc < 0)
         return rc;
-    (void)snprintf(r.id, sizeof(r.id), "%s", id);
-    r.created_ms = val_i64(res, 0);
-    r.ended_ms = val_i64(res, 1);
-    (void)snprintf(r.status, sizeof(r.status), "%s", val(res, 3));
-    r.exit_code = (int)val_i64(res, 4);
-    (void)snprintf(r.policy_sha256, sizeof(r.policy_sha256), "%s", val(res, 5));
-    (void)snprintf(r.error, sizeof(r.error), "%s", val(res, 7));
-    r.result_json = PQgetisnull(res, 0, 6) ? NULL : strdup(val(res, 6));
-    r.out.data = val_bytes(res, 8, &r.out.len);
-    r.err.data = val_bytes(res, 9, &r.err.len);
-    r.out.total = (uint64_t)val_i64(res, 10);
-    r.err.total = (uint64_t)val_i64(res, 11);
-    r.out.truncated = val_i64(res, 12) != 0;
-    r.err.truncated = val_i64(res, 13) != 0;
-    r.events = PQgetisnull(res, 0, 14) ? NULL : json_loads(val(res, 14), 0, NULL);
-    r.events_truncated = val_i64(res, 15) != 0;
-    (void)snprintf(r.session_id, sizeof(r.session_id), "%s", val(res, 16));
-    r.outputs_json = PQgetisnull(res, 0, 17) ? NULL : json_loads(val(res, 17), 0, NULL);
-    if (!r.out.data || !r.err.data || (!PQgetisnull(res, 0, 6) && !r.result_json))
-        rc = -ENOMEM;
-    else
-        rc = store_record_json(&r, val(res, 2), ret);
+    {
+        const struct store_row row = {.impl = res, .null = val_null, .text = val, .i64 = val_i64, .copy = val_copy};
+        rc = store_run_row_json(id, tenant, &row, ret);
+    }
     PQclear(res);
-    free(r.result_json);
-    free(r.out.data);
-    free(r.err.data);
-    json_decref(r.events);
-    json_decref(r.outputs_json);
     return rc;
 }
 
@@ -656,24 +648,13 @@ static int pg_session_get_json(struct srv_store *s, const char *tenant, const ch
     int rc;
 
     *ret = NULL;
-    rc = query_row(P(s),
-                   "SELECT created_ms, ended_ms, expires_ms, idle_ms, quota, status, reason, policy_sha256"
-                   " FROM sessions WHERE id = $1 AND tenant = $2",
-                   2, v, &res);
+    rc = query_row(P(s), "SELECT " STORE_SESSION_COLUMNS " FROM sessions WHERE id = $1 AND tenant = $2", 2, v,
+                   &res);
     if (rc < 0)
         return rc;
     {
-        struct srv_session_row row = {
-            .created_ms = val_i64(res, 0),
-            .ended_ms = val_i64(res, 1),
-            .expires_ms = val_i64(res, 2),
-            .idle_ms = (uint64_t)val_i64(res, 3),
-            .quota = (uint64_t)val_i64(res, 4),
-            .status = val(res, 5),
-            .reason = PQgetisnull(res, 0, 6) ? NULL : val(res, 6),
-            .policy_sha256 = val(res, 7),
-        };
-        rc = store_session_json(id, &row, ret);
+        const struct store_row row = {.impl = res, .null = val_null, .text = val, .i64 = val_i64, .copy = val_copy};
+        rc = store_session_row_json(id, &row, ret);
     }
     PQclear(res);
     return rc;
