@@ -252,7 +252,9 @@ static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t sl, int 
     if (connect(fd, sa, sl) < 0) {
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
         int r;
-        if (errno != EINPROGRESS && errno != EAGAIN)
+        /* EAGAIN: a unix socket whose backlog is full (its server is
+         * stuck): refused now rather than waited for. */
+        if (errno != EINPROGRESS)
             return -errno;
         do
             r = poll(&pfd, 1, timeout_ms);
