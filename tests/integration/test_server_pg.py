@@ -539,7 +539,7 @@ def test_forwarding_loop_unreachable_and_stopped_owner(pg, server, tmp):
     ({"advertise": "unix:relative"}, "unix:PATH needs an absolute path"),
     ({"advertise": "env:AJ_TEST_NO_SUCH_VARIABLE"}, "the environment variable AJ_TEST_NO_SUCH_VARIABLE is not set"),
     ({"advertise": "http://h:1", "ca": "/nonexistent/ca.pem"}, "replica.ca: /nonexistent/ca.pem: No such file"),
-    ({"advertise": "http://h:1", "ca": "/etc/hostname"}, "replica.ca: /etc/hostname: no PEM CA certificate"),
+    ({"advertise": "http://h:1", "ca": "/etc/passwd"}, "replica.ca: /etc/passwd: no PEM CA certificate"),
     ({"timeout": 0}, "replica.timeout: must be between 1 and 3600"),
     ({"forward": True}, "replica: unknown key forward"),
     ("http://h:1", "replica: must be an object"),
