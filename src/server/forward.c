@@ -38,6 +38,20 @@
 #define FWD_HEAD_MAX 16384 /* the owner's status line and headers */
 #define FWD_BUF 16384
 
+static uint64_t n_ok, n_unreachable, n_loop; /* atomic: srv_fwd_counts */
+
+void srv_fwd_counts(uint64_t *ok, uint64_t *unreachable, uint64_t *loop)
+{
+    *ok = __atomic_load_n(&n_ok, __ATOMIC_RELAXED);
+    *unreachable = __atomic_load_n(&n_unreachable, __ATOMIC_RELAXED);
+    *loop = __atomic_load_n(&n_loop, __ATOMIC_RELAXED);
+}
+
+static void count(uint64_t *n)
+{
+    (void)__atomic_add_fetch(n, 1, __ATOMIC_RELAXED);
+}
+
 /* ---- addresses ---------------------------------------------------------------------------------- */
 
 struct peer {
@@ -469,6 +483,7 @@ int srv_fwd_open(struct srv_ctx *ctx, struct MHD_Connection *c, const char *addr
     if (peer_parse(addr, &p, why, sizeof(why)) < 0 || peer_connect(f, &p, ctx->cfg.replica_timeout, why, sizeof(why)) < 0) {
         srv_reply_error(reply, 503, "the replica that holds it (%s) cannot be reached: %s; if it has stopped, "
                         "its runs and sessions are marked lost within seconds", f->addr, why);
+        count(&n_unreachable);
         srv_fwd_free(f);
         return -1;
     }
@@ -503,6 +518,7 @@ int srv_fwd_open(struct srv_ctx *ctx, struct MHD_Connection *c, const char *addr
     if (rc < 0) {
         srv_reply_error(reply, 503, "the replica that holds it (%s) did not take the request: %s", f->addr,
                         strerror(-rc));
+        count(&n_unreachable);
         srv_fwd_free(f);
         return -1;
     }
@@ -720,9 +736,11 @@ int srv_fwd_finish(struct srv_fwd *f, struct MHD_Connection *c, enum MHD_Result 
                             f->addr, strerror(f->send_err));
         else
             srv_reply_error(reply, 503, "the replica that holds it (%s): %s", f->addr, why);
+        count(&n_unreachable);
         srv_fwd_free(f);
         return -1;
     }
+    count(&n_ok);
     resp = MHD_create_response_from_callback(f->content_length >= 0 ? (uint64_t)f->content_length
                                                                       : MHD_SIZE_UNKNOWN,
                                              FWD_BUF, response_read, f, response_free);
@@ -786,6 +804,7 @@ int srv_fwd_route(struct srv_ctx *ctx, const struct srv_tenant *t, struct MHD_Co
                         "%s %s is live on the replica at %s, and this request was forwarded already (by %.200s): "
                         "a request is forwarded once at most; is an advertise address reaching the wrong replica?",
                         session ? "session" : "run", id, addr, one_line(hop) ? hop : "?");
+        count(&n_loop);
         free(addr);
         return -1;
     }

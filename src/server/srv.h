@@ -157,6 +157,9 @@ const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, 
 int srv_peer_check(const char *spec, char *why, size_t why_size);
 /* A CA file for https peers (replica.ca): 0, or -1 and why. */
 int srv_peer_check_ca(const char *path, char *why, size_t why_size);
+/* Requests forwarded to another replica (GET /metrics): answered by the
+ * owner, 503 (it could not be reached or did not answer), 508 (a loop). */
+void srv_fwd_counts(uint64_t *ok, uint64_t *unreachable, uint64_t *loop);
 
 /* Read and check the certificate chain and key (PEM): 0, or -1 with
  * which ("cert" or "key") and the reason. */

@@ -521,6 +521,11 @@ def test_forwarding_loop_unreachable_and_stopped_owner(pg, server, tmp):
         status, _, j = b.request("DELETE", "/v1/runs/" + rid)
         assert status == 503, j
         assert b.request("GET", "/healthz", token=None)[0] == 200, "B itself is fine"
+        m = b.metrics()
+        assert m['agentjail_forwarded_total{result="loop"}'] == 1, m
+        assert m['agentjail_forwarded_total{result="unreachable"}'] == 3, m  # refused, silent (GET, DELETE)
+        # The two positive controls, and the loop's first hop (answered: the 508 of its second).
+        assert m['agentjail_forwarded_total{result="ok"}'] == 3, m
     finally:
         a.proc.send_signal(signal.SIGKILL)
         a.proc.send_signal(signal.SIGCONT)
