@@ -23,6 +23,7 @@
 #include <inttypes.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,13 @@
 
 #define FWD_HEAD_MAX 16384 /* the owner's status line and headers */
 #define FWD_BUF 16384
+
+/* Every forwarded request with a connection to its owner, so that a
+ * server shutting down cuts them (a thread waiting on another replica's
+ * run would otherwise hold the shutdown up to the run's timeout). */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct srv_fwd *open_list;
+static bool stopping;
 
 static uint64_t n_ok, n_unreachable, n_loop; /* atomic: srv_fwd_counts */
 
@@ -182,6 +190,9 @@ int srv_fwd_init(const struct srv_config *cfg, char *msg, size_t msg_size)
 {
     char why[512];
 
+    (void)pthread_mutex_lock(&open_lock);
+    stopping = false; /* a server started again in this process (the library's callers may) */
+    (void)pthread_mutex_unlock(&open_lock);
     if (!cfg->store_pg || tls_cred)
         return 0;
     if (cfg->replica_ca_path) {
@@ -227,12 +238,53 @@ struct srv_fwd {
     unsigned status;
     int64_t content_length; /* -1: not said */
     char ctype[128], retry_after[16], cache_control[64];
+    struct srv_fwd *prev, *next; /* open: the registry's (srv_fwd_shutdown) */
+    bool listed;
 };
+
+/* 0, or -1 when the server is shutting down. */
+static int list_add(struct srv_fwd *f)
+{
+    int rc = -1;
+
+    (void)pthread_mutex_lock(&open_lock);
+    if (!stopping) {
+        f->next = open_list;
+        if (open_list)
+            open_list->prev = f;
+        open_list = f;
+        f->listed = true;
+        rc = 0;
+    }
+    (void)pthread_mutex_unlock(&open_lock);
+    return rc;
+}
+
+void srv_fwd_shutdown(void)
+{
+    (void)pthread_mutex_lock(&open_lock);
+    stopping = true;
+    /* The fds stay open (their threads close them): reads and writes on
+     * them end at once. */
+    for (struct srv_fwd *f = open_list; f; f = f->next)
+        (void)shutdown(f->fd, SHUT_RDWR);
+    (void)pthread_mutex_unlock(&open_lock);
+}
 
 void srv_fwd_free(struct srv_fwd *f)
 {
     if (!f)
         return;
+    if (f->listed) {
+        (void)pthread_mutex_lock(&open_lock);
+        if (f->prev)
+            f->prev->next = f->next;
+        else
+            open_list = f->next;
+        if (f->next)
+            f->next->prev = f->prev;
+        (void)pthread_mutex_unlock(&open_lock);
+    }
     if (f->tls) {
         /* No bye: the connection is ours alone and goes now. */
         gnutls_deinit(f->tls);
@@ -487,6 +539,11 @@ int srv_fwd_open(struct srv_ctx *ctx, struct MHD_Connection *c, const char *addr
         srv_fwd_free(f);
         return -1;
     }
+    if (list_add(f) < 0) {
+        srv_reply_error(reply, 503, "the server is shutting down");
+        srv_fwd_free(f);
+        return -1;
+    }
     if (body_len >= 0)
         (void)snprintf(framing, sizeof(framing), "Content-Length: %" PRId64 "\r\n", body_len);
     else if (body_len == -1) {
@@ -731,7 +788,14 @@ int srv_fwd_finish(struct srv_fwd *f, struct MHD_Connection *c, enum MHD_Result 
     /* The body could not all be sent: the owner may have answered early
      * (a 413, a 404) and closed; its answer, if any, is the one to give. */
     if (set_timeouts(f->fd, f->idle_s) < 0 || read_head(f, why, sizeof(why)) < 0) {
-        if (f->send_err)
+        bool cut;
+        (void)pthread_mutex_lock(&open_lock);
+        cut = stopping;
+        (void)pthread_mutex_unlock(&open_lock);
+        if (cut)
+            srv_reply_error(reply, 503, "this replica is shutting down: the request forwarded to the replica that "
+                            "holds it (%s) was cut (what it started there goes on)", f->addr);
+        else if (f->send_err)
             srv_reply_error(reply, 503, "the replica that holds it (%s) stopped taking the request body: %s",
                             f->addr, strerror(f->send_err));
         else

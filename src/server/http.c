@@ -899,6 +899,7 @@ int aj_server_run(const struct aj_server_opts *o)
             (void)close(q); /* handed back to us by the quiesce */
     }
     srv_runner_stop(ctx.rn);
+    srv_fwd_shutdown();
     /* Every run has ended: let the requests that waited on them (and the
      * streams' exit events) reach their clients before MHD closes the
      * connections; bounded, a client that does not read is not waited for. */

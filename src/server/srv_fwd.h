@@ -37,6 +37,9 @@ void srv_fwd_write(struct srv_fwd *f, const char *data, size_t len);
  * caller queues. */
 int srv_fwd_finish(struct srv_fwd *f, struct MHD_Connection *c, enum MHD_Result *ret, struct srv_reply *reply);
 void srv_fwd_free(struct srv_fwd *f);
+/* Shutdown: forwarding stops (503), and every forwarded request still
+ * waiting on its owner ends now (its client's connection is cut). */
+void srv_fwd_shutdown(void);
 
 /* The TLS credentials for https peers (replica.ca or the system's), made
  * once at start; released at exit. 0, or -1 and why. */

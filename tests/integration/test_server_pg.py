@@ -472,6 +472,7 @@ def test_forwarding_a_run_and_a_session_to_the_replica_that_holds_it(pg, server,
     pg.psql(db, "UPDATE replicas SET advertise = 'https://localhost:%d' WHERE advertise = '%s'" % (port, a_addr))
     status, _, e = b.request("GET", "/v1/runs/" + j["id"])
     assert status == 503 and "not trusted" in e["error"], e
+    pg.psql(db, "UPDATE replicas SET advertise = '%s' WHERE advertise = 'https://localhost:%d'" % (a_addr, port))
     assert a.request("DELETE", "/v1/runs/" + j["id"])[0] == 200
     assert wait_for(lambda: not pids_with(tag), 10)
 
@@ -482,6 +483,31 @@ def test_forwarding_a_run_and_a_session_to_the_replica_that_holds_it(pg, server,
     assert wait_for(lambda: pids_with(tag), 20)
     assert a.request("GET", "/v1/runs/" + j["id"])[2]["status"] == "running"
     assert a.request("DELETE", "/v1/runs/" + j["id"])[2]["status"] == "signaled"
+    assert wait_for(lambda: not pids_with(tag), 10)
+
+    # B shutting down (SIGTERM) does not wait for A's run that a request
+    # forwarded through it waits on (up to max_timeout): the forwarded
+    # request is cut (503 to its client), B exits 0 at once; A's run goes
+    # on, A's to end.
+    import threading
+    status, _, j = a.request("POST", "/v1/sessions", {})
+    sid = j["id"]
+    tag = new_tag()
+    got = {}
+
+    def waiting_run():
+        try:
+            got["r"] = b.request("POST", "/v1/sessions/%s/runs" % sid, {"argv": ["sleep", tag]}, timeout=120)
+        except Exception as e:  # noqa: BLE001: the connection cut is the point
+            got["e"] = e
+    t = threading.Thread(target=waiting_run)
+    t.start()
+    assert wait_for(lambda: pids_with(tag), 20), (got, j)
+    assert b.stop(timeout=30) == 0, b.err()
+    t.join(60)
+    assert got["r"][0] == 503 and "shutting down" in got["r"][2]["error"], got
+    assert pids_with(tag), "A's run is A's"
+    assert a.request("DELETE", "/v1/sessions/" + sid)[0] == 200
     assert wait_for(lambda: not pids_with(tag), 10)
 
 
