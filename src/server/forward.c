@@ -532,7 +532,8 @@ int srv_fwd_open(struct srv_ctx *ctx, struct MHD_Connection *c, const char *addr
     f->idle_s = idle_s;
     f->content_length = -1;
     (void)snprintf(f->addr, sizeof(f->addr), "%s", addr);
-    if (peer_parse(addr, &p, why, sizeof(why)) < 0 || peer_connect(f, &p, ctx->cfg.replica_timeout, why, sizeof(why)) < 0) {
+    if (peer_parse(addr, &p, why, sizeof(why)) < 0 ||
+        peer_connect(f, &p, ctx->cfg.replica_timeout, why, sizeof(why)) < 0) {
         srv_reply_error(reply, 503, "the replica that holds it (%s) cannot be reached: %s; if it has stopped, "
                         "its runs and sessions are marked lost within seconds", f->addr, why);
         count(&n_unreachable);

@@ -477,8 +477,8 @@ static enum MHD_Result begin_upload(struct srv_ctx *ctx, struct MHD_Connection *
         if (fr > 0) {
             /* The body goes on to the owner as it comes, as it would into
              * a workspace here. */
-            fr = srv_fwd_open(ctx, c, addr, "PUT", url, content_length ? (int64_t)strtoull(content_length, NULL, 10) : -1,
-                              ctx->cfg.replica_timeout, &cc->fwd, &reply);
+            int64_t len = content_length ? (int64_t)strtoull(content_length, NULL, 10) : -1;
+            fr = srv_fwd_open(ctx, c, addr, "PUT", url, len, ctx->cfg.replica_timeout, &cc->fwd, &reply);
             free(addr);
             if (fr == 0)
                 return MHD_YES;
