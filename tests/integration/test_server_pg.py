@@ -538,6 +538,11 @@ def test_forwarding_loop_unreachable_and_stopped_owner(pg, server, tmp):
     assert status == 503 and "http://127.0.0.1:1" in j["error"] and "refused" in j["error"], j
     pg.psql(db, "UPDATE replicas SET advertise = 'unix:%s' WHERE advertise = 'http://127.0.0.1:1'" % a_sock)
     assert b.request("GET", "/v1/runs/" + rid)[2]["status"] == "running"
+    # A stream via B, open as A goes (below): it ends without an exit event.
+    sc = b.conn()
+    sc.request("GET", "/v1/runs/%s/stream" % rid, headers={"Authorization": "Bearer " + TOKEN_A})
+    stream = sc.getresponse()
+    assert stream.status == 200 and sse_until(stream, "start")
     # A stopped (SIGSTOP): its socket takes the connection, it never
     # answers; its database connection (and lock) lives on.
     a.proc.send_signal(signal.SIGSTOP)
@@ -550,13 +555,21 @@ def test_forwarding_loop_unreachable_and_stopped_owner(pg, server, tmp):
         m = b.metrics()
         assert m['agentjail_forwarded_total{result="loop"}'] == 1, m
         assert m['agentjail_forwarded_total{result="unreachable"}'] == 3, m  # refused, silent (GET, DELETE)
-        # The two positive controls, and the loop's first hop (answered: the 508 of its second).
-        assert m['agentjail_forwarded_total{result="ok"}'] == 3, m
+        # The two positive controls, the loop's first hop (answered: the
+        # 508 of its second), the stream.
+        assert m['agentjail_forwarded_total{result="ok"}'] == 4, m
     finally:
         a.proc.send_signal(signal.SIGKILL)
         a.proc.send_signal(signal.SIGCONT)
     a.proc.wait(timeout=30)
     assert wait_for(lambda: not pids_with(tag), 20)
+    import http.client
+    try:
+        rest = stream.read()
+    except http.client.IncompleteRead as e:
+        rest = e.partial
+    sc.close()
+    assert b"event: exit" not in rest, rest
     # Until B sees the lock go (about 2 s), a 503 (A is gone), then the store's answer.
     assert wait_for(lambda: b.request("GET", "/v1/runs/" + rid)[2].get("status") == "lost", 60), b.err()
 
