@@ -429,6 +429,9 @@ def test_forwarding_a_run_and_a_session_to_the_replica_that_holds_it(pg, server,
     sid = j["id"]
     big = os.urandom(3 << 20)
     assert a.request("PUT", "/v1/sessions/%s/files/from-a" % sid, raw=b"written on a")[0] in (200, 201)
+    # Its GET via B is A's live view (the workspace's use), not the row.
+    status, _, j = b.request("GET", "/v1/sessions/" + sid)
+    assert status == 200 and j["status"] == "live" and j["workspace_used"] > 0, j
     status, resp, text = b.request("GET", "/v1/sessions/%s/files/from-a" % sid)
     assert status == 200 and text == "written on a", (status, text)
     assert b.request("PUT", "/v1/sessions/%s/files/big" % sid, raw=big)[0] in (200, 201)
