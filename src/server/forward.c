@@ -75,6 +75,12 @@ static int peer_parse(const char *spec, struct peer *p, char *why, size_t why_si
     size_t n;
 
     *p = (struct peer){0};
+    /* It goes into a header (the hop header) and messages as it is. */
+    for (const unsigned char *c = (const unsigned char *)spec; *c; c++)
+        if (*c < 0x20 || *c == 0x7f) {
+            (void)snprintf(why, why_size, "a control character in the address");
+            return -1;
+        }
     if (strncmp(spec, "unix:", 5) == 0) {
         if (spec[5] != '/' || strlen(spec + 5) >= sizeof(p->path)) {
             (void)snprintf(why, why_size, "unix:PATH needs an absolute path shorter than %zu bytes", sizeof(p->path));

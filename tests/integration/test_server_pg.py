@@ -584,6 +584,7 @@ def test_forwarding_loop_unreachable_and_stopped_owner(pg, server, tmp):
     ({"advertise": "http://10.0.0.5:80/v1"}, "the port is 1 to 65535, and nothing after it"),
     ({"advertise": "http://[::1:8080"}, "an IPv6 address is [ADDR]:PORT"),
     ({"advertise": "unix:relative"}, "unix:PATH needs an absolute path"),
+    ({"advertise": "unix:/run/a\r\nX-Evil: 1"}, "a control character in the address"),
     ({"advertise": "env:AJ_TEST_NO_SUCH_VARIABLE"}, "the environment variable AJ_TEST_NO_SUCH_VARIABLE is not set"),
     ({"advertise": "http://h:1", "ca": "/nonexistent/ca.pem"}, "replica.ca: /nonexistent/ca.pem: No such file"),
     ({"advertise": "http://h:1", "ca": "/etc/passwd"}, "replica.ca: /etc/passwd: no PEM CA certificate"),
