@@ -7,8 +7,8 @@
  * the call (its run is killed); DELETE ends the session (its runs killed,
  * its sandbox sessions closed). GET (a server-to-client stream) is 405:
  * this server sends no requests of its own. An Origin header that is not
- * a loopback origin is refused (403), against DNS rebinding from a
- * browser. */
+ * one of the config's mcp.allowed_origins (by default: a loopback origin)
+ * is refused (403), against DNS rebinding from a browser. */
 #include <errno.h>
 #include <microhttpd.h>
 #include <stdio.h>
@@ -174,35 +174,29 @@ static enum MHD_Result rpc_error(struct MHD_Connection *c, unsigned status, int 
 
 /* ---- Origin ------------------------------------------------------------------------------- */
 
-/* No Origin (not a browser), or a loopback one: http(s)://localhost,
- * 127.0.0.1 or [::1], any port. */
-static bool origin_allowed(const char *o)
+/* No Origin (not a browser): served. With the config's
+ * mcp.allowed_origins: one of them; without: a loopback origin,
+ * http(s)://localhost, 127.0.0.1 or [::1], any port. */
+static bool origin_allowed(const struct srv_config *cfg, const char *o)
 {
-    static const char *const hosts[] = {"localhost", "127.0.0.1", "[::1]"};
-    const char *h;
+    static const char *const loopback[] = {"http://localhost:*", "https://localhost:*", "http://127.0.0.1:*",
+                                           "https://127.0.0.1:*", "http://[::1]:*",     "https://[::1]:*"};
+    struct srv_origin got, pat;
+    const char *why;
 
     if (!o)
         return true;
-    if (strncmp(o, "http://", 7) == 0)
-        h = o + 7;
-    else if (strncmp(o, "https://", 8) == 0)
-        h = o + 8;
-    else
+    if (srv_origin_parse(o, false, &got, &why) < 0)
         return false;
-    for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
-        size_t n = strlen(hosts[i]);
-        if (strncmp(h, hosts[i], n) != 0)
-            continue;
-        const char *rest = h + n;
-        if (!*rest)
-            return true;
-        if (*rest != ':' || !rest[1])
-            return false;
-        for (rest++; *rest; rest++)
-            if (*rest < '0' || *rest > '9')
-                return false;
-        return true;
+    if (cfg->mcp_origins_set) {
+        for (size_t i = 0; i < cfg->n_mcp_origins; i++)
+            if (srv_origin_match(&cfg->mcp_origins[i], &got))
+                return true;
+        return false;
     }
+    for (size_t i = 0; i < sizeof(loopback) / sizeof(loopback[0]); i++)
+        if (srv_origin_parse(loopback[i], true, &pat, &why) == 0 && srv_origin_match(&pat, &got))
+            return true;
     return false;
 }
 
@@ -530,9 +524,12 @@ enum MHD_Result srv_mcp_http(struct srv_ctx *ctx, struct MHD_Connection *c, stru
 {
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
 
-    if (!origin_allowed(origin))
+    if (!origin_allowed(&ctx->cfg, origin))
         return rpc_error(c, MHD_HTTP_FORBIDDEN, MCP_INVALID_REQUEST,
-                         "Origin not allowed (only loopback origins may call /mcp from a browser)");
+                         ctx->cfg.mcp_origins_set
+                             ? "Origin not allowed (not one of the config's mcp.allowed_origins)"
+                             : "Origin not allowed (only loopback origins may call /mcp from a browser; the "
+                               "config's mcp.allowed_origins names others)");
     if (!t)
         return rpc_error(c, MHD_HTTP_UNAUTHORIZED, MCP_INVALID_REQUEST,
                          "a valid 'Authorization: Bearer TOKEN' is required");

@@ -563,6 +563,52 @@ def test_http_origin_auth_sessions_and_methods(http_server):
     assert status == 404, j
 
 
+ORIGINS = ["https://app.example.com", "http://localhost:3000", "http://[::1]:*"]
+
+
+@needs_root
+def test_http_origin_allow_list_from_the_config(http_server):
+    """mcp.allowed_origins replaces the loopback default: a listed origin
+    is served (its default port the same as none), an unlisted one is 403,
+    even a loopback one; a request without Origin is served (not a browser)."""
+    s = http_server(extra={"mcp": {"allowed_origins": ORIGINS}})
+    init = init_msg("2025-11-25")
+    for origin in ("https://app.example.com", "https://APP.example.com:443", "http://localhost:3000",
+                   "http://[::1]:9", None):
+        status, r, j = post(s, init, headers={"Origin": origin} if origin else {})
+        assert status == 200 and j["result"]["protocolVersion"] == "2025-11-25", (origin, status, j)
+        status, _, _ = post(s, None, session=r.getheader("Mcp-Session-Id"), headers={"X-Method": "DELETE"})
+        assert status == 200
+    for origin in ("http://app.example.com", "https://app.example.com:8443", "https://app.example.com.evil.example",
+                   "http://localhost:3001", "http://127.0.0.1:3000", "https://app.example.com/", "null"):
+        status, _, j = post(s, init, headers={"Origin": origin})
+        assert status == 403 and "mcp.allowed_origins" in j["error"]["message"], (origin, status, j)
+    # Refused before anything else: only the five served ones made a session.
+    assert len(re.findall(r"http: session \S+ started", s.err())) == 5, s.err()
+
+
+def test_http_origin_allow_list_config_errors_are_located(tmp_path):
+    from test_server import TOKEN_A, sha
+    bad = [({"allowed_origins": ["https://a.example", "*"]}, "mcp.allowed_origins[1]", "DNS rebinding"),
+           ({"allowed_origins": ["https://a.example/app"]}, "mcp.allowed_origins[0]", "no path"),
+           ({"allowed_origins": ["ftp://a.example"]}, "mcp.allowed_origins[0]", "http://HOST"),
+           ({"allowed_origins": ["http://a.example:0"]}, "mcp.allowed_origins[0]", "1 to 65535"),
+           ({"allowed_origins": ["https://a.example", "https://A.example:443"]}, "mcp.allowed_origins[1]",
+            "same origin as mcp.allowed_origins[0]"),
+           ({"allowed_origins": "https://a.example"}, "mcp.allowed_origins", "array"),
+           ({"allowed_origin": []}, "mcp.allowed_origin", "unknown key"),
+           ([], "mcp", "must be an object")]
+    cfg = tmp_path / "server.json"
+    for mcp, key, why in bad:
+        text = json.dumps({"listen": "127.0.0.1:0", "store": str(tmp_path / "r.db"),
+                           "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}, "mcp": mcp}, indent=1)
+        cfg.write_text(text)
+        p = subprocess.run([AJ_BIN, "serve", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and re.search(r"%s:\d+:\d+: %s: " % (re.escape(str(cfg)), re.escape(key)),
+                                               p.stderr) and why in p.stderr, (mcp, p.stderr)
+    assert not (tmp_path / "r.db").exists()  # nothing was started
+
+
 def http_session(s, token=None):
     status, r, j = post(s, init_msg("2025-11-25"), token=token)
     assert status == 200, j
@@ -654,8 +700,22 @@ def test_http_conformance_suite_scenarios_that_apply(http_server):
         for scenario in ("server-initialize", "ping", "tools-list", "server-sse-multiple-streams"):
             p = subprocess.run([conf, "server", "--url", "http://127.0.0.1:%d/mcp" % port, "--scenario", scenario],
                                cwd=s.tmp, capture_output=True, text=True, timeout=120)
-            assert "Passed: " in p.stdout and " 0 failed" in p.stdout and p.returncode == 0, \
-                (scenario, p.stdout[-3000:], p.stderr[-2000:])
+            why = (scenario, p.stdout[-3000:], p.stderr[-2000:])
+            # The suite's summary line and its checks.json must agree, and a
+            # scenario that ran no check is a failure (it would otherwise
+            # read "0 failed").
+            m = re.search(r"^Passed: (\d+)/(\d+), (\d+) failed", p.stdout, re.M)
+            assert m and p.returncode == 0, why
+            passed, ran, failed = map(int, m.groups())
+            assert ran > 0 and passed == ran and failed == 0, why
+            saved = re.search(r"^Results saved to (\S+)", p.stdout, re.M)
+            assert saved, why
+            with open(os.path.join(s.tmp, saved.group(1), "checks.json")) as f:
+                checks = json.load(f)
+            # Each check passed (INFO lines are notes, not checks: the suite
+            # does not count them), as many as the summary counted.
+            statuses = [c["status"] for c in checks]
+            assert statuses.count("SUCCESS") == ran and set(statuses) <= {"SUCCESS", "INFO"}, (scenario, checks)
     finally:
         proxy.kill()
         proxy.wait()
