@@ -598,8 +598,9 @@ static enum MHD_Result post_stateless(struct srv_ctx *ctx, struct MHD_Connection
         return rpc_error(c, MHD_HTTP_BAD_REQUEST, MCP_INVALID_REQUEST,
                          "a JSON-RPC request (method and id) or notification; this server takes no responses");
     }
-    if (!mcp_is_modern(msg)) {
-        err = mcp_modern_check(msg, &code); /* the missing _meta's -32602 */
+    if (!json_is_string(json_object_get(json_object_get(json_object_get(msg, "params"), "_meta"),
+                                        "io.modelcontextprotocol/protocolVersion"))) {
+        err = mcp_modern_check(msg, &code); /* the missing or mistyped field's -32602 */
         json_decref(msg);
         return rpc_error_text(c, MHD_HTTP_BAD_REQUEST, err);
     }
@@ -688,10 +689,14 @@ static enum MHD_Result post(struct srv_ctx *ctx, struct MHD_Connection *c, struc
         struct entry *gone = NULL;
         (void)pthread_mutex_lock(&reg_lock);
         gone = expire_locked(srv_now_ms());
-        unsigned mine = 0;
-        for (struct entry *x = reg; x; x = x->next)
+        unsigned mine = 0, all = 0;
+        for (struct entry *x = reg; x; x = x->next) {
             mine += x->t == t;
-        bool room = reg_count < MCP_HTTP_MAX_SESSIONS && mine < MCP_HTTP_MAX_PER_TENANT;
+            all++;
+        }
+        /* Listed sessions (not stateless requests in flight, which
+         * reg_count also counts). */
+        bool room = all < MCP_HTTP_MAX_SESSIONS && mine < MCP_HTTP_MAX_PER_TENANT;
         if (e && room && srv_new_id(e->id)) {
             e->t = t;
             e->conn = conn;

@@ -771,6 +771,8 @@ def test_http_stateless_requests_headers_and_errors(http_server):
     assert status == 400 and j["error"]["code"] == -32602 and j["id"] == 3, j
     status, _, j = modern_post(s, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"})  # the header, no _meta
     assert status == 400 and j["error"]["code"] == -32602, j
+    status, _, j = modern_post(s, modern_msg(4, "tools/list", version=20260728))  # not a string
+    assert status == 400 and j["error"]["code"] == -32602, j
     status, _, j = modern_post(s, modern_msg(5, "tools/list", version="2099-01-01"), version="2099-01-01")
     assert status == 400 and j["error"]["code"] == -32022, j
     assert j["error"]["data"] == {"supported": ALL_VERSIONS, "requested": "2099-01-01"}
