@@ -381,6 +381,8 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
         if (!srv_runner_accepting(ctx->rn))
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting down");
+        if (!srv_runner_warm(ctx->rn))
+            return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "warming up: the warm pools are being filled");
         if (srv_store_check_writable(ctx->store) < 0)
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the run store is not writable");
         return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ready\"}"));

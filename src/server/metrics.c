@@ -109,7 +109,7 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
         header(f, "agentjail_pool_runs_total", "counter", "Runs by whether a parked sandbox was ready (all pools).");
         (void)fprintf(f, "agentjail_pool_runs_total{kind=\"warm\"} %llu\nagentjail_pool_runs_total{kind=\"cold\"} %llu\n",
                       (unsigned long long)m.warm_runs, (unsigned long long)m.cold_runs);
-        header(f, "agentjail_pool_ready", "gauge", "Parked sandboxes ready, all pools (as of each pool's last run start).");
+        header(f, "agentjail_pool_ready", "gauge", "Parked sandboxes ready now, all pools.");
         (void)fprintf(f, "agentjail_pool_ready %u\n", m.pool_ready);
         header(f, "agentjail_tenant_pool_runs_total", "counter", "Runs by tenant and whether its pool had one ready.");
         for (size_t i = 0; i < cfg->n_tenants; i++)
@@ -123,6 +123,19 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
         for (size_t i = 0; i < cfg->n_tenants; i++)
             if (snap[i].pool)
                 (void)fprintf(f, "agentjail_tenant_pool_ready{tenant=\"%s\"} %u\n", snap[i].name, snap[i].pool_ready);
+    }
+    if (m.interp) {
+        header(f, "agentjail_interp_runs_total", "counter",
+               "python runs sent to warm interpreters, by whether one was parked (all tenants).");
+        (void)fprintf(f, "agentjail_interp_runs_total{kind=\"warm\"} %llu\nagentjail_interp_runs_total{kind=\"cold\"} %llu\n",
+                      (unsigned long long)m.interp_warm_runs, (unsigned long long)m.interp_cold_runs);
+        header(f, "agentjail_interp_ready", "gauge", "Parked warm interpreters ready now, all tenants.");
+        (void)fprintf(f, "agentjail_interp_ready %u\n", m.interp_ready);
+        header(f, "agentjail_tenant_interp_ready", "gauge", "Parked warm interpreters ready now, by tenant.");
+        for (size_t i = 0; i < cfg->n_tenants; i++)
+            if (snap[i].interp_pool_on)
+                (void)fprintf(f, "agentjail_tenant_interp_ready{tenant=\"%s\"} %u\n", snap[i].name,
+                              snap[i].interp_ready);
     }
     free(snap);
     if (fclose(f) != 0) {

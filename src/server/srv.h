@@ -73,6 +73,9 @@ struct srv_tenant {
     bool pool;           /* its warm pool is in use */
     uint64_t warm_runs, cold_runs; /* its pool's counts (aj_pool_get_stats) */
     unsigned pool_ready;
+    bool interp_pool_on;                  /* its warm interpreters' pool is in use */
+    uint64_t interp_warm_runs, interp_cold_runs; /* that pool's counts */
+    unsigned interp_ready;
     /* The session code's gauge (srv_tenant_sessions_add); atomic. */
     int sessions_live;
 };
@@ -320,7 +323,10 @@ struct srv_metrics {
     unsigned running;
     bool pool;                        /* a warm pool is in use (some tenant's) */
     uint64_t warm_runs, cold_runs;    /* the pools' counts, summed (aj_pool_get_stats) */
-    unsigned pool_ready;
+    unsigned pool_ready;              /* as of the read (each pool asked then) */
+    bool interp;                      /* some tenant's warm interpreters are in use */
+    uint64_t interp_warm_runs, interp_cold_runs;
+    unsigned interp_ready;
 };
 /* The Prometheus text of GET /metrics (metrics.c); NULL when out of memory. */
 char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg);
@@ -362,6 +368,8 @@ void srv_runner_tenant_snapshot(struct srv_runner *rn, const struct srv_tenant *
  * runner thread's, or before it runs anything. */
 void srv_runner_prune(struct srv_runner *rn, bool now);
 /* Whether runs are accepted (not shutting down). */
+/* Whether the runner has made its warm pools (each filled as it is made). */
+bool srv_runner_warm(struct srv_runner *rn);
 bool srv_runner_accepting(struct srv_runner *rn);
 /* Refuse new runs, kill every live one, end the thread once they are
  * all recorded. Requests still waiting on runs are answered; the struct

@@ -134,7 +134,7 @@ def test_record_survives_a_restart_same_json_as_sqlite_and_tenants_see_only_thei
     req = {"language": "sh", "code": "printf 'kept\\n'; printf 'e\\377rr' >&2; exit 3"}
     s = server(extra=pg_store(pg, db, tmp))
     assert "store: postgresql: replica" in s.err()
-    assert s.request("GET", "/readyz", token=None)[0] == 200
+    assert wait_for(lambda: s.request("GET", "/readyz", token=None)[0] == 200, 60)  # once the warm pool is filled
     status, _, j = s.run(req)
     assert status == 200 and j["status"] == "nonzero_exit" and j["exit_code"] == 3 and j["stdout"] == "kept\n", j
     assert s.stop() == 0
