@@ -830,6 +830,35 @@ def test_http_stateless_session_handles_are_the_tenants_and_close_at_the_end(htt
 
 
 @needs_root
+def test_http_stateless_handles_of_ended_sessions_are_pruned(http_server):
+    """The tenant's stateless set has no connection end to close at: a
+    handle whose session ended elsewhere (here a REST DELETE) stays until
+    the set holds 64, then it is forgotten (-32602) instead of answering
+    the ended session's 410 forever; a live one is kept."""
+    s = http_server()
+
+    def call(id, name, args):
+        status, _, j = modern_post(s, modern_msg(id, "tools/call", {"name": name, "arguments": args}), name=name)
+        assert status == 200, (status, j)
+        return j
+
+    keep = structured(call(1, "create_session", {})["result"])["session_id"]
+    first = None
+    for i in range(64):
+        sid = structured(call(10 + i, "create_session", {})["result"])["session_id"]
+        first = first or sid
+        status, _, _ = s.request("DELETE", "/v1/sessions/" + sid)
+        assert status == 200
+        if i == 0:
+            # Still a handle: the ended session answers (410), as a result.
+            j = call(2, "list_files", {"session_id": first})
+            assert j["result"]["isError"] is True and structured(j["result"])["http_status"] == 410, j
+    j = call(3, "list_files", {"session_id": first})
+    assert j["error"]["code"] == -32602, j  # pruned when the 65th was made
+    j = call(4, "write_file", {"session_id": keep, "path": "k", "content": "1"})
+    assert j["result"]["isError"] is False, j  # the live one was kept
+
+@needs_root
 def test_http_stateless_sdk_v2_client(http_server):
     """The SDK's v2 client pinned to 2026-07-28 over Streamable HTTP:
     no MCP session, tools with progress on an SSE stream, and a sandbox
