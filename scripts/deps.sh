@@ -51,8 +51,10 @@ if [ "$what" = test ]; then
     (cd "$deploy_checks" && npm ci --no-audit --no-fund --loglevel=error >/dev/null &&
      cp package-lock.json node_modules/.deps-lock.json)
   fi
-  # The MCP tests' client: the official MCP TypeScript SDK, at the versions
-  # tests/mcp/package-lock.json pins (npm registry).
+  # The MCP tests' clients: the official MCP TypeScript SDK (v1
+  # @modelcontextprotocol/sdk; v2 @modelcontextprotocol/client, which speaks
+  # the stateless 2026-07-28 revision), at the versions tests/mcp/package-lock.json
+  # pins (npm registry).
   mcp_checks="$(cd "$(dirname "$0")/.." && pwd)/tests/mcp"
   if [ ! -d "$mcp_checks/node_modules/@modelcontextprotocol/sdk" ] ||
      ! cmp -s "$mcp_checks/package-lock.json" "$mcp_checks/node_modules/.deps-lock.json"; then

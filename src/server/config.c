@@ -288,6 +288,52 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
     return 0;
 }
 
+/* "mcp": {"allowed_origins": ["https://HOST[:PORT]", "http://localhost:*", ...]}:
+ * the browser origins /mcp serves, instead of loopback ones only. */
+#define CFG_MAX_ORIGINS 64
+static int load_mcp(struct cfg_loader *L, json_t *obj, struct srv_config *cfg)
+{
+    char path[300];
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(obj))
+        return cfg_fail(L, "mcp", "must be an object {\"allowed_origins\": [...]}");
+    json_object_foreach(obj, key, v) {
+        (void)snprintf(path, sizeof(path), "mcp.%.200s", key);
+        if (strcmp(key, "allowed_origins") != 0)
+            return cfg_fail(L, path, "unknown key (known: allowed_origins)");
+        if (!json_is_array(v) || json_array_size(v) > CFG_MAX_ORIGINS)
+            return cfg_fail(L, path, "must be an array of at most %d origins such as \"https://app.example.com\" "
+                            "or \"http://localhost:*\" ([] refuses every browser origin)", CFG_MAX_ORIGINS);
+        free(cfg->mcp_origins);
+        cfg->mcp_origins = calloc(json_array_size(v) + 1, sizeof(*cfg->mcp_origins));
+        if (!cfg->mcp_origins)
+            return cfg_fail(L, path, "out of memory");
+        cfg->n_mcp_origins = 0;
+        cfg->mcp_origins_set = true;
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            const char *why = NULL;
+            struct srv_origin *o = &cfg->mcp_origins[cfg->n_mcp_origins];
+            (void)snprintf(path, sizeof(path), "mcp.allowed_origins[%zu]", i);
+            if (!json_is_string(e) || strlen(json_string_value(e)) != json_string_length(e))
+                return cfg_fail(L, path, "must be a string: scheme://host[:port]");
+            if (strcmp(json_string_value(e), "*") == 0 || strcmp(json_string_value(e), "null") == 0)
+                return cfg_fail(L, path, "\"%s\" is not allowed: it would let any web page drive the server "
+                                "(DNS rebinding); name the origins", json_string_value(e));
+            if (srv_origin_parse(json_string_value(e), true, o, &why) < 0)
+                return cfg_fail(L, path, "%s", why);
+            for (size_t j = 0; j < cfg->n_mcp_origins; j++)
+                if (srv_origin_match(&cfg->mcp_origins[j], o) && cfg->mcp_origins[j].port == o->port)
+                    return cfg_fail(L, path, "the same origin as mcp.allowed_origins[%zu]", j);
+            cfg->n_mcp_origins++;
+        }
+    }
+    return 0;
+}
+
 /* "sessions": {"max_per_tenant", "ttl", "idle_timeout", "workspace_quota",
  * "max_file_bytes", "max_outputs_bytes", "workspace_uids",
  * "workspace_backend"}. */
@@ -529,6 +575,9 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
         } else if (strcmp(key, "sessions") == 0) {
             if (load_sessions(L, v, cfg) < 0)
                 return -1;
+        } else if (strcmp(key, "mcp") == 0) {
+            if (load_mcp(L, v, cfg) < 0)
+                return -1;
         } else if (strcmp(key, "max_connections_per_ip") == 0) {
             if (get_uint(L, key, v, 0, 4096, &u) < 0)
                 return -1;
@@ -582,7 +631,7 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
                             "max_connections, max_connections_per_ip, connection_timeout, max_runs_per_minute, "
-                            "retention_days, pool_size, interpreters, events_log, tls, sessions, replica)");
+                            "retention_days, pool_size, interpreters, events_log, tls, sessions, mcp, replica)");
         }
     }
     if (!cfg->store)
@@ -728,5 +777,6 @@ void srv_config_clear(struct srv_config *cfg)
     free(cfg->store_pg);
     free(cfg->policy_path);
     free(cfg->profile);
+    free(cfg->mcp_origins);
     *cfg = (struct srv_config){0};
 }

@@ -80,6 +80,14 @@ struct srv_tenant {
     int sessions_live;
 };
 
+/* An origin (origin.c): scheme://host[:port], lowercased, a default port
+ * as none (0); port -1 (a config pattern's ":*"): any port. */
+struct srv_origin {
+    bool https;
+    char host[256];
+    int port;
+};
+
 struct srv_config {
     char *listen;           /* "HOST:PORT" or "unix:/path" */
     char *store;            /* SQLite file; with PostgreSQL, STATE_DIR/postgresql (never opened: its
@@ -120,6 +128,12 @@ struct srv_config {
                                * NULL: they answer 421 for its live runs and sessions */
     char *replica_ca_path;    /* PEM CA(s) an https peer's certificate must chain to; NULL: the system's */
     unsigned replica_timeout; /* seconds: connecting to a peer, and each wait for its bytes */
+    /* "mcp": {"allowed_origins": [...]}: the Origins /mcp serves; not set:
+     * loopback origins only (mcp_http.c). A request without Origin is
+     * served either way (not a browser). */
+    struct srv_origin *mcp_origins;
+    size_t n_mcp_origins;
+    bool mcp_origins_set;
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -149,6 +163,15 @@ const char *srv_tenant_request_limits(const struct srv_tenant *t, json_t *limits
  * to t's variant when it tightens t's policy, or the message of a 400. */
 const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, struct srv_run *r, char *msg,
                                        size_t msg_size);
+
+/* ---- origins (origin.c) ------------------------------------------------------------------ */
+
+/* s as an origin (pattern: a config entry, which may end in ":*"): 0, or
+ * -1 with why. */
+int srv_origin_parse(const char *s, bool pattern, struct srv_origin *out, const char **why);
+bool srv_origin_match(const struct srv_origin *pat, const struct srv_origin *o);
+/* Its normal form, as snprintf. */
+int srv_origin_format(const struct srv_origin *o, char *buf, size_t size);
 
 /* ---- TLS (tls.c) ------------------------------------------------------------------------ */
 
