@@ -7,7 +7,7 @@
 # tests/compat/workloads.sh skips a step whose package apt cannot install, naming it.
 set -euo pipefail
 what=${1:-test}
-pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev libgnutls28-dev
       libsqlite3-dev libpq-dev python3 libevent-dev libssl-dev libhttp-parser-dev)
 compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
         python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
