@@ -57,6 +57,15 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
     (void)fprintf(f, "agentjail_net_denials_total %llu\n", (unsigned long long)m.net_denied);
     header(f, "agentjail_sessions_live", "gauge", "Sessions open now.");
     (void)fprintf(f, "agentjail_sessions_live %ld\n", sessions);
+    if (cfg->store_pg) {
+        uint64_t ok, unreachable, loop;
+        srv_fwd_counts(&ok, &unreachable, &loop);
+        header(f, "agentjail_forwarded_total", "counter",
+               "Requests forwarded to the replica holding their run or session, by result.");
+        (void)fprintf(f, "agentjail_forwarded_total{result=\"ok\"} %llu\n", (unsigned long long)ok);
+        (void)fprintf(f, "agentjail_forwarded_total{result=\"unreachable\"} %llu\n", (unsigned long long)unreachable);
+        (void)fprintf(f, "agentjail_forwarded_total{result=\"loop\"} %llu\n", (unsigned long long)loop);
+    }
     if (srv_eventlog_enabled()) {
         header(f, "agentjail_events_log_errors_total", "counter", "Event lines the events log could not take.");
         (void)fprintf(f, "agentjail_events_log_errors_total %llu\n", (unsigned long long)srv_eventlog_errors());

@@ -80,6 +80,14 @@ struct srv_tenant {
     int sessions_live;
 };
 
+/* An origin (origin.c): scheme://host[:port], lowercased, a default port
+ * as none (0); port -1 (a config pattern's ":*"): any port. */
+struct srv_origin {
+    bool https;
+    char host[256];
+    int port;
+};
+
 struct srv_config {
     char *listen;           /* "HOST:PORT" or "unix:/path" */
     char *store;            /* SQLite file; with PostgreSQL, STATE_DIR/postgresql (never opened: its
@@ -114,6 +122,18 @@ struct srv_config {
     char *events_log;             /* JSON Lines sink of every run's events: a path, "-": stdout; NULL: none */
     char *tls_cert_path, *tls_key_path;
     char *tls_cert_pem, *tls_key_pem; /* read and checked at load; NULL: no TLS */
+    /* Forwarding between replicas of a PostgreSQL store (the config's
+     * "replica"; forward.c). */
+    char *replica_advertise;  /* where the other replicas reach this one (http://, https://, unix:);
+                               * NULL: they answer 421 for its live runs and sessions */
+    char *replica_ca_path;    /* PEM CA(s) an https peer's certificate must chain to; NULL: the system's */
+    unsigned replica_timeout; /* seconds: connecting to a peer, and each wait for its bytes */
+    /* "mcp": {"allowed_origins": [...]}: the Origins /mcp serves; not set:
+     * loopback origins only (mcp_http.c). A request without Origin is
+     * served either way (not a browser). */
+    struct srv_origin *mcp_origins;
+    size_t n_mcp_origins;
+    bool mcp_origins_set;
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -144,7 +164,25 @@ const char *srv_tenant_request_limits(const struct srv_tenant *t, json_t *limits
 const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, struct srv_run *r, char *msg,
                                        size_t msg_size);
 
+/* ---- origins (origin.c) ------------------------------------------------------------------ */
+
+/* s as an origin (pattern: a config entry, which may end in ":*"): 0, or
+ * -1 with why. */
+int srv_origin_parse(const char *s, bool pattern, struct srv_origin *out, const char **why);
+bool srv_origin_match(const struct srv_origin *pat, const struct srv_origin *o);
+/* Its normal form, as snprintf. */
+int srv_origin_format(const struct srv_origin *o, char *buf, size_t size);
+
 /* ---- TLS (tls.c) ------------------------------------------------------------------------ */
+
+/* A replica's advertise address ("http://HOST:PORT", "https://HOST:PORT",
+ * "unix:/PATH"; forward.c): 0, or -1 and why. */
+int srv_peer_check(const char *spec, char *why, size_t why_size);
+/* A CA file for https peers (replica.ca): 0, or -1 and why. */
+int srv_peer_check_ca(const char *path, char *why, size_t why_size);
+/* Requests forwarded to another replica (GET /metrics): answered by the
+ * owner, 503 (it could not be reached or did not answer), 508 (a loop). */
+void srv_fwd_counts(uint64_t *ok, uint64_t *unreachable, uint64_t *loop);
 
 /* Read and check the certificate chain and key (PEM): 0, or -1 with
  * which ("cert" or "key") and the reason. */
@@ -267,6 +305,11 @@ int srv_store_session_end(struct srv_store *s, const char *id, const char *statu
                           int64_t ended_ms);
 /* The row of id if tenant owns it, as JSON text (caller frees): 0, -ENOENT, -EIO. */
 int srv_store_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
+/* Whether the live run (session: the live session) id of tenant is
+ * another replica's: 1 and *ret_advertise, its address (malloc'd; NULL
+ * when it has none), or 0 (not live elsewhere: unknown, ended, this
+ * replica's, or its replica has stopped), or -EIO. Always 0 with SQLite. */
+int srv_store_locate(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
 /* Remove the records of runs that ended before before_ms: how many, or -EIO. */
@@ -434,6 +477,9 @@ int srv_sessions_start(struct srv_sessions *ss, char *msg, size_t msg_size);
  * workspace removed. Runs have ended (srv_runner_stop) before. */
 void srv_sessions_stop(struct srv_sessions *ss);
 void srv_sessions_free(struct srv_sessions *ss);
+/* Whether t's session id is live on this replica (memory only, no store:
+ * forward.c asks before it looks for another replica's). */
+bool srv_session_live_here(struct srv_sessions *ss, const struct srv_tenant *t, const char *id);
 /* The live sessions (metrics). */
 unsigned srv_sessions_live(struct srv_sessions *ss);
 
