@@ -793,6 +793,40 @@ def test_warm_pool_runs_get_their_own_parked_proxy(up, dns, tmp_path):
     assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
 
 
+def test_warm_interpreters_with_a_proxy_mode_policy(up, dns, tmp_path):
+    """A pool of warm interpreters of a proxy-mode policy: each prepared
+    interpreter has its proxy; a python run from it reaches the allowed
+    host with the brokered credential and gets refused elsewhere."""
+    helper = os.path.join(AJ_HELPERS, "aj-pool")
+    if not os.path.exists(helper):
+        must_skip("aj-pool helper not built")
+    real = "sk-" + secrets.token_hex(20)
+    outdir = str(tmp_path / "out")
+    os.mkdir(outdir)
+    os.chmod(str(tmp_path), 0o755)
+    os.chmod(outdir, 0o777)
+    code = ("import os, urllib.error, urllib.request as u\n"
+            "r = u.Request('http://up.test:%d/interp', headers={'Authorization': 'Bearer ' + os.environ['K']})\n"
+            "print(u.urlopen(r, timeout=20).read().decode().strip())\n"
+            "try:\n    u.urlopen('http://other.test:%d/', timeout=20)\nexcept urllib.error.HTTPError as e:\n"
+            "    print(e.code)\n" % (up.port, up.port))
+    argv = [helper, "--size", "1", "--outdir", outdir, "--set", "interpreter.language=python"]
+    for kv in ["--network=proxy", "--allow=up.test:%d" % up.port, "--allow-range=127.0.0.0/8",
+               "--resolver=127.0.0.1:%d" % dns.port, "--secret=k,hosts=up.test,from=env:AJTEST_INTERP_K,env=K",
+               "detection.decoys=false"]:
+        argv += ["--set", kv]
+    argv += ["--", "python3", "-c", code]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                          env=egress_env({"AGENTJAIL_EGRESS": REAL, "AJTEST_INTERP_K": real}))
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
+    assert len(lines) == 2, (proc.stdout, proc.stderr)
+    run = lines[0]
+    assert run["warm"] and run["result"]["status"] == "ok" and run["result"]["network"]["mode"] == "proxy", run
+    with open(os.path.join(outdir, "0.out")) as f:
+        assert f.read().split() == ["upstream", "says", "hi", "403"]
+    assert [s["auth"] for s in up.seen] == ["Bearer " + real], up.seen
+
+
 def test_a_parked_sandbox_whose_proxy_died_is_not_handed_out(up, dns, tmp_path):
     helper = os.path.join(AJ_HELPERS, "aj-pool")
     if not os.path.exists(helper):

@@ -892,7 +892,7 @@ static int prep_egress(struct aj_sandbox *sb, struct aj_result *res, struct aj_e
      * policy (its allow-list, caps and secrets: nothing of a request), and
      * waits with the sandbox; its run CA covers the wait (see
      * aj_egress_parked_usable, checked when the pool hands it out). */
-    if (c->parked)
+    if (c->parked || c->interp) /* a warm interpreter waits in its pool too */
         sb->eg.park_s = AJ_EGRESS_PARK_MAX_S;
     sb->st.egress = &sb->eg;
     r = aj_egress_prepare(&sb->eg, c->pol, res->sandbox_id, c->rootless, sb->cg.created ? &sb->cg : NULL, &c->plan,
