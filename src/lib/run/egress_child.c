@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -368,8 +369,16 @@ void aj_egress_child_relay_main(const struct aj_egress_child *ec)
         for (;;) {
             /* Never read or written here: the proxy serves it directly. */
             int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (c < 0 && (errno == EINTR || errno == ECONNABORTED))
+                continue;
+            if (c < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                /* ENFILE, ENOMEM, ENOBUFS: the listening socket stays
+                 * readable, so a pause, not a spin on poll. */
+                struct timespec pause = {.tv_nsec = 10 * 1000 * 1000};
+                (void)nanosleep(&pause, NULL);
+            }
             if (c < 0)
-                break; /* EAGAIN; or EMFILE and the like: the next poll tries again */
+                break;
             hand_over(hfd, c);
             (void)close(c);
         }
