@@ -185,6 +185,32 @@ static struct env_store_entry *env_store_find(const char *name)
     return NULL;
 }
 
+/* Whether [p, p+n) lies in the process's original environment block
+ * (env_start and env_end, fields 50 and 51 of /proc/self/stat): what
+ * /proc/PID/environ shows, on the initial stack, writable. A string set
+ * later (setenv's heap copy, a putenv'd string that may be read-only)
+ * is only unset, never written. */
+static bool in_env_block(const char *p, size_t n)
+{
+    char buf[1024];
+    const char *q;
+    unsigned long start = 0, end = 0;
+    int field = 2;
+
+    if (aj_read_small_file("/proc/self/stat", buf, sizeof(buf)) <= 0 || !(q = strrchr(buf, ')')))
+        return false;
+    for (q++; *q && field < 51; q++) {
+        if (*q != ' ')
+            continue;
+        field++;
+        if (field == 50)
+            start = strtoul(q + 1, NULL, 10);
+        else if (field == 51)
+            end = strtoul(q + 1, NULL, 10);
+    }
+    return start && end > start && (uintptr_t)p >= start && (uintptr_t)p + n <= end;
+}
+
 /* Move the environment's value of name (v, n bytes) into the store. 1:
  * stored and consumed; 0: this kernel cannot keep it from children (the
  * environment keeps it); <0: no memory. Under env_store_mu. */
@@ -224,9 +250,11 @@ static int env_store_take(const char *name, char *v, size_t n)
     e->value = m;
     e->len = n;
     e->map_len = map_len;
-    /* Consumed: the bytes first (the original environment block is what
-     * /proc/PID/environ shows, unset or not), then the variable. */
-    explicit_bzero(v, n);
+    /* Consumed: the bytes first where /proc/PID/environ shows them (the
+     * original block: unset or not, it still holds them), then the
+     * variable. */
+    if (in_env_block(v, n))
+        explicit_bzero(v, n);
     (void)unsetenv(name);
     return 1;
 }
