@@ -9,7 +9,8 @@
  *                         config, the real values wiped from our memory, its
  *                         CA taken; resolv.conf, the trust bundle and the
  *                         placeholder files into the mount plan
- *   (init is cloned: it copies our memory, which holds no secret by now)
+ *   (init is cloned: it copies our memory, which holds no secret by now
+ *    but in the env: store, a MADV_WIPEONFORK mapping it gets as zeros)
  *   aj_egress_start_relay after the netns helper made the sandbox's network
  *                         namespace and, in it, the relay's listening socket
  *   aj_egress_read_events the event loop, while the run lives
@@ -1041,8 +1042,8 @@ int aj_egress_prepare(struct aj_egress *eg, const struct aj_policy *pol, const c
         }
     }
     close_fd(&cfg[1]);
-    /* From here on the supervisor holds no secret value: init, cloned next,
-     * copies its memory. */
+    /* From here on the supervisor holds no secret value outside the env:
+     * store (wiped on fork): init, cloned next, copies its memory. */
     if (r >= 0)
         r = read_ca(eg, ca[0], &pem, err);
     close_fd(&ca[0]);
