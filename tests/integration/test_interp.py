@@ -113,6 +113,12 @@ CORPUS = [
     ("import sys; print(sys.flags.isolated, sys.flags.no_site, sys.orig_argv[1:], sys.executable)", ["z"]),
     ("import warnings; warnings.warn('careful')", []),
     ("print(__builtins__.__name__, __loader__, __spec__, __doc__)", []),
+    # A forked child that runs on to the end of the code ends as its own process; the run's
+    # status is the parent's (the bootstrap's end word is the first process's alone).
+    ("import os, sys\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n    sys.exit(4)\n"
+     "_, st = os.waitpid(pid, 0)\nprint('parent', os.waitstatus_to_exitcode(st))", []),
+    # A process left running that holds stdout: killed at the end as a cold run's would be.
+    ("import subprocess; subprocess.Popen(['/bin/sleep', '60']); print('left a sleeper')", []),
 ]
 
 
@@ -132,6 +138,46 @@ def test_snippets_as_bare_python(outdir):
     assert runs[9]["result"]["status"] == "signaled" or runs[9]["result"]["exit_code"] == 128 + 15
     assert "thread done" in out(outdir, 12) and "del A" in out(outdir, 14)
     assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False
+
+
+# The code finds the channel its bootstrap keeps for the end word and writes it itself.
+WORD = textwrap.dedent("""\
+    import os, socket, sys, time
+    def socket_fd(f):
+        try:
+            return os.readlink('/proc/self/fd/' + f).startswith('socket:')
+        except OSError:
+            return False  # listdir's own fd
+    fds = [int(f) for f in os.listdir('/proc/self/fd') if socket_fd(f)]
+    print('channel fds', len(fds), fds[0] > 3, flush=True)
+    s = socket.socket(fileno=fds[0])
+    print('reads', s.recv(10), flush=True)
+    s.send(sys.argv[1].encode('latin-1'))
+    time.sleep(float(sys.argv[2]))
+    print('still here', flush=True)
+    sys.exit(5)
+    """)
+
+
+def test_end_word_is_an_exit(outdir):
+    # The word (b"D" + status) ends the run as os._exit(status) would: the sandbox is killed at
+    # once, whatever the code does next. Taken where the cgroup holds the run's accounting.
+    if not IS_ROOT:
+        must_skip("the end word is taken only with the run's cgroup (root here)")
+    extra = INTERP + ["--set", "limits.timeout=60s"]
+    runs, summary, proc = pool([["python3", "-c", WORD, "D\x07", "60"], ["python3", "-c", WORD, "X\x07", "0.1"]],
+                               outdir, extra=extra)
+    assert runs[0]["warm"] and runs[1]["warm"], (runs, proc.stderr)
+    # The code sees one socket (above 3), from which nothing can be read.
+    assert out(outdir, 0) == "channel fds 1 True\nreads b''\n", out(outdir, 0, "err")
+    got = runs[0]["result"]
+    assert (got["status"], got["exit_code"]) == ("nonzero_exit", 7), got
+    assert got["cpu_ms"] > 0 and got["max_rss_kb"] > 0, got  # the cgroup's accounting
+    # Positive control: anything but the word is ignored, the run goes on and ends as its code says.
+    assert out(outdir, 1) == "channel fds 1 True\nreads b''\nstill here\n", out(outdir, 1, "err")
+    assert (runs[1]["result"]["status"], runs[1]["result"]["exit_code"]) == ("nonzero_exit", 5), runs[1]
+    # The killed interpreter is gone with the pool, nothing held.
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
 
 
 def test_stdin_reaches_the_code(outdir):
@@ -350,6 +396,8 @@ def test_pandas_warm_run(outdir):
                       extra=["--set", "interpreter.language=python", "--set", "interpreter.preload=pandas"])
     cold = run_aj([], ["python3", "-c", code])
     assert runs[0]["warm"] and runs[0]["result"]["status"] == "ok", out(outdir, 0, "err")
+    # The interpreter's accounting: the import's CPU and memory are the run's, as for a cold one.
+    assert runs[0]["result"]["max_rss_kb"] > 20000 and runs[0]["result"]["cpu_ms"] > 0, runs[0]["result"]
     assert out(outdir, 0).splitlines()[0] == "True" and cold.stdout.splitlines()[0] == "False"
     assert out(outdir, 0).splitlines()[1:] == cold.stdout.splitlines()[1:]
 

@@ -318,11 +318,18 @@ int aj_interp_send(struct aj_sandbox *sb, const int fds[3], struct aj_error *err
             done += (size_t)n;
     }
     free(buf);
-    /* Nothing more to say: our end goes (the bootstrap closed its own). */
-    (void)close(st->interp_fd);
-    st->interp_fd = -1;
-    if (r < 0)
+    if (r < 0) {
+        (void)close(st->interp_fd);
+        st->interp_fd = -1;
         return aj_err(err, -r, "hand the request to the parked interpreter");
+    }
+    /* Nothing more to say, ever: the sending side is shut (the code reads
+     * EOF there). Our end stays for the bootstrap's end word (loop.c,
+     * on_interp_word), which the loop watches from now on. */
+    if (shutdown(st->interp_fd, SHUT_WR) < 0) {
+        (void)close(st->interp_fd);
+        st->interp_fd = -1;
+    }
     return 0;
 }
 

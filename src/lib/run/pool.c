@@ -34,6 +34,8 @@ struct aj_pool {
     unsigned n_ready;
     struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
     unsigned n_spent;
+    struct aj_sandbox *dying[AJ_POOL_MAX];  /* aj_pool_run's handles, ended early: torn down by the filler */
+    unsigned n_dying;
     struct aj_pool_stats stats;
     pthread_t filler;
     bool filler_started, stopping;
@@ -124,7 +126,14 @@ static void *pool_filler(void *arg)
 
     pthread_mutex_lock(&pool->mu);
     while (!pool->stopping) {
-        if (pool->running > 0 && pool->n_ready > 0) {
+        if (pool->n_dying > 0) {
+            /* A run's result is out; its killed sandbox finishes dying
+             * here (mostly a wait on the kernel), then its release. */
+            struct aj_sandbox *sb = pool->dying[--pool->n_dying];
+            pthread_mutex_unlock(&pool->mu);
+            aj_sandbox_free(sb);
+            pthread_mutex_lock(&pool->mu);
+        } else if (pool->running > 0 && pool->n_ready > 0) {
             /* A payload is starting: preparing now would take the CPU it
              * needs. The run ends, or the pool is empty, and we go on. */
             pthread_cond_wait(&pool->wake, &pool->mu);
@@ -242,6 +251,9 @@ void aj_pool_free(struct aj_pool *pool)
     if (pool->filler_started)
         pthread_join(pool->filler, NULL);
     pool->filler_started = false;
+    /* Nothing is queued once stopping is set (aj_pool_free_handle). */
+    while (pool->n_dying > 0)
+        aj_sandbox_free(pool->dying[--pool->n_dying]);
     while (pool->n_ready > 0)
         pool_discard(pool->ready[--pool->n_ready]);
     pthread_mutex_lock(&pool->mu);
@@ -483,6 +495,24 @@ int aj_pool_start(struct aj_pool *pool, const struct aj_request *req, struct aj_
     return r;
 }
 
+void aj_pool_free_handle(struct aj_sandbox *sb)
+{
+    struct aj_pool *pool = sb->pool; /* alive: the handle holds a reference until its release */
+    bool queued = false;
+
+    if (sb->teardown && pool) {
+        pthread_mutex_lock(&pool->mu);
+        if (!pool->stopping && pool->n_dying < AJ_POOL_MAX) {
+            pool->dying[pool->n_dying++] = sb;
+            pthread_cond_signal(&pool->wake);
+            queued = true;
+        }
+        pthread_mutex_unlock(&pool->mu);
+    }
+    if (!queued)
+        aj_sandbox_free(sb);
+}
+
 int aj_pool_run(struct aj_pool *pool, const struct aj_request *req, struct aj_result *res, struct aj_error *err)
 {
     struct aj_sandbox *sb;
@@ -499,6 +529,8 @@ int aj_pool_run(struct aj_pool *pool, const struct aj_request *req, struct aj_re
     }
     r = aj_sandbox_wait(sb, err);
     *res = *aj_sandbox_result(sb);
-    aj_sandbox_free(sb);
+    /* The caller never sees this handle: the pool owns what is left of
+     * it (aj_pool_free waits for it), the result is the caller's now. */
+    aj_pool_free_handle(sb);
     return r;
 }
