@@ -268,14 +268,23 @@ void aj_pool_free(struct aj_pool *pool)
     pool_unref(pool);
 }
 
-void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent)
+void aj_pool_run_finished(struct aj_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->running--;
+    pthread_cond_signal(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent, bool finished)
 {
     pthread_mutex_lock(&pool->mu);
     if (spent->created && !pool->stopping && pool->n_spent < AJ_POOL_MAX) {
         pool->spent[pool->n_spent++] = *spent;
         aj_cgroup_init(spent);
     }
-    pool->running--;
+    if (!finished)
+        pool->running--;
     pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
     pthread_mutex_unlock(&pool->mu);
     aj_cgroup_destroy(spent); /* only if the list was full, or the pool is going */
@@ -301,7 +310,7 @@ void aj_pool_warm_failed(struct aj_pool *pool, struct aj_cgroup *spent)
     pool->stats.cold_runs++;
     pool->stats.discarded++;
     pthread_mutex_unlock(&pool->mu);
-    aj_pool_run_ended(pool, spent);
+    aj_pool_run_ended(pool, spent, false);
 }
 
 void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
@@ -477,7 +486,7 @@ static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool p
     pool->stats.discarded++;
     pthread_mutex_unlock(&pool->mu);
     pol = pool->pol; /* the caller's: it outlives the pool, whose reference we drop */
-    aj_pool_run_ended(pool, &spent);
+    aj_pool_run_ended(pool, &spent, false);
     *err = (struct aj_error){0};
     return sb_start_cold(pol, req, pipes_ok, ret, err);
 }

@@ -1484,7 +1484,7 @@ void sb_release_run(struct aj_sandbox *sb)
         struct aj_cgroup spent;
         aj_cgroup_init(&spent);
         sb_release(sb, &spent);
-        aj_pool_run_ended(sb->pool, &spent);
+        aj_pool_run_ended(sb->pool, &spent, sb->run_finished);
         sb->pool = NULL;
     } else {
         sb_release(sb, NULL);
@@ -1628,6 +1628,10 @@ int aj_sandbox_process(struct aj_sandbox *sb)
                 aj_audit_close(&sb->audit);
             sb->audit_open = false;
             sb->teardown = true;
+            if (sb->pool) {
+                aj_pool_run_finished(sb->pool);
+                sb->run_finished = true;
+            }
         } else {
             sb_release_run(sb);
         }
