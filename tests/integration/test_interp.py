@@ -355,6 +355,30 @@ def test_preload_errors(tmp_path, outdir):
     assert r.returncode == 2 and "p.json:3:" in r.stderr and "interpreter.preload[1]" in r.stderr, r.stderr
 
 
+def test_warmup_cell(outdir):
+    # interpreter.warmup: a cell each interpreter runs after its preload, before it parks: what it
+    # imports stays (that is its point), its own names and output do not reach the run.
+    warm = "import colorsys\nW = 1\nprint('from the warm-up')\n"
+    code = "import sys; print('colorsys' in sys.modules, 'W' in globals())"
+    extra = INTERP + ["--set", "interpreter.warmup=" + warm]
+    runs, summary, proc = pool([["python3", "-c", code]], outdir, extra=extra)
+    assert runs[0]["warm"] and out(outdir, 0) == "True False\n", (out(outdir, 0), out(outdir, 0, "err"))
+    # The same from the CLI (cold, the same bootstrap); the control: without the warm-up.
+    r = run_aj(["--interpreter", "python", "--warmup", warm], ["-c", code])
+    assert r.returncode == 0 and r.stdout == "True False\n", r.stderr
+    r = run_aj(["--interpreter", "python"], ["-c", code])
+    assert r.returncode == 0 and r.stdout == "False False\n", r.stderr
+    # A warm-up that fails: no interpreter parks, the pool says why; from the CLI, a setup error.
+    p = subprocess.run([AJ_POOL, "--size", "1"] + INTERP + ["--set", "interpreter.warmup=1/0", "--", "python3", "-c",
+                                                           "pass"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "interpreter.warmup: ZeroDivisionError" in p.stderr, p
+    r = run_aj(["--interpreter", "python", "--warmup", "1/0"], ["-c", "print(1)"])
+    assert r.returncode == 125 and "interpreter.warmup: ZeroDivisionError" in r.stderr and r.stdout == "", r
+    # Bad input: a warm-up without an interpreter.
+    r = run_aj(["--warmup", "pass"], ["true"])
+    assert r.returncode == 2 and "interpreter.warmup needs interpreter.language" in r.stderr, r.stderr
+
+
 def test_cli_code_file_like_python_c(tmp_path, hostdir):
     code = "import sys\nprint('ran', sys.argv)\nraise SystemExit(4)\n"
     f = tmp_path / "code.py"
@@ -412,6 +436,11 @@ def test_preload_is_under_the_monitor(hostdir):
     base = [AJ_POOL, "--size", "1", "--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
             "--set", "interpreter.language=python"]
     p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_escape", "--", "python3", "-c", "pass"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "monitored system call (unshare)" in p.stderr, p
+    # The same from the warm-up cell (the module itself stays inside).
+    p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_fine", "--set",
+                               "interpreter.warmup=import aj_t_escape", "--", "python3", "-c", "pass"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "monitored system call (unshare)" in p.stderr, p
     # Positive control: the same path, a module that stays inside.

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # The bootstrap of a warm Python interpreter (src/lib/run/interp.c, docs/interpreters.md).
 #
-# Run as `python3 -c THIS MODULE...` inside a sandbox whose every layer is applied already.
-# Fd 3 is a stream socket to the supervisor. In order:
-#   1. import MODULE... (the policy's interpreter.preload), then send b"P" (parked) or b"E"+why;
+# Run as `python3 -c THIS MODULE... [-wWARMUP]` inside a sandbox whose every layer is applied
+# already. Fd 3 is a stream socket to the supervisor. In order:
+#   1. import MODULE... (the policy's interpreter.preload), run WARMUP (interpreter.warmup) in a
+#      namespace of its own, then send b"P" (parked) or b"E"+why;
 #   2. wait for the one request: b"AJR1" + 4-byte little-endian length with SCM_RIGHTS
 #      [stdin, stdout, stderr], then that many bytes: cwd NUL argc NUL argv... NUL envc NUL env...
 #      (argv as the request gave it: python3 -c CODE ARGS... or python3 SCRIPT ARGS...);
@@ -41,11 +42,23 @@ def _aj(report, exit_status, finish):
         finally:
             os._exit(1)
 
+    warmup = None
     for name in sys.argv[1:]:
+        if name.startswith("-w"):
+            warmup = name[2:]
+            continue
         try:
             __import__(name)
         except BaseException as e:  # noqa: B036 (SystemExit from a module too)
-            fail("%s: %s: %s" % (name, type(e).__name__, e))
+            fail("interpreter.preload: %s: %s: %s" % (name, type(e).__name__, e))
+    if warmup is not None:
+        # The policy's warm-up cell: its own globals (dropped after), output to /dev/null (0-2
+        # until the request). What it changes elsewhere (imports, options) stays, by design.
+        try:
+            exec(compile(warmup, "<warmup>", "exec"), {"__name__": "__warmup__", "__builtins__": __builtins__})
+        except BaseException as e:  # noqa: B036
+            fail("interpreter.warmup: %s: %s" % (type(e).__name__, e))
+    del warmup
     preloaded = set(sys.modules)
     import _socket
     import gc
