@@ -13,7 +13,8 @@ again (agents think between tool calls; sustained load is the throughput line).
   pandas     warm p50 vs bare `python3 -c SNIPPET` (imports pandas)  goal <= 0.1x
              warm p50 vs SNIPPET exec'd in this running interpreter  goal <= 1.5x
              (and, for scale, vs the snippet's first exec in a fresh interpreter that
-             imported pandas: what any single-use interpreter pays; and the minima)
+             imported pandas: what any single-use interpreter pays; and the minima;
+             and the same with interpreter.warmup set to a warm-up cell, WARMUP)
   throughput 2 clients, each with a pool of 2, back to back           goal >= 5x bare
              (and the CPU time each run costs: refill, run, teardown against bare)
   memory     PSS of one parked pandas interpreter's sandbox, and of 8
@@ -60,8 +61,8 @@ def floor(runs):
     return statistics.median(times)
 
 
-# A different cell a parked interpreter could run after its preload (not built: what it would
-# buy): other data, other operations, the same machinery (frames, groupby, reductions, repr).
+# A warm-up cell (interpreter.warmup) for the pandas policy: other data, other operations, the
+# same machinery (frames, groupby, reductions, repr) as a data-analysis snippet uses.
 WARMUP = """import pandas as pd, numpy as np
 w = pd.DataFrame({"a": np.arange(50) % 3, "b": np.linspace(0, 1, 50)})
 repr(w.groupby("a")["b"].agg(["min", "max", "size"]))
@@ -127,6 +128,13 @@ def main():
     print("  the snippet's first exec in a fresh interpreter with pandas imported: %s (%.1fx the floor); "
           "the warm run is %.1fx that; after one warm-up cell of other pandas code: %s (%.1fx the floor)" % (
               ms(f1), f1 / f, w / f1, ms(f2), f2 / f))
+    wu = bench(a.bin, ["--gap-ms", "50"] + PANDAS + ["--set", "interpreter.warmup=" + WARMUP] +
+               ["latency", str(a.runs), "/usr/bin/python3", "-c", SNIPPET])
+    ww = wu["warm"]["median_ns"]
+    print("  with interpreter.warmup (that cell): warm p50 %s (p95 %s, min %s), bare p50 %s: %.3fx; %.1fx the floor "
+          "(minima %.1fx), cold fallbacks %d" % (
+              ms(ww), ms(wu["warm"]["p95_ns"]), ms(wu["warm"]["min_ns"]), ms(wu["bare"]["median_ns"]),
+              ww / wu["bare"]["median_ns"], ww / f, wu["warm"]["min_ns"] / f, wu["cold_fallbacks"]))
 
     tp = bench(a.bin, PANDAS + ["throughput", str(a.seconds), "2", "/usr/bin/python3", "-c", SNIPPET])
     print("pandas snippet, 2 clients, %d s: warm %.2f/s, bare %.2f/s: %.2fx (goal >= 5x); failed warm %d bare %d" % (
