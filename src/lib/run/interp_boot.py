@@ -68,6 +68,14 @@ def _aj(report, exit_status, finish):
     # gets in a cold run), below the fd limit; no larger than 255 (the fd table grows to it).
     word_fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     word_fd = (256 if word_fd < 0 or word_fd > 256 else word_fd) - 1
+    if word_fd > 3:
+        # The fd table grows to it now, not when a request comes: growing a table that threads
+        # share (numpy's BLAS threads) waits for an RCU grace period, 5-20 ms on a busy machine.
+        try:
+            os.dup2(3, word_fd)
+            os.close(word_fd)
+        except OSError:
+            pass
 
     # What the preload made lives as long as the process: out of the collector's way. Its
     # passes at exit (over every object of pandas, say) cost a few hundred milliseconds of
