@@ -7,7 +7,7 @@
 # tests/compat/workloads.sh skips a step whose package apt cannot install, naming it.
 set -euo pipefail
 what=${1:-test}
-pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev nettle-dev libmicrohttpd-dev libgnutls28-dev
       libsqlite3-dev libpq-dev python3 libevent-dev libssl-dev libhttp-parser-dev)
 compat=(libpython3.11-testsuite python3-pytest python3-simplejson python3-bs4 python3-pyflakes
         python3-mpmath python3-pandas python3-matplotlib python3-seaborn python3-sklearn
@@ -51,8 +51,10 @@ if [ "$what" = test ]; then
     (cd "$deploy_checks" && npm ci --no-audit --no-fund --loglevel=error >/dev/null &&
      cp package-lock.json node_modules/.deps-lock.json)
   fi
-  # The MCP tests' client: the official MCP TypeScript SDK, at the versions
-  # tests/mcp/package-lock.json pins (npm registry).
+  # The MCP tests' clients: the official MCP TypeScript SDK (v1
+  # @modelcontextprotocol/sdk; v2 @modelcontextprotocol/client, which speaks
+  # the stateless 2026-07-28 revision), at the versions tests/mcp/package-lock.json
+  # pins (npm registry).
   mcp_checks="$(cd "$(dirname "$0")/.." && pwd)/tests/mcp"
   if [ ! -d "$mcp_checks/node_modules/@modelcontextprotocol/sdk" ] ||
      ! cmp -s "$mcp_checks/package-lock.json" "$mcp_checks/node_modules/.deps-lock.json"; then

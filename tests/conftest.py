@@ -5,6 +5,7 @@ Environment:
   AJ_HELPERS   directory with aj-try and aj-nouserns (default: build/tests)
   AJ_MUST_WORK=1  turn every skip into a failure (CI)
 """
+import atexit
 import json
 import os
 import signal
@@ -17,6 +18,40 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AJ_BIN = os.path.abspath(os.environ.get("AJ_BIN", os.path.join(ROOT, "build", "agentjail")))
 AJ_HELPERS = os.path.abspath(os.environ.get("AJ_HELPERS", os.path.join(ROOT, "build", "tests")))
 IS_ROOT = os.geteuid() == 0
+
+# One TMPDIR per pytest process (each xdist worker too): what this process
+# and everything it starts makes through TMPDIR (its tempfile dirs, `agentjail
+# mcp`'s private directory) lands in a directory of its own, so the leak
+# check below counts there without seeing another test run on the same
+# machine. 0755: root mode runs get per-run host uids that must traverse it.
+# The name has no "agentjail" in it (the mount check looks for that word).
+TEST_TMP = tempfile.mkdtemp(prefix="ajpytest-", dir=os.environ.get("TMPDIR") or "/tmp")
+os.chmod(TEST_TMP, 0o755)
+os.environ["TMPDIR"] = TEST_TMP
+tempfile.tempdir = None
+# Marks this pytest process's descendants (the environment is inherited,
+# and no sandbox sees it: a run's environment is the policy's): an orphan
+# that carries another run's mark is that run's, not ours.
+TEST_MARK = os.path.basename(TEST_TMP)
+os.environ["AJ_TEST_MARK"] = TEST_MARK
+
+
+def _remove_test_tmp():
+    """The private TMPDIR goes with the process, unless something is still
+    mounted under it (never delete through a mount). An atexit function
+    registered before pytest's own (its tmp_path cleanup, which lists
+    TMPDIR/pytest-of-USER): they run in reverse order, so this one last."""
+    import shutil
+    try:
+        with open("/proc/self/mountinfo") as f:
+            if any(line.split()[4].startswith(TEST_TMP + "/") for line in f):
+                return
+    except OSError:
+        return
+    shutil.rmtree(TEST_TMP, ignore_errors=True)
+
+
+atexit.register(_remove_test_tmp)
 
 
 class Run:
@@ -243,10 +278,26 @@ def ppid(pid):
         return 0
 
 
+def _mark(pid):
+    """The AJ_TEST_MARK in pid's environment: None when it has none (a
+    sandbox init blanks its copy) or it cannot be read (another user's)."""
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    for kv in env.split(b"\0"):
+        if kv.startswith(b"AJ_TEST_MARK="):
+            return kv[13:].decode(errors="replace")
+    return None
+
+
 def _ours(pid):
     """A descendant of this test process, or an orphan (reparented to pid 1:
-    what a supervisor that died without killing its sandbox leaves).
-    Other users' agentjail runs on the same machine are not ours."""
+    what a supervisor that died without killing its sandbox leaves) that
+    carries no other test process's mark. Other users' agentjail runs, and
+    other test runs' (their own descendants, or orphans with their mark),
+    on the same machine are not ours."""
     me = os.getpid()
     p = pid
     for _ in range(64):
@@ -254,7 +305,7 @@ def _ours(pid):
         if pp == me:
             return True
         if pp <= 1:
-            return pp == 1 and p == pid
+            return pp == 1 and p == pid and _mark(pid) in (None, TEST_MARK)
         p = pp
     return False
 
@@ -274,22 +325,113 @@ def agentjail_pids():
             yield pid
 
 
+def _holders(path):
+    """Pids with something of path open: an fd or a cwd in it, or a unix
+    socket bound under it (an egress proxy's listening socket)."""
+    socks = set()
+    try:
+        with open("/proc/net/unix") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if len(parts) >= 8 and parts[7].startswith(path + "/"):
+                    socks.add("socket:[%s]" % parts[6])
+    except OSError:
+        pass
+    found = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            links = [os.readlink("/proc/%s/cwd" % pid)]
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                try:
+                    links.append(os.readlink("/proc/%s/fd/%s" % (pid, fd)))
+                except OSError:
+                    pass
+        except OSError:
+            continue
+        if any(lk in socks or lk == path or lk.startswith(path + "/") for lk in links):
+            found.add(pid)
+    return found
+
+
+def foreign_tmp(path):
+    """Whether /tmp/agentjail-* PATH is another test run's (or another
+    user's): made by another uid while this one is not root, or held open
+    only by processes that are not ours. Those libraries that ignore TMPDIR
+    (the egress proxy's socket directory: a socket path has 108 bytes)
+    still make theirs in /tmp."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return True  # gone: nobody's leak
+    if not IS_ROOT and st.st_uid != os.geteuid():
+        return True
+    held = _holders(path)
+    return bool(held) and not any(_ours(p) for p in held)
+
+
+def tmp_entries(before=None, settle=2, prefixes=("agentjail",)):
+    """agentjail temp entries this test process is answerable for: every one
+    in its own TMPDIR, and those in /tmp that are not another run's. With
+    BEFORE (an earlier result), only the new ones, each of /tmp's given up
+    to SETTLE seconds to go or to show its holder (another run's directory
+    exists unheld between its mkdtemp and its socket's bind, and between
+    its close and its rmdir)."""
+    own = {os.path.join(TEST_TMP, n) for n in os.listdir(TEST_TMP) if n.startswith(prefixes)}
+    shared = {os.path.join("/tmp", n) for n in os.listdir("/tmp") if n.startswith(prefixes)}
+    if before is None:
+        return own | shared
+    return (own - before) | not_foreign(shared - before, settle)
+
+
+def not_foreign(paths, timeout=2):
+    """Those of PATHS (in /tmp) that are not another run's, each given up to
+    TIMEOUT seconds to go or to show that it is."""
+    import time
+    end = time.monotonic() + timeout
+    while paths:
+        left = {p for p in paths if not foreign_tmp(p)}
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.05)
+    return set()
+
+
+def foreign_mount(line):
+    """Whether a mountinfo line is another pytest process's: mounted under
+    its private TMPDIR (a test's ramfs, say)."""
+    point = line.split()[4]
+    base = os.path.dirname(TEST_TMP) + "/ajpytest-"
+    return point.startswith(base) and not (point + "/").startswith(TEST_TMP + "/")
+
+
+def _mounts():
+    """agentjail mounts of this namespace, by mount id (a mount cannot be
+    tied to the process that made it: any new one here counts)."""
+    with open("/proc/self/mountinfo") as f:
+        return {line.split()[0]: line.strip() for line in f if "agentjail" in line}
+
+
 def _snapshot():
-    mounts = open("/proc/self/mountinfo").read().count("agentjail")
+    mounts = _mounts()
     procs = {pid for pid in agentjail_pids() if _ours(pid)}
-    tmp = {n for n in os.listdir("/tmp") if n.startswith("agentjail")}
-    return mounts, procs, tmp
+    return mounts, procs, tmp_entries()
 
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """After every test: no agentjail mounts, processes or temp dirs remain."""
+    """After every test: no agentjail mounts, processes or temp dirs remain
+    that this test process made (other test runs on the machine aside)."""
     before = _snapshot()
     yield
-    after = _snapshot()
-    assert after[0] <= before[0], "agentjail mounts leaked into the host namespace"
-    assert not (after[1] - before[1]), "agentjail processes left running: %r" % (after[1] - before[1])
-    assert not (after[2] - before[2]), "agentjail temp dirs left in /tmp: %r" % (after[2] - before[2])
+    mounts = _mounts()
+    new_mounts = [mounts[m] for m in mounts if m not in before[0]]
+    assert not new_mounts, "agentjail mounts leaked into the host namespace: %r" % new_mounts
+    procs = {pid for pid in agentjail_pids() if _ours(pid)} - before[1]
+    assert not procs, "agentjail processes left running: %r" % procs
+    tmp = tmp_entries(before[2])
+    assert not tmp, "agentjail temp dirs left: %r" % tmp
 
 
 # The host /etc entries the sandbox sees read-only (src/lib/isolate/mount.c,

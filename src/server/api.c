@@ -398,7 +398,9 @@ static void one_run(struct srv_ctx *ctx, struct srv_tenant *t, const char *id, b
     else if (kill && record_live(rec)) {
         /* Live, not here: another replica of a shared store runs it. */
         free(rec);
-        srv_reply_error(reply, 421, "run %s is running on another replica: DELETE it there", id);
+        srv_reply_error(reply, 421,
+                        "run %s is running on another replica, which advertises no address to forward to "
+                        "(replica.advertise): DELETE it there", id);
     } else
         srv_reply_json(reply, 200, rec);
 }

@@ -288,6 +288,52 @@ static int load_tenant(struct cfg_loader *L, const char *name, json_t *obj, stru
     return 0;
 }
 
+/* "mcp": {"allowed_origins": ["https://HOST[:PORT]", "http://localhost:*", ...]}:
+ * the browser origins /mcp serves, instead of loopback ones only. */
+#define CFG_MAX_ORIGINS 64
+static int load_mcp(struct cfg_loader *L, json_t *obj, struct srv_config *cfg)
+{
+    char path[300];
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(obj))
+        return cfg_fail(L, "mcp", "must be an object {\"allowed_origins\": [...]}");
+    json_object_foreach(obj, key, v) {
+        (void)snprintf(path, sizeof(path), "mcp.%.200s", key);
+        if (strcmp(key, "allowed_origins") != 0)
+            return cfg_fail(L, path, "unknown key (known: allowed_origins)");
+        if (!json_is_array(v) || json_array_size(v) > CFG_MAX_ORIGINS)
+            return cfg_fail(L, path, "must be an array of at most %d origins such as \"https://app.example.com\" "
+                            "or \"http://localhost:*\" ([] refuses every browser origin)", CFG_MAX_ORIGINS);
+        free(cfg->mcp_origins);
+        cfg->mcp_origins = calloc(json_array_size(v) + 1, sizeof(*cfg->mcp_origins));
+        if (!cfg->mcp_origins)
+            return cfg_fail(L, path, "out of memory");
+        cfg->n_mcp_origins = 0;
+        cfg->mcp_origins_set = true;
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            const char *why = NULL;
+            struct srv_origin *o = &cfg->mcp_origins[cfg->n_mcp_origins];
+            (void)snprintf(path, sizeof(path), "mcp.allowed_origins[%zu]", i);
+            if (!json_is_string(e) || strlen(json_string_value(e)) != json_string_length(e))
+                return cfg_fail(L, path, "must be a string: scheme://host[:port]");
+            if (strcmp(json_string_value(e), "*") == 0 || strcmp(json_string_value(e), "null") == 0)
+                return cfg_fail(L, path, "\"%s\" is not allowed: it would let any web page drive the server "
+                                "(DNS rebinding); name the origins", json_string_value(e));
+            if (srv_origin_parse(json_string_value(e), true, o, &why) < 0)
+                return cfg_fail(L, path, "%s", why);
+            for (size_t j = 0; j < cfg->n_mcp_origins; j++)
+                if (srv_origin_match(&cfg->mcp_origins[j], o) && cfg->mcp_origins[j].port == o->port)
+                    return cfg_fail(L, path, "the same origin as mcp.allowed_origins[%zu]", j);
+            cfg->n_mcp_origins++;
+        }
+    }
+    return 0;
+}
+
 /* "sessions": {"max_per_tenant", "ttl", "idle_timeout", "workspace_quota",
  * "max_file_bytes", "max_outputs_bytes", "workspace_uids",
  * "workspace_backend"}. */
@@ -417,6 +463,54 @@ out:
     return rc;
 }
 
+/* "replica": {"advertise": ADDR, "ca": PEM, "timeout": SECONDS}, for
+ * forwarding between replicas of a PostgreSQL store (forward.c). ADDR
+ * ("http://HOST:PORT", "https://HOST:PORT", "unix:/PATH") may be
+ * "env:NAME": the address in that environment variable (Kubernetes gives
+ * a pod its IP only that way). */
+static int load_replica(struct cfg_loader *L, json_t *v, struct srv_config *cfg)
+{
+    const char *key;
+    json_t *e;
+    uint64_t u = 0;
+    char why[400];
+
+    if (!json_is_object(v))
+        return cfg_fail(L, "replica", "must be an object {\"advertise\": ADDRESS, \"ca\": PEM, \"timeout\": SECONDS}");
+    json_object_foreach(v, key, e) {
+        if (strcmp(key, "advertise") == 0) {
+            if (get_string(L, "replica.advertise", e, &cfg->replica_advertise) < 0)
+                return -1;
+            if (strncmp(cfg->replica_advertise, "env:", 4) == 0) {
+                const char *name = cfg->replica_advertise + 4, *val = *name ? getenv(name) : NULL;
+                char *copy;
+                if (!val || !*val)
+                    return cfg_fail(L, "replica.advertise", "%s: the environment variable %s is not set",
+                                    cfg->replica_advertise, *name ? name : "(no name)");
+                copy = strdup(val);
+                if (!copy)
+                    return cfg_fail(L, "replica.advertise", "out of memory");
+                free(cfg->replica_advertise);
+                cfg->replica_advertise = copy;
+            }
+            if (srv_peer_check(cfg->replica_advertise, why, sizeof(why)) < 0)
+                return cfg_fail(L, "replica.advertise", "%s", why);
+        } else if (strcmp(key, "ca") == 0) {
+            if (get_string(L, "replica.ca", e, &cfg->replica_ca_path) < 0)
+                return -1;
+            if (cfg->replica_ca_path[0] != '/')
+                return cfg_fail(L, "replica.ca", "must be an absolute path");
+        } else if (strcmp(key, "timeout") == 0) {
+            if (get_uint(L, "replica.timeout", e, 1, 3600, &u) < 0)
+                return -1;
+            cfg->replica_timeout = (unsigned)u;
+        } else {
+            return cfg_fail(L, "replica", "unknown key %s (known: advertise, ca, timeout)", key);
+        }
+    }
+    return 0;
+}
+
 static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
 {
     const char *key;
@@ -481,6 +575,9 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
         } else if (strcmp(key, "sessions") == 0) {
             if (load_sessions(L, v, cfg) < 0)
                 return -1;
+        } else if (strcmp(key, "mcp") == 0) {
+            if (load_mcp(L, v, cfg) < 0)
+                return -1;
         } else if (strcmp(key, "max_connections_per_ip") == 0) {
             if (get_uint(L, key, v, 0, 4096, &u) < 0)
                 return -1;
@@ -494,6 +591,9 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
                 return -1;
             if (strcmp(cfg->events_log, "-") != 0 && cfg->events_log[0] != '/')
                 return cfg_fail(L, key, "must be an absolute path, or \"-\" for stdout");
+        } else if (strcmp(key, "replica") == 0) {
+            if (load_replica(L, v, cfg) < 0)
+                return -1;
         } else if (strcmp(key, "tls") == 0) {
             const char *k2;
             json_t *v2;
@@ -531,13 +631,15 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
                             "max_connections, max_connections_per_ip, connection_timeout, max_runs_per_minute, "
-                            "retention_days, pool_size, interpreters, events_log, tls, sessions)");
+                            "retention_days, pool_size, interpreters, events_log, tls, sessions, mcp, replica)");
         }
     }
     if (!cfg->store)
         return cfg_fail(L, "", "\"store\" is required (the SQLite file of run records, or {\"postgresql\": ...})");
     if (!cfg->tenants)
         return cfg_fail(L, "", "\"tenants\" is required (at least one, with its token_sha256)");
+    if (json_object_get(root, "replica") && !cfg->store_pg)
+        return cfg_fail(L, "replica", "replicas need a shared store: {\"postgresql\": ...} as \"store\"");
     return 0;
 }
 
@@ -568,6 +670,7 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
         .max_outputs_bytes = 1u << 20,
         .ws_uid_base = 0x70000000u,
         .ws_uid_count = 65536,
+        .replica_timeout = 30,
     };
     text = read_all(path, &len, msg, msg_size);
     if (!text)
@@ -617,6 +720,11 @@ int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t 
             r = cfg_fail(&L, key, "is more than the server's max_timeout (%llu); a tenant may only tighten it",
                          (unsigned long long)(cfg->max_timeout_ms / 1000));
     }
+    if (r == 0 && cfg->replica_ca_path) {
+        char why[512];
+        if (srv_peer_check_ca(cfg->replica_ca_path, why, sizeof(why)) < 0)
+            r = cfg_fail(&L, "replica.ca", "%s", why);
+    }
     if (r == 0 && cfg->tls_cert_path) {
         const char *which = "cert";
         char why[512];
@@ -662,10 +770,13 @@ void srv_config_clear(struct srv_config *cfg)
     if (cfg->tls_key_pem) /* the private key: not left in freed memory */
         explicit_bzero(cfg->tls_key_pem, strlen(cfg->tls_key_pem));
     free(cfg->tls_key_pem);
+    free(cfg->replica_advertise);
+    free(cfg->replica_ca_path);
     free(cfg->listen);
     free(cfg->store);
     free(cfg->store_pg);
     free(cfg->policy_path);
     free(cfg->profile);
+    free(cfg->mcp_origins);
     *cfg = (struct srv_config){0};
 }

@@ -24,9 +24,11 @@
 #include "aj_server.h"
 #include "mcp.h"
 #include "srv.h"
+#include "srv_fwd.h"
 
 struct srv_conn {
     struct srv_upload *upload; /* a streamed file PUT (session.c) */
+    struct srv_fwd *fwd;       /* a streamed file PUT forwarded to the replica of its session (forward.c) */
     char *body;
     size_t len;
     bool responded; /* a response was queued at the first call (413 by Content-Length) */
@@ -360,6 +362,44 @@ static enum MHD_Result get_file(struct MHD_Connection *c, struct srv_ctx *ctx, s
     return ret;
 }
 
+/* ---- another replica's run or session (forward.c) ------------------------------------------ */
+
+/* How long the owner may stay silent: a POST (a run, a cell) waits for
+ * its run, at most the tenant's timeout; a stream has a keep-alive at
+ * least every 15 s; anything else answers at once. */
+static unsigned fwd_idle_s(const struct srv_ctx *ctx, const struct srv_tenant *t, const char *method,
+                           const char *url)
+{
+    size_t n = strlen(url);
+
+    if (strcmp(method, "POST") == 0)
+        return (unsigned)(t->max_timeout_ms / 1000) + 1 + ctx->cfg.replica_timeout;
+    if (n > 7 && strcmp(url + n - 7, "/stream") == 0)
+        return ctx->cfg.replica_timeout + 15;
+    return ctx->cfg.replica_timeout;
+}
+
+/* A complete-body request, proxied to addr (taken). */
+static enum MHD_Result forward(struct srv_ctx *ctx, struct MHD_Connection *c, const struct srv_tenant *t,
+                               const char *method, const char *url, const struct srv_conn *cc, char *addr)
+{
+    bool has_body = cc->len || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0;
+    struct srv_reply reply = {0};
+    struct srv_fwd *f = NULL;
+    enum MHD_Result ret = MHD_NO;
+    int rc;
+
+    rc = srv_fwd_open(ctx, c, addr, method, url, has_body ? (int64_t)cc->len : -2, fwd_idle_s(ctx, t, method, url),
+                      &f, &reply);
+    free(addr);
+    if (rc < 0)
+        return queue_reply(c, reply);
+    srv_fwd_write(f, cc->body, cc->len);
+    if (srv_fwd_finish(f, c, &ret, &reply) < 0)
+        return queue_reply(c, reply);
+    return ret;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, const char *url, const char *method,
@@ -381,6 +421,8 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
             return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
         if (!srv_runner_accepting(ctx->rn))
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting down");
+        if (!srv_runner_warm(ctx->rn))
+            return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "warming up: the warm pools are being filled");
         if (srv_store_check_writable(ctx->store) < 0)
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the run store is not writable");
         return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ready\"}"));
@@ -392,6 +434,15 @@ static enum MHD_Result route(struct srv_ctx *ctx, struct MHD_Connection *c, cons
     t = authenticate(ctx, c);
     if (!t)
         return send_error(c, MHD_HTTP_UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' is required");
+    {
+        struct srv_reply reply = {0};
+        char *addr = NULL;
+        int fr = srv_fwd_route(ctx, t, c, url, &addr, &reply);
+        if (fr < 0)
+            return queue_reply(c, reply);
+        if (fr > 0)
+            return forward(ctx, c, t, method, url, cc, addr);
+    }
     if (strncmp(url, "/v1/runs/", 9) == 0 && strlen(url) == 9 + 32 + 7 && strcmp(url + 9 + 32, "/stream") == 0) {
         char id[33];
         memcpy(id, url + 9, 32);
@@ -419,6 +470,23 @@ static enum MHD_Result begin_upload(struct srv_ctx *ctx, struct MHD_Connection *
         cc->responded = true;
         return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "the file is larger than %llu bytes (max_file_bytes)",
                           (unsigned long long)ctx->cfg.max_file_bytes);
+    }
+    {
+        char *addr = NULL;
+        int fr = srv_fwd_route(ctx, t, c, url, &addr, &reply);
+        if (fr > 0) {
+            /* The body goes on to the owner as it comes, as it would into
+             * a workspace here. */
+            int64_t len = content_length ? (int64_t)strtoull(content_length, NULL, 10) : -1;
+            fr = srv_fwd_open(ctx, c, addr, "PUT", url, len, ctx->cfg.replica_timeout, &cc->fwd, &reply);
+            free(addr);
+            if (fr == 0)
+                return MHD_YES;
+        }
+        if (fr < 0) {
+            cc->responded = true;
+            return queue_reply(c, reply);
+        }
     }
     if (srv_upload_begin(ctx, t, url, &cc->upload, &reply) < 0) {
         cc->responded = true;
@@ -457,6 +525,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->responded) {
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (cc->fwd) {
+        struct srv_reply reply = {0};
+        struct srv_fwd *f = cc->fwd;
+        enum MHD_Result ret = MHD_NO;
+        if (*upload_data_size) {
+            srv_fwd_write(f, upload_data, *upload_data_size);
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        cc->fwd = NULL; /* the response's, or freed */
+        if (srv_fwd_finish(f, c, &ret, &reply) < 0)
+            return queue_reply(c, reply);
+        return ret;
     }
     if (cc->upload) {
         struct srv_reply reply = {0};
@@ -504,6 +586,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)toe;
     if (cc) {
         srv_upload_free(cc->upload); /* a client that left mid-upload: the unnamed file goes */
+        srv_fwd_free(cc->fwd);       /* or the forwarded request: the owner sees its connection close */
         free(cc->body);
         free(cc);
         *con_cls = NULL;
@@ -756,6 +839,12 @@ int aj_server_run(const struct aj_server_opts *o)
         srv_config_clear(&ctx.cfg);
         return 2;
     }
+    if (srv_fwd_init(&ctx.cfg, msg, sizeof(msg)) < 0) {
+        (void)fprintf(stderr, "agentjail serve: %s\n", msg);
+        aj_policy_free(ctx.pol);
+        srv_config_clear(&ctx.cfg);
+        return 2;
+    }
     /* Files the server makes (the store, a unix socket) are its own. */
     (void)umask(077);
     /* A client that goes away mid-response is an EPIPE, not the end of
@@ -810,6 +899,7 @@ int aj_server_run(const struct aj_server_opts *o)
             (void)close(q); /* handed back to us by the quiesce */
     }
     srv_runner_stop(ctx.rn);
+    srv_fwd_shutdown();
     /* Every run has ended: let the requests that waited on them (and the
      * streams' exit events) reach their clients before MHD closes the
      * connections; bounded, a client that does not read is not waited for. */
@@ -842,6 +932,7 @@ out:
         free(events_dir);
     }
     aj_policy_free(ctx.pol);
+    srv_fwd_cleanup();
     srv_eventlog_close();
     srv_config_clear(&ctx.cfg);
     return status;

@@ -1,24 +1,35 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The MCP protocol core: JSON-RPC 2.0 messages in, responses and
  * notifications out through the caller's sink, whatever the transport.
- * The lifecycle (initialize with version negotiation, initialized, ping),
- * server/discover, tools/list, tools/call, notifications/cancelled and
- * notifications/progress. Logs go to stderr only: on stdio, stdout is the
- * JSON-RPC channel. */
+ * Two eras of the protocol side by side (docs/mcp.md):
+ * - legacy (2025-11-25 and older): initialize with version negotiation,
+ *   initialized, ping, then tools/list and tools/call on that connection;
+ * - modern (2026-07-28, SEP-2575): no handshake; every request carries
+ *   its protocol version and client capabilities in params._meta
+ *   (io.modelcontextprotocol/...) and is served on its own; results carry
+ *   resultType and the server's identity in _meta.
+ * server/discover, notifications/cancelled and notifications/progress
+ * serve both. Logs go to stderr only: on stdio, stdout is the JSON-RPC
+ * channel. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mcp.h"
+#include "srv_session.h"
 
 /* Revisions of the handshake this server speaks, newest first: the one
  * a client asks for if listed, else the newest (the client then decides
- * whether it can go on). 2026-07-28 (stateless, no initialize) is not
- * one of them: server/discover answers a client of that revision with
- * this list, so that a dual-era client falls back to initialize. */
+ * whether it can go on). */
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 #define N_VERSIONS (sizeof(versions) / sizeof(versions[0]))
+/* The stateless revisions (per-request _meta, no initialize). */
+static const char *const modern_versions[] = {MCP_MODERN_VERSION};
+#define N_MODERN (sizeof(modern_versions) / sizeof(modern_versions[0]))
+/* How long a client may cache tools/list and server/discover (ttlMs):
+ * they change only with the server's binary. */
+#define MCP_CACHE_TTL_MS 3600000
 
 static const char instructions[] =
     "Runs code in a fresh agentjail sandbox per call (no network, a private read-only root, "
@@ -34,6 +45,20 @@ struct inflight {
     struct inflight *next;
 };
 
+/* The sandbox session ids (handles) a connection may use: its own, or,
+ * for HTTP requests of the stateless revision, the tenant's shared set
+ * (mcp_http.c keeps one per tenant). */
+struct mcp_handles {
+    pthread_mutex_t lock;
+    char **ids;
+    size_t n;
+};
+
+/* A shared set is pruned of sessions that ended (ttl, idle) once it holds
+ * this many: it never holds more than the tenant's live sessions (at most
+ * sessions.max_per_tenant) plus this. */
+#define MCP_HANDLES_PRUNE 64
+
 struct mcp_conn {
     struct srv_ctx *ctx;
     struct srv_tenant *t;
@@ -45,11 +70,36 @@ struct mcp_conn {
     bool closing;
     unsigned busy; /* requests being handled */
     struct inflight *inflight;
-    char **sessions;
-    size_t n_sessions;
+    struct mcp_handles *handles;
+    bool own_handles; /* closed with the connection; a shared set is not */
 };
 
-struct mcp_conn *mcp_conn_new(struct srv_ctx *ctx, struct srv_tenant *t, const char *transport)
+struct mcp_handles *mcp_handles_new(void)
+{
+    struct mcp_handles *h = calloc(1, sizeof(*h));
+
+    if (h)
+        (void)pthread_mutex_init(&h->lock, NULL);
+    return h;
+}
+
+void mcp_handles_free(struct mcp_handles *h, struct srv_ctx *ctx, struct srv_tenant *t, const char *transport)
+{
+    if (!h)
+        return;
+    /* Sessions the client forgot: closed with their scope. */
+    for (size_t i = 0; i < h->n; i++) {
+        (void)fprintf(stderr, "agentjail mcp: %s: closing session %s the client left open\n", transport, h->ids[i]);
+        mcp_tools_close_session(ctx, t, h->ids[i]);
+        free(h->ids[i]);
+    }
+    free(h->ids);
+    (void)pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+static struct mcp_conn *conn_new(struct srv_ctx *ctx, struct srv_tenant *t, const char *transport,
+                                 struct mcp_handles *shared)
 {
     struct mcp_conn *c = calloc(1, sizeof(*c));
 
@@ -58,9 +108,25 @@ struct mcp_conn *mcp_conn_new(struct srv_ctx *ctx, struct srv_tenant *t, const c
     c->ctx = ctx;
     c->t = t;
     c->transport = transport;
+    c->own_handles = !shared;
+    c->handles = shared ? shared : mcp_handles_new();
+    if (!c->handles) {
+        free(c);
+        return NULL;
+    }
     (void)pthread_mutex_init(&c->lock, NULL);
     (void)pthread_cond_init(&c->idle, NULL);
     return c;
+}
+
+struct mcp_conn *mcp_conn_new(struct srv_ctx *ctx, struct srv_tenant *t, const char *transport)
+{
+    return conn_new(ctx, t, transport, NULL);
+}
+
+struct mcp_conn *mcp_conn_new_stateless(struct srv_ctx *ctx, struct srv_tenant *t, struct mcp_handles *shared)
+{
+    return conn_new(ctx, t, "http", shared);
 }
 
 void mcp_conn_cancel_all(struct mcp_conn *c)
@@ -84,14 +150,8 @@ void mcp_conn_free(struct mcp_conn *c)
     while (c->busy)
         (void)pthread_cond_wait(&c->idle, &c->lock);
     (void)pthread_mutex_unlock(&c->lock);
-    /* Sessions the client forgot: closed with the connection. */
-    for (size_t i = 0; i < c->n_sessions; i++) {
-        (void)fprintf(stderr, "agentjail mcp: %s: closing session %s the client left open\n", c->transport,
-                      c->sessions[i]);
-        mcp_tools_close_session(c->ctx, c->t, c->sessions[i]);
-        free(c->sessions[i]);
-    }
-    free(c->sessions);
+    if (c->own_handles)
+        mcp_handles_free(c->handles, c->ctx, c->t, c->transport);
     (void)pthread_mutex_destroy(&c->lock);
     (void)pthread_cond_destroy(&c->idle);
     free(c);
@@ -129,29 +189,49 @@ bool mcp_conn_busy(struct mcp_conn *c)
 
 bool mcp_conn_has_session(struct mcp_conn *c, const char *id)
 {
+    struct mcp_handles *h = c->handles;
     bool found = false;
 
-    (void)pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < c->n_sessions && !found; i++)
-        found = strcmp(c->sessions[i], id) == 0;
-    (void)pthread_mutex_unlock(&c->lock);
+    (void)pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; i < h->n && !found; i++)
+        found = strcmp(h->ids[i], id) == 0;
+    (void)pthread_mutex_unlock(&h->lock);
     return found;
+}
+
+static void handles_drop_locked(struct mcp_handles *h, size_t i)
+{
+    free(h->ids[i]);
+    h->ids[i] = h->ids[--h->n];
 }
 
 int mcp_conn_add_session(struct mcp_conn *c, const char *id)
 {
+    struct mcp_handles *h = c->handles;
     char *dup = strdup(id);
     char **v;
 
     if (!dup)
         return -ENOMEM;
-    (void)pthread_mutex_lock(&c->lock);
-    v = realloc(c->sessions, (c->n_sessions + 1) * sizeof(*v));
-    if (v) {
-        c->sessions = v;
-        c->sessions[c->n_sessions++] = dup;
+    (void)pthread_mutex_lock(&h->lock);
+    if (!c->own_handles && h->n >= MCP_HANDLES_PRUNE) {
+        /* A shared set has no connection end to close its sessions at:
+         * forget those that ended on their own (ttl, idle timeout). */
+        for (size_t i = h->n; i-- > 0;) {
+            struct srv_session *s = NULL;
+            int r = srv_session_find(c->ctx->sessions, c->t, h->ids[i], &s);
+            if (r == 0)
+                srv_session_unref(c->ctx->sessions, s);
+            else if (r == -ENOENT || r == -ESTALE)
+                handles_drop_locked(h, i);
+        }
     }
-    (void)pthread_mutex_unlock(&c->lock);
+    v = realloc(h->ids, (h->n + 1) * sizeof(*v));
+    if (v) {
+        h->ids = v;
+        h->ids[h->n++] = dup;
+    }
+    (void)pthread_mutex_unlock(&h->lock);
     if (!v) {
         free(dup);
         return -ENOMEM;
@@ -161,14 +241,15 @@ int mcp_conn_add_session(struct mcp_conn *c, const char *id)
 
 void mcp_conn_drop_session(struct mcp_conn *c, const char *id)
 {
-    (void)pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < c->n_sessions; i++)
-        if (strcmp(c->sessions[i], id) == 0) {
-            free(c->sessions[i]);
-            c->sessions[i] = c->sessions[--c->n_sessions];
+    struct mcp_handles *h = c->handles;
+
+    (void)pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; i < h->n; i++)
+        if (strcmp(h->ids[i], id) == 0) {
+            handles_drop_locked(h, i);
             break;
         }
-    (void)pthread_mutex_unlock(&c->lock);
+    (void)pthread_mutex_unlock(&h->lock);
 }
 
 /* ---- messages ---------------------------------------------------------------------------- */
@@ -195,10 +276,40 @@ static void send_error(mcp_send_fn send, void *sink, const json_t *id, int code,
         send(sink, s);
 }
 
-static void send_result(mcp_send_fn send, void *sink, const json_t *id, json_t *result)
+/* The server's identity (serverInfo of initialize; a modern result's
+ * _meta). */
+static json_t *server_info(void)
 {
-    char *s = dump(json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+    return json_pack("{s:s, s:s, s:s}", "name", "agentjail", "title", "agentjail sandbox", "version", AJ_VERSION);
+}
 
+/* A result of the modern revision: resultType (required) and the server's
+ * identity in _meta (SHOULD, on every result). Takes and returns result. */
+static json_t *modern_result(json_t *result)
+{
+    json_t *meta;
+
+    if (!result)
+        return NULL;
+    if (!json_object_get(result, "resultType"))
+        (void)json_object_set_new(result, "resultType", json_string("complete"));
+    meta = json_object_get(result, "_meta");
+    if (!json_is_object(meta)) {
+        meta = json_object();
+        (void)json_object_set_new(result, "_meta", meta);
+    }
+    if (meta)
+        (void)json_object_set_new(meta, "io.modelcontextprotocol/serverInfo", server_info());
+    return result;
+}
+
+static void send_result(mcp_send_fn send, void *sink, const json_t *id, json_t *result, bool modern)
+{
+    char *s;
+
+    if (modern)
+        result = modern_result(result);
+    s = dump(json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
     if (s)
         send(sink, s);
     else
@@ -225,11 +336,6 @@ void mcp_progress(struct mcp_call *call, const char *message)
     s = dump(json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", "notifications/progress", "params", params));
     if (s)
         call->send(call->sink, s);
-}
-
-static json_t *server_info(void)
-{
-    return json_pack("{s:s, s:s, s:s}", "name", "agentjail", "title", "agentjail sandbox", "version", AJ_VERSION);
 }
 
 static json_t *capabilities(void)
@@ -265,19 +371,82 @@ static json_t *initialize(struct mcp_conn *c, json_t *params, int *code, const c
                      "serverInfo", server_info(), "instructions", instructions);
 }
 
-/* server/discover (the 2026-07-28 revision's, SEP-2575): what this
- * server speaks, with no state kept; answered at any time. */
-static json_t *discover(void)
+/* Every revision this server speaks, the stateless ones first. */
+static json_t *all_versions(void)
 {
     json_t *v = json_array();
 
+    for (size_t i = 0; v && i < N_MODERN; i++)
+        (void)json_array_append_new(v, json_string(modern_versions[i]));
     for (size_t i = 0; v && i < N_VERSIONS; i++)
         (void)json_array_append_new(v, json_string(versions[i]));
-    return json_pack("{s:s, s:o, s:o, s:o, s:s}", "resultType", "complete", "supportedVersions", v, "capabilities",
-                     capabilities(), "serverInfo", server_info(), "instructions", instructions);
+    return v;
 }
 
-static void call_tool(struct mcp_conn *c, const json_t *id, json_t *params, mcp_send_fn send, void *sink)
+/* server/discover (2026-07-28, SEP-2575): what this server speaks, with
+ * no state kept; answered at any time, in either era. A cacheable result
+ * (ttlMs, cacheScope); "private": it is answered to a tenant's token. */
+static json_t *discover(void)
+{
+    return json_pack("{s:o, s:o, s:s, s:i, s:s}", "supportedVersions", all_versions(), "capabilities",
+                     capabilities(), "instructions", instructions, "ttlMs", MCP_CACHE_TTL_MS, "cacheScope",
+                     "private");
+}
+
+bool mcp_is_modern(const json_t *msg)
+{
+    return json_object_get(json_object_get(json_object_get(msg, "params"), "_meta"),
+                           "io.modelcontextprotocol/protocolVersion") != NULL;
+}
+
+bool mcp_modern_method(const char *m)
+{
+    return strcmp(m, "server/discover") == 0 || strcmp(m, "tools/list") == 0 || strcmp(m, "tools/call") == 0;
+}
+
+char *mcp_modern_check(const json_t *msg, int *code)
+{
+    json_t *id = json_object_get(msg, "id");
+    json_t *meta = json_object_get(json_object_get(msg, "params"), "_meta");
+    json_t *pv = json_object_get(meta, "io.modelcontextprotocol/protocolVersion");
+    json_t *caps = json_object_get(meta, "io.modelcontextprotocol/clientCapabilities");
+    json_t *info = json_object_get(meta, "io.modelcontextprotocol/clientInfo");
+    const json_t *rid = json_is_string(id) || json_is_integer(id) ? id : NULL;
+
+    if (!json_is_string(pv)) {
+        *code = MCP_INVALID_PARAMS;
+        return mcp_error_text(rid, MCP_INVALID_PARAMS,
+                              "params._meta[\"io.modelcontextprotocol/protocolVersion\"] is required, a string "
+                              "(protocol revision 2026-07-28)");
+    }
+    for (size_t i = 0; i < N_MODERN; i++)
+        if (strcmp(json_string_value(pv), modern_versions[i]) == 0)
+            goto supported;
+    /* A revision this server does not serve per request (an unknown one,
+     * or a handshake revision: those go through initialize). */
+    *code = MCP_UNSUPPORTED_VERSION;
+    return dump(json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:o, s:O}}}", "jsonrpc", "2.0", "id",
+                          rid ? rid : json_null(), "error", "code", MCP_UNSUPPORTED_VERSION, "message",
+                          "Unsupported protocol version", "data", "supported", all_versions(), "requested", pv));
+supported:
+    if (!json_is_object(caps)) {
+        *code = MCP_INVALID_PARAMS;
+        return mcp_error_text(rid, MCP_INVALID_PARAMS,
+                              "params._meta[\"io.modelcontextprotocol/clientCapabilities\"] is required, an object "
+                              "(protocol revision 2026-07-28)");
+    }
+    if (info && (!json_is_object(info) || !json_is_string(json_object_get(info, "name")) ||
+                 !json_is_string(json_object_get(info, "version")))) {
+        *code = MCP_INVALID_PARAMS;
+        return mcp_error_text(rid, MCP_INVALID_PARAMS,
+                              "params._meta[\"io.modelcontextprotocol/clientInfo\"] must be an object with "
+                              "name and version (strings)");
+    }
+    return NULL;
+}
+
+static void call_tool(struct mcp_conn *c, const json_t *id, json_t *params, bool modern, mcp_send_fn send,
+                      void *sink)
 {
     json_t *name = json_object_get(params, "name"), *args = json_object_get(params, "arguments");
     json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
@@ -326,7 +495,7 @@ static void call_tool(struct mcp_conn *c, const json_t *id, json_t *params, mcp_
         return;
     }
     if (result)
-        send_result(send, sink, id, result);
+        send_result(send, sink, id, result, modern);
     else
         send_error(send, sink, id, code ? code : MCP_INTERNAL_ERROR, msg[0] ? msg : "tools/call failed");
 }
@@ -414,19 +583,52 @@ void mcp_handle(struct mcp_conn *c, json_t *msg, mcp_send_fn send, void *sink)
         send_error(send, sink, NULL, MCP_INVALID_REQUEST, "id: must be a string or an integer");
         goto out;
     }
+    if (mcp_is_modern(msg)) {
+        /* The stateless revision: the request says its version and the
+         * client's capabilities itself; no initialize is needed, and
+         * ping and initialize are not methods of it. */
+        char *err = mcp_modern_check(msg, &code);
+        if (err) {
+            send(sink, err);
+            goto out;
+        }
+        if (!mcp_modern_method(m)) {
+            char buf[200];
+            (void)snprintf(buf, sizeof(buf), "method not found: %.120s (protocol revision %s)", m,
+                           MCP_MODERN_VERSION);
+            send_error(send, sink, id, MCP_METHOD_NOT_FOUND, buf);
+            goto out;
+        }
+        if (strcmp(m, "tools/call") == 0) {
+            call_tool(c, id, params, true, send, sink);
+            goto out;
+        }
+        result = strcmp(m, "server/discover") == 0
+                     ? discover()
+                     : json_pack("{s:o, s:i, s:s}", "tools", mcp_tools_list(), "ttlMs", MCP_CACHE_TTL_MS,
+                                 "cacheScope", "private");
+        if (result)
+            send_result(send, sink, id, result, true);
+        else
+            send_error(send, sink, id, MCP_INTERNAL_ERROR, "out of memory");
+        goto out;
+    }
     if (strcmp(m, "initialize") == 0) {
         result = initialize(c, params, &code, &emsg);
     } else if (strcmp(m, "ping") == 0) {
         result = json_object();
     } else if (strcmp(m, "server/discover") == 0) {
-        result = discover();
+        /* Without the revision's _meta (a legacy client's probe): the
+         * same answer, in the revision's shape. */
+        result = modern_result(discover());
     } else if (!initialized(c)) {
         code = MCP_INVALID_REQUEST;
-        emsg = "not initialized: send initialize first";
+        emsg = "not initialized: send initialize first (or, protocol revision 2026-07-28, params._meta with "
+               "io.modelcontextprotocol/protocolVersion and clientCapabilities on every request)";
     } else if (strcmp(m, "tools/list") == 0) {
         result = json_pack("{s:o}", "tools", mcp_tools_list());
     } else if (strcmp(m, "tools/call") == 0) {
-        call_tool(c, id, params, send, sink);
+        call_tool(c, id, params, false, send, sink);
         goto out;
     } else {
         char buf[200];
@@ -435,7 +637,7 @@ void mcp_handle(struct mcp_conn *c, json_t *msg, mcp_send_fn send, void *sink)
         goto out;
     }
     if (result)
-        send_result(send, sink, id, result);
+        send_result(send, sink, id, result, false);
     else
         send_error(send, sink, id, code ? code : MCP_INTERNAL_ERROR, emsg ? emsg : "out of memory");
 out:

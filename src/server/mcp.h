@@ -18,6 +18,13 @@
 #define MCP_METHOD_NOT_FOUND (-32601)
 #define MCP_INVALID_PARAMS (-32602)
 #define MCP_INTERNAL_ERROR (-32603)
+/* The 2026-07-28 revision's own (the range -32020..-32099 is the spec's). */
+#define MCP_HEADER_MISMATCH (-32020)
+#define MCP_UNSUPPORTED_VERSION (-32022)
+
+/* The stateless revision (SEP-2575): no initialize, every request carries
+ * its protocol version and client capabilities in params._meta. */
+#define MCP_MODERN_VERSION "2026-07-28"
 
 /* Where a message of one request goes (its progress notifications, then
  * its response): a line on stdio, an event of an SSE stream or a JSON
@@ -25,11 +32,20 @@
 typedef void (*mcp_send_fn)(void *sink, char *json_text);
 
 struct mcp_conn;
+/* A set of sandbox session ids (the handles create_session returns) that
+ * the calls of one or more connections may use. */
+struct mcp_handles;
 
 /* One MCP connection: a stdio session or an HTTP Mcp-Session-Id. Its
  * sandbox sessions are the tenant's, created through it and closed with
  * it. transport: "stdio" or "http" (logs). */
 struct mcp_conn *mcp_conn_new(struct srv_ctx *ctx, struct srv_tenant *t, const char *transport);
+/* One HTTP request of the stateless revision: its sandbox sessions go to
+ * (and are looked up in) shared, the tenant's set, which outlives it. */
+struct mcp_conn *mcp_conn_new_stateless(struct srv_ctx *ctx, struct srv_tenant *t, struct mcp_handles *shared);
+struct mcp_handles *mcp_handles_new(void);
+/* Close every sandbox session in h (tenant t's), free it. NULL: nothing. */
+void mcp_handles_free(struct mcp_handles *h, struct srv_ctx *ctx, struct srv_tenant *t, const char *transport);
 /* Cancel what is in flight (kills the runs); later tool calls are
  * refused. */
 void mcp_conn_cancel_all(struct mcp_conn *c);
@@ -45,6 +61,17 @@ bool mcp_conn_busy(struct mcp_conn *c);
 
 /* Whether msg (parsed) is a request (has an id and a method). */
 bool mcp_is_request(const json_t *msg);
+/* Whether msg carries the stateless revision's envelope
+ * (params._meta["io.modelcontextprotocol/protocolVersion"]). */
+bool mcp_is_modern(const json_t *msg);
+/* Whether m is a method of the stateless revision here (server/discover,
+ * tools/list, tools/call). */
+bool mcp_modern_method(const char *m);
+/* A modern request's envelope: NULL when it is fine, else the error
+ * response's text (malloc'd) with *code: MCP_INVALID_PARAMS (a required
+ * _meta field missing or mistyped), MCP_UNSUPPORTED_VERSION (data:
+ * supported, requested). Over HTTP both are 400. */
+char *mcp_modern_check(const json_t *msg, int *code);
 /* Handle one parsed message; its outputs go to send(sink). A tools/call
  * blocks until its run ends (the caller gives it a thread). Takes msg. */
 void mcp_handle(struct mcp_conn *c, json_t *msg, mcp_send_fn send, void *sink);

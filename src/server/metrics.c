@@ -57,6 +57,15 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
     (void)fprintf(f, "agentjail_net_denials_total %llu\n", (unsigned long long)m.net_denied);
     header(f, "agentjail_sessions_live", "gauge", "Sessions open now.");
     (void)fprintf(f, "agentjail_sessions_live %ld\n", sessions);
+    if (cfg->store_pg) {
+        uint64_t ok, unreachable, loop;
+        srv_fwd_counts(&ok, &unreachable, &loop);
+        header(f, "agentjail_forwarded_total", "counter",
+               "Requests forwarded to the replica holding their run or session, by result.");
+        (void)fprintf(f, "agentjail_forwarded_total{result=\"ok\"} %llu\n", (unsigned long long)ok);
+        (void)fprintf(f, "agentjail_forwarded_total{result=\"unreachable\"} %llu\n", (unsigned long long)unreachable);
+        (void)fprintf(f, "agentjail_forwarded_total{result=\"loop\"} %llu\n", (unsigned long long)loop);
+    }
     if (srv_eventlog_enabled()) {
         header(f, "agentjail_events_log_errors_total", "counter", "Event lines the events log could not take.");
         (void)fprintf(f, "agentjail_events_log_errors_total %llu\n", (unsigned long long)srv_eventlog_errors());
@@ -109,7 +118,7 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
         header(f, "agentjail_pool_runs_total", "counter", "Runs by whether a parked sandbox was ready (all pools).");
         (void)fprintf(f, "agentjail_pool_runs_total{kind=\"warm\"} %llu\nagentjail_pool_runs_total{kind=\"cold\"} %llu\n",
                       (unsigned long long)m.warm_runs, (unsigned long long)m.cold_runs);
-        header(f, "agentjail_pool_ready", "gauge", "Parked sandboxes ready, all pools (as of each pool's last run start).");
+        header(f, "agentjail_pool_ready", "gauge", "Parked sandboxes ready now, all pools.");
         (void)fprintf(f, "agentjail_pool_ready %u\n", m.pool_ready);
         header(f, "agentjail_tenant_pool_runs_total", "counter", "Runs by tenant and whether its pool had one ready.");
         for (size_t i = 0; i < cfg->n_tenants; i++)
@@ -123,6 +132,19 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
         for (size_t i = 0; i < cfg->n_tenants; i++)
             if (snap[i].pool)
                 (void)fprintf(f, "agentjail_tenant_pool_ready{tenant=\"%s\"} %u\n", snap[i].name, snap[i].pool_ready);
+    }
+    if (m.interp) {
+        header(f, "agentjail_interp_runs_total", "counter",
+               "python runs sent to warm interpreters, by whether one was parked (all tenants).");
+        (void)fprintf(f, "agentjail_interp_runs_total{kind=\"warm\"} %llu\nagentjail_interp_runs_total{kind=\"cold\"} %llu\n",
+                      (unsigned long long)m.interp_warm_runs, (unsigned long long)m.interp_cold_runs);
+        header(f, "agentjail_interp_ready", "gauge", "Parked warm interpreters ready now, all tenants.");
+        (void)fprintf(f, "agentjail_interp_ready %u\n", m.interp_ready);
+        header(f, "agentjail_tenant_interp_ready", "gauge", "Parked warm interpreters ready now, by tenant.");
+        for (size_t i = 0; i < cfg->n_tenants; i++)
+            if (snap[i].interp_pool_on)
+                (void)fprintf(f, "agentjail_tenant_interp_ready{tenant=\"%s\"} %u\n", snap[i].name,
+                              snap[i].interp_ready);
     }
     free(snap);
     if (fclose(f) != 0) {

@@ -33,6 +33,7 @@ struct srv_runner {
     struct srv_run *qhead, *qtail;      /* to start */
     unsigned active;
     bool stopping;
+    bool pools_made; /* the runner made (and so filled) every warm pool it could */
     struct srv_metrics m;
 
     /* Per tenant (cfg->tenants' order), NULL: cold; the runner thread's:
@@ -447,25 +448,10 @@ static void start(struct srv_runner *rn, struct srv_run *r)
         finish(rn, r);
         return;
     }
-    /* The pool's counts, read here by its owner thread: a metrics request
-     * must not call aj_pool_get_stats while this thread frees the pool. */
-    struct aj_pool_stats ps = {0};
-    if (pool && !ipool)
-        aj_pool_get_stats(pool, &ps);
     (void)pthread_mutex_lock(&rn->lock);
     r->state = SRV_RUNNING;
     rn->m.started++;
     rn->m.running++;
-    if (pool && !ipool) { /* (the interpreters' pool is not in these counts) */
-        struct srv_tenant *t = r->tenant;
-        /* The server's sums move by this pool's change. */
-        rn->m.warm_runs += ps.warm_runs - t->warm_runs;
-        rn->m.cold_runs += ps.cold_runs - t->cold_runs;
-        rn->m.pool_ready = rn->m.pool_ready + ps.ready - t->pool_ready;
-        t->warm_runs = ps.warm_runs;
-        t->cold_runs = ps.cold_runs;
-        t->pool_ready = ps.ready;
-    }
     kill_now = r->kill_requested || rn->stopping;
     (void)pthread_mutex_unlock(&rn->lock);
 
@@ -651,29 +637,30 @@ static void *runner_main(void *arg)
         struct srv_tenant *t = &rn->cfg->tenants[i];
         /* Its warm interpreters: each imports its preload here (seconds
          * for pandas), before the first request is taken. */
-        if (t->pol_interp && t->interp_pool &&
-            aj_pool_new(t->pol_interp, t->interp_pool, &rn->pools[i].interp, &err) < 0) {
-            rn->pools[i].interp = NULL;
+        struct aj_pool *ip = NULL, *wp = NULL;
+        if (t->pol_interp && t->interp_pool && aj_pool_new(t->pol_interp, t->interp_pool, &ip, &err) < 0) {
+            ip = NULL;
             (void)fprintf(stderr, "agentjail serve: warm interpreters of tenant %s: %s; its python runs start "
                           "from its warm pool or cold\n", t->name, err.msg);
         }
+        (void)pthread_mutex_lock(&rn->lock);
+        rn->pools[i].interp = ip;
+        (void)pthread_mutex_unlock(&rn->lock);
         if (!t->pool_size || !t->pol)
             continue;
-        if (aj_pool_new(t->pol, t->pool_size, &rn->pools[i].pool, &err) < 0) {
-            rn->pools[i].pool = NULL;
+        if (aj_pool_new(t->pol, t->pool_size, &wp, &err) < 0) {
             (void)fprintf(stderr, "agentjail serve: warm pool of tenant %s: %s; its runs start cold\n", t->name,
                           err.msg);
             continue;
         }
-        struct aj_pool_stats ps = {0};
-        aj_pool_get_stats(rn->pools[i].pool, &ps);
         (void)pthread_mutex_lock(&rn->lock);
-        rn->m.pool = true;
-        t->pool = true;
-        t->pool_ready = ps.ready;
-        rn->m.pool_ready += ps.ready;
+        rn->pools[i].pool = wp;
         (void)pthread_mutex_unlock(&rn->lock);
     }
+
+    (void)pthread_mutex_lock(&rn->lock);
+    rn->pools_made = true;
+    (void)pthread_mutex_unlock(&rn->lock);
 
     for (;;) {
         int n = epoll_wait(rn->ep, evs, 64, -1);
@@ -697,9 +684,14 @@ static void *runner_main(void *arg)
             break;
     }
     for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
-        aj_pool_free(rn->pools[i].pool);
-        aj_pool_free(rn->pools[i].interp);
+        /* Out of the metrics' sight first (they read the pools under the
+         * lock), then freed. */
+        (void)pthread_mutex_lock(&rn->lock);
+        struct tenant_pool tp = rn->pools[i];
         rn->pools[i].pool = rn->pools[i].interp = NULL;
+        (void)pthread_mutex_unlock(&rn->lock);
+        aj_pool_free(tp.pool);
+        aj_pool_free(tp.interp);
     }
     return NULL;
 }
@@ -959,9 +951,51 @@ ssize_t srv_runner_next_output(struct srv_runner *rn, struct srv_run *r, size_t 
     return n ? (ssize_t)n : timed_out ? -EAGAIN : 0;
 }
 
+/* The pools' counts as of now, into the tenants and the server's sums;
+ * under rn->lock. The pools are the runner thread's, but their counts are
+ * read under their own lock (aj_pool_get_stats), and a pool leaves
+ * rn->pools under rn->lock before it is freed. */
+static void read_pools_locked(struct srv_runner *rn)
+{
+    struct srv_metrics *m = &rn->m;
+
+    m->warm_runs = m->cold_runs = m->interp_warm_runs = m->interp_cold_runs = 0;
+    m->pool_ready = m->interp_ready = 0;
+    for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
+        struct srv_tenant *t = &rn->cfg->tenants[i];
+        struct aj_pool_stats ps = {0};
+        if (rn->pools[i].pool) {
+            aj_pool_get_stats(rn->pools[i].pool, &ps);
+            t->pool = m->pool = true;
+            t->warm_runs = ps.warm_runs;
+            t->cold_runs = ps.cold_runs;
+            t->pool_ready = ps.ready;
+        } else {
+            t->pool_ready = 0; /* gone (shutdown) or never made; the counts stay */
+        }
+        if (rn->pools[i].interp) {
+            struct aj_pool_stats is = {0};
+            aj_pool_get_stats(rn->pools[i].interp, &is);
+            t->interp_pool_on = m->interp = true;
+            t->interp_warm_runs = is.warm_runs;
+            t->interp_cold_runs = is.cold_runs;
+            t->interp_ready = is.ready;
+        } else {
+            t->interp_ready = 0;
+        }
+        m->warm_runs += t->warm_runs;
+        m->cold_runs += t->cold_runs;
+        m->pool_ready += t->pool_ready;
+        m->interp_warm_runs += t->interp_warm_runs;
+        m->interp_cold_runs += t->interp_cold_runs;
+        m->interp_ready += t->interp_ready;
+    }
+}
+
 void srv_runner_metrics(struct srv_runner *rn, struct srv_metrics *m)
 {
     (void)pthread_mutex_lock(&rn->lock);
+    read_pools_locked(rn);
     *m = rn->m;
     (void)pthread_mutex_unlock(&rn->lock);
 }
@@ -988,8 +1022,19 @@ void srv_runner_tenant_counts(struct srv_runner *rn, const struct srv_tenant *t,
 void srv_runner_tenant_snapshot(struct srv_runner *rn, const struct srv_tenant *t, struct srv_tenant *ret)
 {
     (void)pthread_mutex_lock(&rn->lock);
+    read_pools_locked(rn);
     *ret = *t;
     (void)pthread_mutex_unlock(&rn->lock);
+}
+
+bool srv_runner_warm(struct srv_runner *rn)
+{
+    bool ok;
+
+    (void)pthread_mutex_lock(&rn->lock);
+    ok = rn->pools_made;
+    (void)pthread_mutex_unlock(&rn->lock);
+    return ok;
 }
 
 bool srv_runner_accepting(struct srv_runner *rn)

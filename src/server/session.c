@@ -133,14 +133,26 @@ int srv_session_find(struct srv_sessions *ss, const struct srv_tenant *t, const 
     return rc;
 }
 
+bool srv_session_live_here(struct srv_sessions *ss, const struct srv_tenant *t, const char *id)
+{
+    bool here = false;
+
+    (void)pthread_mutex_lock(&ss->lock);
+    for (struct srv_session *s = ss->live; s && !here; s = s->next)
+        here = s->tenant == t && strcmp(s->id, id) == 0;
+    (void)pthread_mutex_unlock(&ss->lock);
+    return here;
+}
+
 void srv_find_fail(int rc, const char *id, struct srv_reply *reply)
 {
     if (rc == -ESTALE)
         srv_reply_error(reply, 410, "session %s has ended (GET /v1/sessions/%s says how)", id, id);
     else if (rc == -EREMOTE)
         srv_reply_error(reply, 421,
-                        "session %s is live on another replica, which holds its workspace: send its requests "
-                        "there (route by session)", id);
+                        "session %s is live on another replica, which holds its workspace and advertises no "
+                        "address to forward to (replica.advertise): send its requests there (route by session)",
+                        id);
     else
         srv_reply_error(reply, 404, "no session %s", srv_valid_id(id) ? id : "with that id");
 }

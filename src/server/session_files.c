@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The files of a session's workspace over the API: PUT (streamed into an
- * O_TMPFILE, then renamed into place), GET (a file streamed from its fd,
+ * O_TMPFILE, then linked or renamed into place: workspace.c), GET (a file streamed from its fd,
  * a directory's listing), DELETE. The workspace operations, and how
  * every path is confined to the workspace, are workspace.c's. */
 #include <errno.h>

@@ -73,8 +73,19 @@ struct srv_tenant {
     bool pool;           /* its warm pool is in use */
     uint64_t warm_runs, cold_runs; /* its pool's counts (aj_pool_get_stats) */
     unsigned pool_ready;
+    bool interp_pool_on;                  /* its warm interpreters' pool is in use */
+    uint64_t interp_warm_runs, interp_cold_runs; /* that pool's counts */
+    unsigned interp_ready;
     /* The session code's gauge (srv_tenant_sessions_add); atomic. */
     int sessions_live;
+};
+
+/* An origin (origin.c): scheme://host[:port], lowercased, a default port
+ * as none (0); port -1 (a config pattern's ":*"): any port. */
+struct srv_origin {
+    bool https;
+    char host[256];
+    int port;
 };
 
 struct srv_config {
@@ -111,6 +122,18 @@ struct srv_config {
     char *events_log;             /* JSON Lines sink of every run's events: a path, "-": stdout; NULL: none */
     char *tls_cert_path, *tls_key_path;
     char *tls_cert_pem, *tls_key_pem; /* read and checked at load; NULL: no TLS */
+    /* Forwarding between replicas of a PostgreSQL store (the config's
+     * "replica"; forward.c). */
+    char *replica_advertise;  /* where the other replicas reach this one (http://, https://, unix:);
+                               * NULL: they answer 421 for its live runs and sessions */
+    char *replica_ca_path;    /* PEM CA(s) an https peer's certificate must chain to; NULL: the system's */
+    unsigned replica_timeout; /* seconds: connecting to a peer, and each wait for its bytes */
+    /* "mcp": {"allowed_origins": [...]}: the Origins /mcp serves; not set:
+     * loopback origins only (mcp_http.c). A request without Origin is
+     * served either way (not a browser). */
+    struct srv_origin *mcp_origins;
+    size_t n_mcp_origins;
+    bool mcp_origins_set;
 };
 
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
@@ -141,7 +164,25 @@ const char *srv_tenant_request_limits(const struct srv_tenant *t, json_t *limits
 const char *srv_tenant_request_network(const struct srv_tenant *t, json_t *net, struct srv_run *r, char *msg,
                                        size_t msg_size);
 
+/* ---- origins (origin.c) ------------------------------------------------------------------ */
+
+/* s as an origin (pattern: a config entry, which may end in ":*"): 0, or
+ * -1 with why. */
+int srv_origin_parse(const char *s, bool pattern, struct srv_origin *out, const char **why);
+bool srv_origin_match(const struct srv_origin *pat, const struct srv_origin *o);
+/* Its normal form, as snprintf. */
+int srv_origin_format(const struct srv_origin *o, char *buf, size_t size);
+
 /* ---- TLS (tls.c) ------------------------------------------------------------------------ */
+
+/* A replica's advertise address ("http://HOST:PORT", "https://HOST:PORT",
+ * "unix:/PATH"; forward.c): 0, or -1 and why. */
+int srv_peer_check(const char *spec, char *why, size_t why_size);
+/* A CA file for https peers (replica.ca): 0, or -1 and why. */
+int srv_peer_check_ca(const char *path, char *why, size_t why_size);
+/* Requests forwarded to another replica (GET /metrics): answered by the
+ * owner, 503 (it could not be reached or did not answer), 508 (a loop). */
+void srv_fwd_counts(uint64_t *ok, uint64_t *unreachable, uint64_t *loop);
 
 /* Read and check the certificate chain and key (PEM): 0, or -1 with
  * which ("cert" or "key") and the reason. */
@@ -264,6 +305,11 @@ int srv_store_session_end(struct srv_store *s, const char *id, const char *statu
                           int64_t ended_ms);
 /* The row of id if tenant owns it, as JSON text (caller frees): 0, -ENOENT, -EIO. */
 int srv_store_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret);
+/* Whether the live run (session: the live session) id of tenant is
+ * another replica's: 1 and *ret_advertise, its address (malloc'd; NULL
+ * when it has none), or 0 (not live elsewhere: unknown, ended, this
+ * replica's, or its replica has stopped), or -EIO. Always 0 with SQLite. */
+int srv_store_locate(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise);
 /* A run accepted (status "queued"). */
 int srv_store_insert(struct srv_store *s, const struct srv_run *r);
 /* Remove the records of runs that ended before before_ms: how many, or -EIO. */
@@ -297,7 +343,10 @@ struct srv_metrics {
     unsigned running;
     bool pool;                        /* a warm pool is in use (some tenant's) */
     uint64_t warm_runs, cold_runs;    /* the pools' counts, summed (aj_pool_get_stats) */
-    unsigned pool_ready;
+    unsigned pool_ready;              /* as of the read (each pool asked then) */
+    bool interp;                      /* some tenant's warm interpreters are in use */
+    uint64_t interp_warm_runs, interp_cold_runs;
+    unsigned interp_ready;
 };
 /* The Prometheus text of GET /metrics (metrics.c); NULL when out of memory. */
 char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg);
@@ -339,6 +388,8 @@ void srv_runner_tenant_snapshot(struct srv_runner *rn, const struct srv_tenant *
  * runner thread's, or before it runs anything. */
 void srv_runner_prune(struct srv_runner *rn, bool now);
 /* Whether runs are accepted (not shutting down). */
+/* Whether the runner has made its warm pools (each filled as it is made). */
+bool srv_runner_warm(struct srv_runner *rn);
 bool srv_runner_accepting(struct srv_runner *rn);
 /* Refuse new runs, kill every live one, end the thread once they are
  * all recorded. Requests still waiting on runs are answered; the struct
@@ -426,6 +477,9 @@ int srv_sessions_start(struct srv_sessions *ss, char *msg, size_t msg_size);
  * workspace removed. Runs have ended (srv_runner_stop) before. */
 void srv_sessions_stop(struct srv_sessions *ss);
 void srv_sessions_free(struct srv_sessions *ss);
+/* Whether t's session id is live on this replica (memory only, no store:
+ * forward.c asks before it looks for another replica's). */
+bool srv_session_live_here(struct srv_sessions *ss, const struct srv_tenant *t, const char *id);
 /* The live sessions (metrics). */
 unsigned srv_sessions_live(struct srv_sessions *ss);
 

@@ -38,7 +38,9 @@ static int state_dir(const char *store, char *msg, size_t msg_size)
 int srv_store_open(const struct srv_config *cfg, struct srv_store **ret, char *msg, size_t msg_size)
 {
     if (cfg->store_pg)
-        return state_dir(cfg->store, msg, msg_size) < 0 ? -1 : store_pg_open(cfg->store_pg, ret, msg, msg_size);
+        return state_dir(cfg->store, msg, msg_size) < 0
+                   ? -1
+                   : store_pg_open(cfg->store_pg, cfg->replica_advertise, ret, msg, msg_size);
     return store_sqlite_open(cfg->store, ret, msg, msg_size);
 }
 
@@ -94,6 +96,12 @@ int srv_store_session_get_json(struct srv_store *s, const char *tenant, const ch
     return s->ops->session_get_json(s, tenant, id, ret);
 }
 
+int srv_store_locate(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise)
+{
+    *ret_advertise = NULL;
+    return s->ops->locate ? s->ops->locate(s, session, tenant, id, ret_advertise) : 0;
+}
+
 /* ---- shared by the backends -------------------------------------------------------------------- */
 
 char *store_argv_json(char *const *argv)
@@ -113,7 +121,9 @@ char *store_argv_json(char *const *argv)
     return s;
 }
 
-int store_record_json(struct srv_run *r, const char *argv_text, char **ret)
+/* A record read back: r filled from the row (its argv still NULL),
+ * argv_text the JSON array it was stored as. */
+static int record_json(struct srv_run *r, const char *argv_text, char **ret)
 {
     /* The record's argv comes back as the JSON array it was stored as. */
     json_t *a = json_loads(argv_text, 0, NULL);
@@ -133,16 +143,57 @@ int store_record_json(struct srv_run *r, const char *argv_text, char **ret)
     return *ret ? 0 : -ENOMEM;
 }
 
-int store_session_json(const char *id, const struct srv_session_row *row, char **ret)
+int store_run_row_json(const char *id, const char *tenant, const struct store_row *row, char **ret)
 {
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "id", id, "status", row->status,
-                          "created_ms", (json_int_t)row->created_ms, "expires_ms", (json_int_t)row->expires_ms,
-                          "idle_timeout", (json_int_t)(row->idle_ms / 1000), "workspace_quota",
-                          (json_int_t)row->quota, "ended_ms", (json_int_t)row->ended_ms, "policy_sha256",
-                          row->policy_sha256);
+    struct srv_tenant t = {.name = (char *)tenant};
+    struct srv_run r = {.tenant = &t, .state = SRV_DONE};
+    const void *x = row->impl;
+    bool has_result = !row->null(x, 6);
+    int rc;
 
-    if (o && row->reason)
-        (void)json_object_set_new(o, "reason", json_string(row->reason));
+    *ret = NULL;
+    (void)snprintf(r.id, sizeof(r.id), "%s", id);
+    r.created_ms = row->i64(x, 0);
+    r.ended_ms = row->i64(x, 1);
+    (void)snprintf(r.status, sizeof(r.status), "%s", row->text(x, 3));
+    r.exit_code = (int)row->i64(x, 4);
+    (void)snprintf(r.policy_sha256, sizeof(r.policy_sha256), "%s", row->text(x, 5));
+    (void)snprintf(r.error, sizeof(r.error), "%s", row->text(x, 7));
+    r.result_json = has_result ? row->copy(x, 6, NULL) : NULL;
+    r.out.data = row->copy(x, 8, &r.out.len);
+    r.err.data = row->copy(x, 9, &r.err.len);
+    r.out.total = (uint64_t)row->i64(x, 10);
+    r.err.total = (uint64_t)row->i64(x, 11);
+    r.out.truncated = row->i64(x, 12) != 0;
+    r.err.truncated = row->i64(x, 13) != 0;
+    r.events = row->null(x, 14) ? NULL : json_loads(row->text(x, 14), 0, NULL);
+    r.events_truncated = row->i64(x, 15) != 0;
+    (void)snprintf(r.session_id, sizeof(r.session_id), "%s", row->text(x, 16));
+    r.outputs_json = row->null(x, 17) ? NULL : json_loads(row->text(x, 17), 0, NULL);
+    if (!r.out.data || !r.err.data || (has_result && !r.result_json))
+        rc = -ENOMEM;
+    else
+        rc = record_json(&r, row->text(x, 2), ret);
+    free(r.result_json);
+    free(r.out.data);
+    free(r.err.data);
+    json_decref(r.events);
+    json_decref(r.outputs_json);
+    return rc;
+}
+
+int store_session_row_json(const char *id, const struct store_row *row, char **ret)
+{
+    const void *x = row->impl;
+    const char *reason = row->null(x, 6) ? NULL : row->text(x, 6);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "id", id, "status", row->text(x, 5),
+                          "created_ms", (json_int_t)row->i64(x, 0), "expires_ms", (json_int_t)row->i64(x, 2),
+                          "idle_timeout", (json_int_t)(row->i64(x, 3) / 1000), "workspace_quota",
+                          (json_int_t)row->i64(x, 4), "ended_ms", (json_int_t)row->i64(x, 1), "policy_sha256",
+                          row->text(x, 7));
+
+    if (o && reason)
+        (void)json_object_set_new(o, "reason", json_string(reason));
     *ret = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return *ret ? 0 : -ENOMEM;

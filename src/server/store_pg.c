@@ -42,6 +42,7 @@ struct pg_store {
     int64_t replica; /* the row's id and the advisory lock's key */
     char replica_text[24];
     char name[300]; /* host:pid, for operators reading "replicas" */
+    char *advertise; /* where other replicas forward its runs' requests (forward.c), or NULL */
     pthread_t reaper;
     bool reaper_started, stop;
     pthread_mutex_t stop_lock;
@@ -60,6 +61,8 @@ static const char schema[] =
     "SELECT pg_advisory_xact_lock(6951423887107410273);"
     "CREATE TABLE IF NOT EXISTS replicas ("
     " id BIGINT PRIMARY KEY, name TEXT NOT NULL, started_ms BIGINT NOT NULL);"
+    /* Added with forwarding: a database of an older server gets it. */
+    "ALTER TABLE replicas ADD COLUMN IF NOT EXISTS advertise TEXT;"
     "CREATE TABLE IF NOT EXISTS runs ("
     " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL, ended_ms BIGINT,"
     " argv TEXT NOT NULL, status TEXT NOT NULL, exit_code INTEGER, policy_sha256 TEXT, result TEXT,"
@@ -117,7 +120,7 @@ const char *srv_store_pg_check_conninfo(const char *conninfo, char *msg, size_t 
 /* Under p->lock. The lock, the row: this replica is alive to the others. */
 static int join(struct pg_store *p, char *msg, size_t msg_size)
 {
-    const char *v[3] = {p->replica_text, p->name, NULL};
+    const char *v[4] = {p->replica_text, p->name, NULL, p->advertise};
     char started[24];
     PGresult *res;
     int ok;
@@ -129,8 +132,9 @@ static int join(struct pg_store *p, char *msg, size_t msg_size)
     PQclear(res);
     if (ok) {
         res = PQexecParams(p->conn,
-                           "INSERT INTO replicas (id, name, started_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
-                           3, NULL, v, NULL, NULL, 0);
+                           "INSERT INTO replicas (id, name, started_ms, advertise) VALUES ($1, $2, $3, $4)"
+                           " ON CONFLICT (id) DO NOTHING",
+                           4, NULL, v, NULL, NULL, 0);
         ok = PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
     }
@@ -277,7 +281,7 @@ static void *reaper_main(void *arg)
 
 static const struct store_ops pg_ops;
 
-int store_pg_open(const char *conninfo, struct srv_store **ret, char *msg, size_t msg_size)
+int store_pg_open(const char *conninfo, const char *advertise, struct srv_store **ret, char *msg, size_t msg_size)
 {
     struct pg_store *p = calloc(1, sizeof(*p));
     char host[256] = "";
@@ -296,6 +300,10 @@ int store_pg_open(const char *conninfo, struct srv_store **ret, char *msg, size_
     (void)pthread_cond_init(&p->stop_cv, &ca);
     (void)pthread_condattr_destroy(&ca);
     p->base.ops = &pg_ops;
+    if (advertise && !(p->advertise = strdup(advertise))) {
+        (void)snprintf(msg, msg_size, "store: out of memory");
+        goto fail;
+    }
     p->conn = PQconnectdb(conninfo);
     if (!p->conn || PQstatus(p->conn) != CONNECTION_OK) {
         (void)snprintf(msg, msg_size, "store: postgresql: %s", p->conn ? PQerrorMessage(p->conn) : "out of memory");
@@ -334,6 +342,7 @@ fail:
     (void)pthread_cond_destroy(&p->stop_cv);
     (void)pthread_mutex_destroy(&p->stop_lock);
     (void)pthread_mutex_destroy(&p->lock);
+    free(p->advertise);
     free(p);
     return -1;
 }
@@ -358,6 +367,7 @@ static void pg_close(struct srv_store *s)
     (void)pthread_cond_destroy(&p->stop_cv);
     (void)pthread_mutex_destroy(&p->stop_lock);
     (void)pthread_mutex_destroy(&p->lock);
+    free(p->advertise);
     free(p);
 }
 
@@ -409,13 +419,15 @@ static int pg_check_writable(struct srv_store *s)
 {
     struct pg_store *p = P(s);
     char now[24];
-    const char *v[3] = {p->replica_text, p->name, now};
+    const char *v[4] = {p->replica_text, p->name, now, p->advertise};
 
     /* A write (a read-only standby or a full disk fails it) that also
      * puts this replica's row back if someone deleted it by hand. */
     (void)snprintf(now, sizeof(now), "%" PRId64, srv_now_ms());
-    return exec_cmd(p, "INSERT INTO replicas (id, name, started_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
-                    3, v, NULL, NULL, NULL);
+    return exec_cmd(p,
+                    "INSERT INTO replicas (id, name, started_ms, advertise) VALUES ($1, $2, $3, $4)"
+                    " ON CONFLICT (id) DO NOTHING",
+                    4, v, NULL, NULL, NULL);
 }
 
 static int pg_delete(struct srv_store *s, const char *id)
@@ -497,30 +509,50 @@ out:
     return rc;
 }
 
-static const char *val(const PGresult *res, int col)
+/* The first row of a result, read through store_row (store.c maps it). */
+static bool val_null(const void *res, int col)
+{
+    return PQgetisnull(res, 0, col);
+}
+
+static const char *val(const void *res, int col)
 {
     return PQgetisnull(res, 0, col) ? "" : PQgetvalue(res, 0, col);
 }
 
-static int64_t val_i64(const PGresult *res, int col)
+static int64_t val_i64(const void *res, int col)
 {
     return PQgetisnull(res, 0, col) ? 0 : strtoll(PQgetvalue(res, 0, col), NULL, 10);
 }
 
-/* A bytea column (text format: hex) as a malloc'd, NUL-ended copy. */
-static char *val_bytes(const PGresult *res, int col, size_t *len)
-{
-    size_t n = 0;
-    unsigned char *b = PQgetisnull(res, 0, col) ? NULL : PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, col), &n);
-    char *s = malloc(n + 1);
+#define BYTEA_OID 17 /* pg_type.h's BYTEAOID (server headers, not libpq's) */
 
+/* A column as a malloc'd, NUL-ended copy: bytea (text format: hex) decoded. */
+static char *val_copy(const void *res, int col, size_t *len)
+{
+    unsigned char *b = NULL;
+    const char *t;
+    size_t n = 0;
+    char *s;
+
+    if (!PQgetisnull(res, 0, col) && PQftype(res, col) == BYTEA_OID) {
+        b = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, col), &n);
+        if (!b)
+            return NULL;
+        t = (const char *)b;
+    } else {
+        t = val(res, col);
+        n = strlen(t);
+    }
+    s = malloc(n + 1);
     if (s) {
         if (n)
-            memcpy(s, b, n);
+            memcpy(s, t, n);
         s[n] = '\0';
     }
     PQfreemem(b);
-    *len = n;
+    if (len)
+        *len = n;
     return s;
 }
 
@@ -549,47 +581,19 @@ static int query_row(struct pg_store *p, const char *sql, int n, const char *con
 
 static int pg_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret)
 {
-    struct srv_tenant t = {.name = (char *)tenant};
-    struct srv_run r = {.tenant = &t, .state = SRV_DONE};
     const char *v[2] = {id, tenant};
     PGresult *res = NULL;
     int rc;
 
-    rc = query_row(P(s),
-                   "SELECT created_ms, ended_ms, argv, status, exit_code, policy_sha256, result, error,"
-                   " stdout, stderr, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, events,"
-                   " events_truncated, session, outputs FROM runs WHERE id = $1 AND tenant = $2",
-                   2, v, &res);
+    *ret = NULL;
+    rc = query_row(P(s), "SELECT " STORE_RUN_COLUMNS " FROM runs WHERE id = $1 AND tenant = $2", 2, v, &res);
     if (rc < 0)
         return rc;
-    (void)snprintf(r.id, sizeof(r.id), "%s", id);
-    r.created_ms = val_i64(res, 0);
-    r.ended_ms = val_i64(res, 1);
-    (void)snprintf(r.status, sizeof(r.status), "%s", val(res, 3));
-    r.exit_code = (int)val_i64(res, 4);
-    (void)snprintf(r.policy_sha256, sizeof(r.policy_sha256), "%s", val(res, 5));
-    (void)snprintf(r.error, sizeof(r.error), "%s", val(res, 7));
-    r.result_json = PQgetisnull(res, 0, 6) ? NULL : strdup(val(res, 6));
-    r.out.data = val_bytes(res, 8, &r.out.len);
-    r.err.data = val_bytes(res, 9, &r.err.len);
-    r.out.total = (uint64_t)val_i64(res, 10);
-    r.err.total = (uint64_t)val_i64(res, 11);
-    r.out.truncated = val_i64(res, 12) != 0;
-    r.err.truncated = val_i64(res, 13) != 0;
-    r.events = PQgetisnull(res, 0, 14) ? NULL : json_loads(val(res, 14), 0, NULL);
-    r.events_truncated = val_i64(res, 15) != 0;
-    (void)snprintf(r.session_id, sizeof(r.session_id), "%s", val(res, 16));
-    r.outputs_json = PQgetisnull(res, 0, 17) ? NULL : json_loads(val(res, 17), 0, NULL);
-    if (!r.out.data || !r.err.data || (!PQgetisnull(res, 0, 6) && !r.result_json))
-        rc = -ENOMEM;
-    else
-        rc = store_record_json(&r, val(res, 2), ret);
+    {
+        const struct store_row row = {.impl = res, .null = val_null, .text = val, .i64 = val_i64, .copy = val_copy};
+        rc = store_run_row_json(id, tenant, &row, ret);
+    }
     PQclear(res);
-    free(r.result_json);
-    free(r.out.data);
-    free(r.err.data);
-    json_decref(r.events);
-    json_decref(r.outputs_json);
     return rc;
 }
 
@@ -644,27 +648,46 @@ static int pg_session_get_json(struct srv_store *s, const char *tenant, const ch
     int rc;
 
     *ret = NULL;
-    rc = query_row(P(s),
-                   "SELECT created_ms, ended_ms, expires_ms, idle_ms, quota, status, reason, policy_sha256"
-                   " FROM sessions WHERE id = $1 AND tenant = $2",
-                   2, v, &res);
+    rc = query_row(P(s), "SELECT " STORE_SESSION_COLUMNS " FROM sessions WHERE id = $1 AND tenant = $2", 2, v,
+                   &res);
     if (rc < 0)
         return rc;
     {
-        struct srv_session_row row = {
-            .created_ms = val_i64(res, 0),
-            .ended_ms = val_i64(res, 1),
-            .expires_ms = val_i64(res, 2),
-            .idle_ms = (uint64_t)val_i64(res, 3),
-            .quota = (uint64_t)val_i64(res, 4),
-            .status = val(res, 5),
-            .reason = PQgetisnull(res, 0, 6) ? NULL : val(res, 6),
-            .policy_sha256 = val(res, 7),
-        };
-        rc = store_session_json(id, &row, ret);
+        const struct store_row row = {.impl = res, .null = val_null, .text = val, .i64 = val_i64, .copy = val_copy};
+        rc = store_session_row_json(id, &row, ret);
     }
     PQclear(res);
     return rc;
+}
+
+/* ---- forwarding ------------------------------------------------------------------------------------------ */
+
+/* The owner of a live run or session, if another replica with a row (a
+ * replica without one has stopped: its runs become lost, nothing to
+ * forward to). The tenant is part of the key: another tenant's id is
+ * not even looked up on the owner. */
+static int pg_locate(struct srv_store *s, bool session, const char *tenant, const char *id, char **ret_advertise)
+{
+    struct pg_store *p = P(s);
+    const char *v[3] = {id, tenant, p->replica_text};
+    PGresult *res = NULL;
+    int rc;
+
+    rc = query_row(p,
+                   session ? "SELECT r.advertise FROM sessions x JOIN replicas r ON r.id = x.replica"
+                             " WHERE x.id = $1 AND x.tenant = $2 AND x.status = 'live' AND x.replica <> $3"
+                           : "SELECT r.advertise FROM runs x JOIN replicas r ON r.id = x.replica"
+                             " WHERE x.id = $1 AND x.tenant = $2 AND x.status IN ('queued', 'running')"
+                             " AND x.replica <> $3",
+                   3, v, &res);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return rc;
+    if (!PQgetisnull(res, 0, 0) && !(*ret_advertise = strdup(PQgetvalue(res, 0, 0))))
+        rc = -ENOMEM;
+    PQclear(res);
+    return rc < 0 ? rc : 1;
 }
 
 static const struct store_ops pg_ops = {
@@ -678,4 +701,5 @@ static const struct store_ops pg_ops = {
     .session_insert = pg_session_insert,
     .session_end = pg_session_end,
     .session_get_json = pg_session_get_json,
+    .locate = pg_locate,
 };

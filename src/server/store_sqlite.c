@@ -271,14 +271,26 @@ static int sq_finish(struct srv_store *s, const struct srv_run *r)
 }
 
 /* A text column, "" for NULL (or when SQLite could not allocate it). */
-static const char *col_text(sqlite3_stmt *st, int i)
+/* A row of a stepped statement, read through store_row (store.c maps it). */
+static bool col_null(const void *st, int i)
 {
-    const unsigned char *t = sqlite3_column_text(st, i);
+    return sqlite3_column_type((sqlite3_stmt *)st, i) == SQLITE_NULL;
+}
+
+static const char *col_text(const void *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text((sqlite3_stmt *)st, i);
     return t ? (const char *)t : "";
 }
 
-static char *col_dup(sqlite3_stmt *st, int i, size_t *len)
+static int64_t col_i64(const void *st, int i)
 {
+    return sqlite3_column_int64((sqlite3_stmt *)st, i);
+}
+
+static char *col_dup(const void *stp, int i, size_t *len)
+{
+    sqlite3_stmt *st = (sqlite3_stmt *)stp;
     const void *p = sqlite3_column_blob(st, i);
     size_t n = (size_t)sqlite3_column_bytes(st, i);
     char *s = malloc(n + 1);
@@ -293,19 +305,16 @@ static char *col_dup(sqlite3_stmt *st, int i, size_t *len)
     return s;
 }
 
-static int sq_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret)
+/* One row of sql with id and tenant bound, mapped by map: 0, -ENOENT, -EIO, -ENOMEM. */
+static int get_row(struct srv_store *s, const char *sql, const char *tenant, const char *id,
+                   int (*map)(const char *id, const char *tenant, const struct store_row *row, char **ret),
+                   char **ret)
 {
     sqlite3_stmt *st = NULL;
-    struct srv_tenant t = {.name = (char *)tenant};
-    struct srv_run r = {.tenant = &t, .state = SRV_DONE};
-    char *argv = NULL;
     int rc = -EIO, step;
 
-    if (sqlite3_prepare_v2(S(s)->db,
-                           "SELECT created_ms, ended_ms, argv, status, exit_code, policy_sha256, result, error,"
-                           " stdout, stderr, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, events,"
-                           " events_truncated, session, outputs FROM runs WHERE id = ? AND tenant = ?",
-                           -1, &st, NULL) != SQLITE_OK ||
+    *ret = NULL;
+    if (sqlite3_prepare_v2(S(s)->db, sql, -1, &st, NULL) != SQLITE_OK ||
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_bind_text(st, 2, tenant, -1, SQLITE_STATIC) != SQLITE_OK)
         goto out;
@@ -316,39 +325,20 @@ static int sq_get_json(struct srv_store *s, const char *tenant, const char *id, 
     }
     if (step != SQLITE_ROW)
         goto out;
-    (void)snprintf(r.id, sizeof(r.id), "%s", id);
-    r.created_ms = sqlite3_column_int64(st, 0);
-    r.ended_ms = sqlite3_column_int64(st, 1);
-    (void)snprintf(r.status, sizeof(r.status), "%s", col_text(st, 3));
-    r.exit_code = sqlite3_column_int(st, 4);
-    (void)snprintf(r.policy_sha256, sizeof(r.policy_sha256), "%s", col_text(st, 5));
-    (void)snprintf(r.error, sizeof(r.error), "%s", col_text(st, 7));
-    argv = col_dup(st, 2, NULL);
-    r.result_json = sqlite3_column_type(st, 6) != SQLITE_NULL ? col_dup(st, 6, NULL) : NULL;
-    r.out.data = col_dup(st, 8, &r.out.len);
-    r.err.data = col_dup(st, 9, &r.err.len);
-    r.out.total = (uint64_t)sqlite3_column_int64(st, 10);
-    r.err.total = (uint64_t)sqlite3_column_int64(st, 11);
-    r.out.truncated = sqlite3_column_int(st, 12) != 0;
-    r.err.truncated = sqlite3_column_int(st, 13) != 0;
-    r.events = sqlite3_column_type(st, 14) != SQLITE_NULL ? json_loads(col_text(st, 14), 0, NULL) : NULL;
-    r.events_truncated = sqlite3_column_int(st, 15) != 0;
-    (void)snprintf(r.session_id, sizeof(r.session_id), "%s", col_text(st, 16));
-    r.outputs_json = sqlite3_column_type(st, 17) != SQLITE_NULL ? json_loads(col_text(st, 17), 0, NULL) : NULL;
-    if (!argv || !r.out.data || !r.err.data || (sqlite3_column_type(st, 6) != SQLITE_NULL && !r.result_json)) {
-        rc = -ENOMEM;
-        goto out;
+    {
+        const struct store_row row = {.impl = st, .null = col_null, .text = col_text, .i64 = col_i64,
+                                      .copy = col_dup};
+        rc = map(id, tenant, &row, ret);
     }
-    rc = store_record_json(&r, argv, ret);
 out:
     (void)sqlite3_finalize(st);
-    free(argv);
-    free(r.result_json);
-    free(r.out.data);
-    free(r.err.data);
-    json_decref(r.events);
-    json_decref(r.outputs_json);
     return rc;
+}
+
+static int sq_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret)
+{
+    return get_row(s, "SELECT " STORE_RUN_COLUMNS " FROM runs WHERE id = ? AND tenant = ?", tenant, id,
+                   store_run_row_json, ret);
 }
 
 /* ---- sessions ------------------------------------------------------------------------------- */
@@ -393,42 +383,16 @@ static int sq_session_end(struct srv_store *s, const char *id, const char *statu
     return rc;
 }
 
+static int session_row_json(const char *id, const char *tenant, const struct store_row *row, char **ret)
+{
+    (void)tenant;
+    return store_session_row_json(id, row, ret);
+}
+
 static int sq_session_get_json(struct srv_store *s, const char *tenant, const char *id, char **ret)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = -EIO, step;
-
-    *ret = NULL;
-    if (sqlite3_prepare_v2(S(s)->db,
-                           "SELECT created_ms, ended_ms, expires_ms, idle_ms, quota, status, reason, policy_sha256"
-                           " FROM sessions WHERE id = ? AND tenant = ?",
-                           -1, &st, NULL) != SQLITE_OK ||
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
-        sqlite3_bind_text(st, 2, tenant, -1, SQLITE_STATIC) != SQLITE_OK)
-        goto out;
-    step = sqlite3_step(st);
-    if (step == SQLITE_DONE) {
-        rc = -ENOENT;
-        goto out;
-    }
-    if (step != SQLITE_ROW)
-        goto out;
-    {
-        struct srv_session_row row = {
-            .created_ms = sqlite3_column_int64(st, 0),
-            .ended_ms = sqlite3_column_int64(st, 1),
-            .expires_ms = sqlite3_column_int64(st, 2),
-            .idle_ms = (uint64_t)sqlite3_column_int64(st, 3),
-            .quota = (uint64_t)sqlite3_column_int64(st, 4),
-            .status = col_text(st, 5),
-            .reason = sqlite3_column_type(st, 6) != SQLITE_NULL ? col_text(st, 6) : NULL,
-            .policy_sha256 = col_text(st, 7),
-        };
-        rc = store_session_json(id, &row, ret);
-    }
-out:
-    (void)sqlite3_finalize(st);
-    return rc;
+    return get_row(s, "SELECT " STORE_SESSION_COLUMNS " FROM sessions WHERE id = ? AND tenant = ?", tenant, id,
+                   session_row_json, ret);
 }
 
 static const struct store_ops sqlite_ops = {

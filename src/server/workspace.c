@@ -218,12 +218,26 @@ out:
     return ok;
 }
 
-/* Whether ext4 on loop devices can work here: mke2fs, /dev/loop-control. */
+/* Whether ext4 on loop devices can work here: id-mapped mounts, mke2fs,
+ * /dev/loop-control. Runs reach a workspace only through the library's
+ * id-mapped bind, and a kernel without mount_setattr (ENOSYS before 5.12,
+ * which brought id-mapped mounts and ext4's support of them together)
+ * would take every session and then fail each of its runs: refused here,
+ * at start, with the reason. The probe is the call itself on no mount
+ * (EBADF where it exists), not the kernel's version. */
 static bool ext4_loop_works(char *why, size_t why_size)
 {
     static const char *const mke2fs[] = {"/usr/sbin/mke2fs", "/sbin/mke2fs", "/usr/bin/mke2fs", NULL};
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)-1};
     int fd;
 
+    if (mount_setattr(-1, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0 && (errno == ENOSYS || errno == EPERM)) {
+        int e = errno;
+        (void)snprintf(why, why_size, "no id-mapped mounts here (mount_setattr: %s): the workspace's bind "
+                                      "needs Linux 5.12 or later%s", strerror(e),
+                       e == EPERM ? ", and no seccomp filter on the server that refuses mount_setattr" : "");
+        return false;
+    }
     ws_mke2fs = NULL;
     for (size_t i = 0; mke2fs[i] && !ws_mke2fs; i++)
         if (access(mke2fs[i], X_OK) == 0)
@@ -806,33 +820,103 @@ void srv_ws_put_write(struct srv_ws_file *f, const void *data, size_t len)
     }
 }
 
+/* Give the unnamed file fd the name dirfd/name, never replacing one
+ * (EEXIST). AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH (before 6.10: the
+ * server has it as root); /proc/self/fd is the fallback. */
+static int link_tmpfile(int fd, int dirfd, const char *name)
+{
+    char proc[64];
+
+    if (linkat(fd, "", dirfd, name, AT_EMPTY_PATH) == 0)
+        return 0;
+    if (errno != ENOENT && errno != EPERM && errno != EINVAL)
+        return -errno;
+    (void)snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    return linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
+}
+
+/* A directory of the server's own in dirfd (root's, 0700: a run, as the
+ * workspace's owner without a capability over root's inodes, can neither
+ * list it nor put a name in it): its fd, its random name in ret_name.
+ * A run may remove or swap the name between the mkdir and the open: the
+ * fd is then checked to be root's empty 0700 directory, which nothing a
+ * run makes can be. */
+static int stage_open(int dirfd, char *ret_name, size_t name_size)
+{
+    for (int i = 0; i < 4; i++) {
+        uint8_t rnd[8];
+        struct stat st;
+        int fd;
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+            return -errno;
+        (void)snprintf(ret_name, name_size, ".aj-upload-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+                       rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+        if (mkdirat(dirfd, ret_name, 0700) < 0) {
+            if (errno == EEXIST)
+                continue;
+            return -errno;
+        }
+        fd = ws_openat(dirfd, ret_name, O_RDONLY | O_DIRECTORY, 0);
+        if (fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR)
+            continue; /* removed or replaced meanwhile */
+        if (fd < 0)
+            return fd;
+        if (fstat(fd, &st) == 0 && st.st_uid == 0 && (st.st_mode & 07777) == 0700 && st.st_nlink == 2)
+            return fd;
+        (void)close(fd); /* a run's directory at our name: theirs, left alone */
+    }
+    return -EAGAIN;
+}
+
+/* Remove the staging directory, if the name still holds it: a run may have
+ * renamed it (within the same directory: moving it elsewhere needs write
+ * access to it) and put something of its own at the name. */
+static void stage_remove(int dirfd, const char *name, int stagefd)
+{
+    struct stat a, b;
+
+    (void)unlinkat(stagefd, "f", 0); /* only there when the rename failed: by the fd, never a run's name */
+    if (fstat(stagefd, &a) == 0 && fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        (void)fprintf(stderr, "agentjail serve: workspace: rmdir %s: %s\n", name, strerror(errno));
+}
+
 int srv_ws_put_commit(struct srv_ws *ws, struct srv_ws_file *f)
 {
-    char tmp[64], proc[64];
-    uint8_t rnd[8];
+    char stage[64];
+    int sfd, r;
 
     (void)ws;
     if (f->err)
         return f->err;
-    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-        return f->err = fail(f->msg, sizeof(f->msg), 500, "getrandom: %s", strerror(errno));
-    (void)snprintf(tmp, sizeof(tmp), ".aj-upload-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
-                   rnd[4], rnd[5], rnd[6], rnd[7]);
-    /* A name for it, then renamed over the target: a reader sees the old
-     * file or the whole new one. AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH;
-     * /proc/self/fd is the fallback. */
-    if (linkat(f->fd, "", f->dirfd, tmp, AT_EMPTY_PATH) < 0) {
-        (void)snprintf(proc, sizeof(proc), "/proc/self/fd/%d", f->fd);
-        if (linkat(AT_FDCWD, proc, f->dirfd, tmp, AT_SYMLINK_FOLLOW) < 0)
-            return f->err = resolve_fail(-errno, f->name, f->msg, sizeof(f->msg));
-    }
-    if (renameat(f->dirfd, tmp, f->dirfd, f->name) < 0) {
-        int e = errno;
-        (void)unlinkat(f->dirfd, tmp, 0);
-        if (e == EISDIR || e == ENOTEMPTY || e == EEXIST)
-            return f->err = fail(f->msg, sizeof(f->msg), 409, "%s: a directory is in the way", f->name);
-        return f->err = resolve_fail(-e, f->name, f->msg, sizeof(f->msg));
-    }
+    /* The file gets no name a run could swap before it is complete and
+     * in place: a run can watch the workspace (inotify) and rename its own
+     * file over any name the server makes in a directory the run writes,
+     * so a temporary name linked there and then renamed by name would
+     * install the run's file as the upload. A new file is linked straight
+     * at its name (linkat never replaces: atomic, no other name). */
+    r = link_tmpfile(f->fd, f->dirfd, f->name);
+    if (r == 0)
+        return 0;
+    if (r != -EEXIST)
+        return f->err = resolve_fail(r, f->name, f->msg, sizeof(f->msg));
+    /* A replacement: linked in a directory of the server's own, and renamed
+     * from there by that directory's fd over the target, so a reader sees
+     * the old file or the whole new one, and the inode renamed is the
+     * upload's (the run can only rename the directory itself, never reach
+     * into it). */
+    sfd = stage_open(f->dirfd, stage, sizeof(stage));
+    if (sfd < 0)
+        return f->err = resolve_fail(sfd, f->name, f->msg, sizeof(f->msg));
+    r = link_tmpfile(f->fd, sfd, "f");
+    if (r == 0 && renameat(sfd, "f", f->dirfd, f->name) < 0)
+        r = -errno;
+    stage_remove(f->dirfd, stage, sfd);
+    (void)close(sfd);
+    if (r == -EISDIR || r == -ENOTEMPTY || r == -EEXIST)
+        return f->err = fail(f->msg, sizeof(f->msg), 409, "%s: a directory is in the way", f->name);
+    if (r < 0)
+        return f->err = resolve_fail(r, f->name, f->msg, sizeof(f->msg));
     return 0;
 }
 

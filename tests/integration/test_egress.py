@@ -23,12 +23,11 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, _ours, comm, must_skip, run_aj, root_only, wait_for, write
+from conftest import AJ_BIN, IS_ROOT, _ours, comm, foreign_tmp, must_skip, not_foreign, run_aj, root_only, wait_for, write
 
 REAL = os.environ.get("AJ_EGRESS") or os.path.join(os.path.dirname(AJ_BIN), "agentjail-egress")
 
@@ -166,9 +165,8 @@ def no_egress_leftovers():
     new = lambda: [p for p in leftovers()[0] if p not in procs0]  # noqa: E731
     yield
     wait_for(lambda: not new(), 5)
-    dirs = leftovers()[1]
-    assert not new() and dirs <= before, "egress processes or directories left behind: %r %r" % (
-        new(), dirs - before)
+    dirs = not_foreign(leftovers()[1] - before)  # another test run's aside
+    assert not new() and not dirs, "egress processes or directories left behind: %r %r" % (new(), dirs)
 
 
 CURL = ["curl", "-sS", "--max-time", "20", "-w", " code=%{http_code}\n"]
@@ -594,7 +592,7 @@ def test_a_missing_or_failing_proxy_is_a_setup_error(up, dns, hostdir):
 
 
 def test_a_killed_supervisor_leaves_no_proxy_or_relay(up, dns):
-    earlier = leftovers()[0]
+    earlier, dirs_before = leftovers()
     proc = subprocess.Popen([AJ_BIN, "run"] + proxy_args(up, dns) + ["--", "sleep", "60"], env=egress_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -608,9 +606,9 @@ def test_a_killed_supervisor_leaves_no_proxy_or_relay(up, dns):
                                  (comm(int(p)) == "agentjail-relay" or _is_proxy(int(p)))
                                  and _orphan(int(p)) and int(p) not in earlier], 10)
     # Its socket directory: the next run cannot remove it (another run's,
-    # for all it knows); removed here.
-    for d in glob.glob("/tmp/agentjail-egress-*"):
-        if os.stat(d).st_mtime >= time.time() - 120:
+    # for all it knows); removed here (not another test run's live one).
+    for d in leftovers()[1] - dirs_before:
+        if not foreign_tmp(d):
             shutil.rmtree(d, ignore_errors=True)
 
 

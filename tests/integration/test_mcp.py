@@ -17,6 +17,9 @@ MCP_DIR = os.path.join(ROOT, "tests", "mcp")
 DRIVE = os.path.join(MCP_DIR, "drive.mjs")
 NODE = shutil.which("node")
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+MODERN = "2026-07-28"  # the stateless revision: no initialize, _meta on every request
+ALL_VERSIONS = [MODERN] + VERSIONS
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 
 pytestmark = pytest.mark.skipif(
     not NODE or not os.path.isdir(os.path.join(MCP_DIR, "node_modules", "@modelcontextprotocol", "sdk")),
@@ -104,13 +107,120 @@ def test_handshake_for_each_protocol_version_and_discover():
     assert by_id(out["steps"][5]["messages"], 1)["result"]["protocolVersion"] == VERSIONS[0]
     msgs = out["steps"][6]["messages"]
     d = by_id(msgs, "d")["result"]
-    assert d["supportedVersions"] == VERSIONS and d["resultType"] == "complete", d
-    assert d["serverInfo"]["name"] == "agentjail" and "tools" in d["capabilities"]
+    assert d["supportedVersions"] == ALL_VERSIONS and d["resultType"] == "complete", d
+    assert d["_meta"][SERVER_INFO]["name"] == "agentjail" and "tools" in d["capabilities"]
+    assert d["ttlMs"] > 0 and d["cacheScope"] == "private", d
     assert by_id(msgs, "p")["result"] == {}
     # Before initialize only ping and discover are served; after it, the same request is.
     assert by_id(msgs, "l")["error"]["code"] == -32600
     assert {t["name"] for t in by_id(msgs, "l2")["result"]["tools"]} >= {"run_code", "run_command"}
     assert by_id(msgs, "i2")["error"]["code"] == -32600  # initialized once only
+
+
+# ---- the stateless revision (2026-07-28) -----------------------------------------------------------
+
+def meta(version=MODERN, caps=True, info=True):
+    m = {"io.modelcontextprotocol/protocolVersion": version}
+    if caps:
+        m["io.modelcontextprotocol/clientCapabilities"] = {}
+    if info:
+        m["io.modelcontextprotocol/clientInfo"] = {"name": "raw", "version": "1"}
+    return m
+
+
+def modern_msg(id, method, params=None, **kw):
+    p = dict(params or {})
+    p["_meta"] = dict(meta(**kw), **p.get("_meta", {}))
+    return {"jsonrpc": "2.0", "id": id, "method": method, "params": p}
+
+
+def test_stateless_requests_without_initialize_over_stdio():
+    """Requests that carry the 2026-07-28 envelope are served with no
+    initialize: results say resultType and the server in _meta, lists
+    carry cache hints; a missing field is -32602, a revision the server
+    does not serve per request -32022 with the ones it does; ping and
+    initialize are not methods of that revision. The same tools/list
+    without the envelope (positive control of the trigger) still needs
+    initialize."""
+    out = stdio([{"op": "raw", "messages": [
+        {"jsonrpc": "2.0", "id": "plain", "method": "tools/list"},
+        modern_msg("list", "tools/list"),
+        modern_msg("call", "tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "echo stateless"}}),
+        modern_msg("bad-args", "tools/call", {"name": "run_code", "arguments": {"language": "cobol", "code": "x"}}),
+        modern_msg("disc", "server/discover"),
+        modern_msg("no-caps", "tools/list", caps=False),
+        modern_msg("no-info", "tools/list", info=False),
+        {"jsonrpc": "2.0", "id": "bad-info", "method": "tools/list",
+         "params": {"_meta": dict(meta(), **{"io.modelcontextprotocol/clientInfo": "me"})}},
+        modern_msg("future", "tools/list", version="2099-01-01"),
+        modern_msg("legacy-rev", "tools/list", version="2025-11-25"),
+        {"jsonrpc": "2.0", "id": "not-str", "method": "tools/list",
+         "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": 20260728,
+                              "io.modelcontextprotocol/clientCapabilities": {}}}},
+        modern_msg("ping", "ping"),
+        modern_msg("init", "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                          "clientInfo": {"name": "x", "version": "1"}}),
+        modern_msg("res", "resources/list")]}])
+    msgs = out["steps"][0]["messages"]
+    assert by_id(msgs, "plain")["error"]["code"] == -32600  # the control: no envelope, no initialize
+    lst = by_id(msgs, "list")["result"]
+    assert lst["resultType"] == "complete" and lst["_meta"][SERVER_INFO]["name"] == "agentjail", lst
+    assert lst["ttlMs"] > 0 and lst["cacheScope"] == "private"
+    assert [t["name"] for t in lst["tools"]][:2] == ["run_code", "run_command"]
+    call = by_id(msgs, "call")["result"]
+    assert call["resultType"] == "complete" and call["_meta"][SERVER_INFO]["name"] == "agentjail", call
+    assert structured(call)["stdout"] == "stateless\n" and call["isError"] is False
+    assert by_id(msgs, "bad-args")["error"]["code"] == -32602
+    d = by_id(msgs, "disc")["result"]
+    assert d["supportedVersions"] == ALL_VERSIONS and d["resultType"] == "complete", d
+    assert "clientCapabilities" in by_id(msgs, "no-caps")["error"]["message"]
+    assert by_id(msgs, "no-caps")["error"]["code"] == -32602
+    assert by_id(msgs, "no-info")["result"]["resultType"] == "complete"  # clientInfo is optional
+    assert by_id(msgs, "bad-info")["error"]["code"] == -32602
+    for rid, asked in (("future", "2099-01-01"), ("legacy-rev", "2025-11-25")):
+        e = by_id(msgs, rid)["error"]
+        assert e["code"] == -32022 and e["data"] == {"supported": ALL_VERSIONS, "requested": asked}, e
+    assert by_id(msgs, "not-str")["error"]["code"] == -32602
+    for rid in ("ping", "init", "res"):
+        assert by_id(msgs, rid)["error"]["code"] == -32601, by_id(msgs, rid)
+    assert "initialize: client asked" not in out["stderr"]  # nothing went through the handshake
+
+
+def test_stateless_sdk_v2_client_over_stdio():
+    """The SDK's v2 client, pinned to 2026-07-28 and on 'auto' (it probes
+    with server/discover), speaks the stateless revision to `agentjail
+    mcp`: no initialize; tools, progress, a cancel (notifications/cancelled)
+    and the session tools work. On 'legacy' it still gets the handshake."""
+    tag = new_tag()
+    code = ("import subprocess\n"
+            "p = subprocess.Popen(['sleep', '%s'])\n"
+            "print('started', flush=True)\n"
+            "p.wait()\n" % tag)
+    steps = [{"op": "connect"},
+             {"op": "call", "name": "run_code", "args": {"language": "bash", "code": "echo one; sleep 0.2; echo two"},
+              "progress": True},
+             {"op": "call", "name": "run_code", "args": {"language": "python", "code": code}, "progress": True,
+              "cancel_on": "^stdout: started", "pids_tag": tag},
+             {"op": "stderr", "pattern": "tools/call run_code cancelled: its run was killed"},
+             {"op": "call", "name": "run_command", "args": {"argv": ["false"]}}]
+    out = drive({"transport": "stdio", "command": [AJ_BIN, "mcp"], "sdk": "v2", "negotiation": {"pin": MODERN},
+                 "steps": steps})
+    conn, ok, cancelled, log, failed = out["steps"]
+    assert conn["protocolVersion"] == MODERN and conn["server"]["name"] == "agentjail", conn
+    assert "tools" in conn["capabilities"] and "sandbox" in conn["instructions"]
+    assert ok["result"]["isError"] is False and structured(ok["result"])["stdout"] == "one\ntwo\n", ok
+    assert "stdout: one" in "".join(p.get("message", "") for p in ok["progress"]), ok["progress"]
+    assert cancelled["pids_at_cancel"] and "error" in cancelled, cancelled  # it ran, then was cancelled
+    assert log["matched"] and pids_with(tag) == []
+    assert failed["result"]["isError"] is True and structured(failed["result"])["exit_code"] == 1
+    assert "initialize: client asked" not in out["stderr"], out["stderr"]
+    # 'auto' probes and picks the stateless revision; 'legacy' (the control) goes through initialize.
+    for mode, want, init in (("auto", MODERN, False), ("legacy", VERSIONS[0], True)):
+        out = drive({"transport": "stdio", "command": [AJ_BIN, "mcp"], "sdk": "v2", "negotiation": mode,
+                     "steps": [{"op": "connect"}, {"op": "list"}]})
+        assert out["steps"][0]["protocolVersion"] == want, (mode, out["steps"][0])
+        assert {"run_code", "run_command"} <= {t["name"] for t in out["steps"][1]["tools"]}
+        assert ("initialize: client asked" in out["stderr"]) == init, (mode, out["stderr"])
 
 
 def test_tools_declare_input_and_output_schemas():
@@ -556,11 +666,224 @@ def test_http_origin_auth_sessions_and_methods(http_server):
     assert status == 400 and raw["error"]["code"] == -32700, raw
     # discover needs no session and makes none.
     status, r, j = post(s, {"jsonrpc": "2.0", "id": 5, "method": "server/discover"})
-    assert status == 200 and j["result"]["supportedVersions"] == VERSIONS and not r.getheader("Mcp-Session-Id"), j
+    assert status == 200 and j["result"]["supportedVersions"] == ALL_VERSIONS and not r.getheader("Mcp-Session-Id"), j
     status, _, j = post(s, None, session=sid, headers={"X-Method": "DELETE"})
     assert status == 200, j
     status, _, j = post(s, {"jsonrpc": "2.0", "id": 6, "method": "ping"}, session=sid)
     assert status == 404, j
+
+
+ORIGINS = ["https://app.example.com", "http://localhost:3000", "http://[::1]:*"]
+
+
+@needs_root
+def test_http_origin_allow_list_from_the_config(http_server):
+    """mcp.allowed_origins replaces the loopback default: a listed origin
+    is served (its default port the same as none), an unlisted one is 403,
+    even a loopback one; a request without Origin is served (not a browser)."""
+    s = http_server(extra={"mcp": {"allowed_origins": ORIGINS}})
+    init = init_msg("2025-11-25")
+    for origin in ("https://app.example.com", "https://APP.example.com:443", "http://localhost:3000",
+                   "http://[::1]:9", None):
+        status, r, j = post(s, init, headers={"Origin": origin} if origin else {})
+        assert status == 200 and j["result"]["protocolVersion"] == "2025-11-25", (origin, status, j)
+        status, _, _ = post(s, None, session=r.getheader("Mcp-Session-Id"), headers={"X-Method": "DELETE"})
+        assert status == 200
+    for origin in ("http://app.example.com", "https://app.example.com:8443", "https://app.example.com.evil.example",
+                   "http://localhost:3001", "http://127.0.0.1:3000", "https://app.example.com/", "null"):
+        status, _, j = post(s, init, headers={"Origin": origin})
+        assert status == 403 and "mcp.allowed_origins" in j["error"]["message"], (origin, status, j)
+    # Refused before anything else: only the five served ones made a session.
+    assert len(re.findall(r"http: session \S+ started", s.err())) == 5, s.err()
+
+
+def test_http_origin_allow_list_config_errors_are_located(tmp_path):
+    from test_server import TOKEN_A, sha
+    bad = [({"allowed_origins": ["https://a.example", "*"]}, "mcp.allowed_origins[1]", "DNS rebinding"),
+           ({"allowed_origins": ["https://a.example/app"]}, "mcp.allowed_origins[0]", "no path"),
+           ({"allowed_origins": ["ftp://a.example"]}, "mcp.allowed_origins[0]", "http://HOST"),
+           ({"allowed_origins": ["http://a.example:0"]}, "mcp.allowed_origins[0]", "1 to 65535"),
+           ({"allowed_origins": ["https://a.example", "https://A.example:443"]}, "mcp.allowed_origins[1]",
+            "same origin as mcp.allowed_origins[0]"),
+           ({"allowed_origins": "https://a.example"}, "mcp.allowed_origins", "array"),
+           ({"allowed_origin": []}, "mcp.allowed_origin", "unknown key"),
+           ([], "mcp", "must be an object")]
+    cfg = tmp_path / "server.json"
+    for mcp, key, why in bad:
+        text = json.dumps({"listen": "127.0.0.1:0", "store": str(tmp_path / "r.db"),
+                           "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}, "mcp": mcp}, indent=1)
+        cfg.write_text(text)
+        p = subprocess.run([AJ_BIN, "serve", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and re.search(r"%s:\d+:\d+: %s: " % (re.escape(str(cfg)), re.escape(key)),
+                                               p.stderr) and why in p.stderr, (mcp, p.stderr)
+    assert not (tmp_path / "r.db").exists()  # nothing was started
+
+
+def modern_post(s, body, token=None, version=MODERN, method=None, name=None, headers=None, accept=None):
+    """POST /mcp as a 2026-07-28 client does: the mirrored headers (None: left out)."""
+    h = {}
+    if version is not None:
+        h["MCP-Protocol-Version"] = version
+    m = method if method is not None else body.get("method")
+    if m is not False:
+        h["Mcp-Method"] = m
+    if name is not None:
+        h["Mcp-Name"] = name
+    if accept:
+        h["Accept"] = accept
+    h.update(headers or {})
+    return post(s, body, token=token, headers=h)
+
+
+@needs_root
+def test_http_stateless_requests_headers_and_errors(http_server):
+    """POST /mcp of the stateless revision: served with no MCP session
+    (none made, one sent is ignored); the headers must say what the body
+    does (400 -32020), a missing _meta field is 400 -32602, an unserved
+    revision 400 -32022, a method it does not have 404 -32601."""
+    s = http_server()
+    lst = modern_msg(1, "tools/list")
+    status, r, j = modern_post(s, lst)
+    assert status == 200 and j["result"]["resultType"] == "complete", (status, j)
+    assert j["result"]["_meta"][SERVER_INFO]["name"] == "agentjail" and not r.getheader("Mcp-Session-Id")
+    status, _, j = modern_post(s, lst, headers={"Mcp-Session-Id": "0" * 32})
+    assert status == 200 and "tools" in j["result"], j  # ignored, not a 404
+    call = modern_msg(2, "tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "echo hi"}})
+    status, r, j = modern_post(s, call, name="run_code")
+    assert status == 200 and structured(j["result"])["stdout"] == "hi\n" and j["result"]["resultType"] == "complete"
+    # Mcp-Name in the Base64 sentinel form is the same name.
+    status, _, j = modern_post(s, call, name="=?base64?cnVuX2NvZGU=?=")
+    assert status == 200 and j["result"]["isError"] is False, j
+    # An SSE answer carries no session either.
+    status, r, text = modern_post(s, call, name="run_code", accept="application/json, text/event-stream")
+    assert status == 200 and r.getheader("Content-Type") == "text/event-stream" and not r.getheader("Mcp-Session-Id")
+    final = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("data: ")][-1]
+    assert final["id"] == 2 and structured(final["result"])["stdout"] == "hi\n", text
+    mismatches = [dict(body=lst, version=None), dict(body=lst, version="2025-11-25"),
+                  dict(body=lst, method=False), dict(body=lst, method="tools/call"),
+                  dict(body=call, name=None), dict(body=call, name="run_command"),
+                  dict(body=call, name="=?base64?cnVuX2NvbW1hbmQ=?="),
+                  dict(body=lst, name="run_code")]
+    for kw in mismatches:
+        status, _, j = modern_post(s, **kw)
+        assert status == 400 and j["error"]["code"] == -32020 and "Header mismatch" in j["error"]["message"], (kw, j)
+    status, _, j = modern_post(s, modern_msg(3, "tools/list", caps=False))
+    assert status == 400 and j["error"]["code"] == -32602 and j["id"] == 3, j
+    status, _, j = modern_post(s, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"})  # the header, no _meta
+    assert status == 400 and j["error"]["code"] == -32602, j
+    status, _, j = modern_post(s, modern_msg(4, "tools/list", version=20260728))  # not a string
+    assert status == 400 and j["error"]["code"] == -32602, j
+    status, _, j = modern_post(s, modern_msg(5, "tools/list", version="2099-01-01"), version="2099-01-01")
+    assert status == 400 and j["error"]["code"] == -32022, j
+    assert j["error"]["data"] == {"supported": ALL_VERSIONS, "requested": "2099-01-01"}
+    status, _, j = modern_post(s, modern_msg(6, "resources/list"))
+    assert status == 404 and j["error"]["code"] == -32601, j
+    status, _, j = modern_post(s, modern_msg(7, "ping"))
+    assert status == 404 and j["error"]["code"] == -32601, j
+    status, _, _ = modern_post(s, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+    assert status == 202
+    status, _, j = modern_post(s, lst, token=False)
+    assert status == 401, j
+    # The legacy era beside it: initialize still makes an MCP session.
+    assert re.fullmatch("[0-9a-f]{32}", http_session(s))
+
+
+@needs_root
+def test_http_stateless_session_handles_are_the_tenants_and_close_at_the_end(http_server):
+    """A sandbox session made by a stateless request is a handle the
+    tenant's later stateless requests use; another tenant's, or an MCP
+    session of the handshake era, cannot. Left open, it is closed when
+    the server stops."""
+    from test_server import TOKEN_B
+    s = http_server()
+
+    def call(id, name, args, token=None):
+        status, _, j = modern_post(s, modern_msg(id, "tools/call", {"name": name, "arguments": args}), token=token,
+                                   name=name)
+        assert status == 200, (status, j)
+        return j
+
+    sid = structured(call(1, "create_session", {})["result"])["session_id"]
+    j = call(2, "write_file", {"session_id": sid, "path": "a.txt", "content": "kept"})
+    assert j["result"]["isError"] is False, j  # positive control: another request uses it
+    j = call(3, "run_command", {"session_id": sid, "command": "cat /workspace/a.txt"})
+    assert structured(j["result"])["stdout"] == "kept"
+    j = call(4, "read_file", {"session_id": sid, "path": "a.txt"}, token=TOKEN_B)
+    assert j["error"]["code"] == -32602, j
+    legacy = http_session(s)
+    j = http_call(s, legacy, "read_file", {"session_id": sid, "path": "a.txt"})
+    assert j["error"]["code"] == -32602, j
+    sid2 = structured(call(5, "create_session", {})["result"])["session_id"]
+    j = call(6, "close_session", {"session_id": sid2})
+    assert structured(j["result"])["status"] == "deleted"
+    j = call(7, "list_files", {"session_id": sid2})
+    assert j["error"]["code"] == -32602, j  # closed: no longer a handle
+    status, _, rec = s.request("GET", "/v1/sessions/" + sid)
+    assert status == 200 and rec["status"] == "live", rec
+    assert s.stop() == 0
+    assert "closing session %s the client left open" % sid in s.err(), s.err()
+    import sqlite3
+    db = sqlite3.connect(s.store)
+    rows = dict(db.execute("select id, status from sessions").fetchall())
+    db.close()
+    assert rows[sid] == "lost" and rows[sid2] == "deleted", rows  # nothing outlives the server
+
+
+@needs_root
+def test_http_stateless_handles_of_ended_sessions_are_pruned(http_server):
+    """The tenant's stateless set has no connection end to close at: a
+    handle whose session ended elsewhere (here a REST DELETE) stays until
+    the set holds 64, then it is forgotten (-32602) instead of answering
+    the ended session's 410 forever; a live one is kept."""
+    s = http_server()
+
+    def call(id, name, args):
+        status, _, j = modern_post(s, modern_msg(id, "tools/call", {"name": name, "arguments": args}), name=name)
+        assert status == 200, (status, j)
+        return j
+
+    keep = structured(call(1, "create_session", {})["result"])["session_id"]
+    first = None
+    for i in range(64):
+        sid = structured(call(10 + i, "create_session", {})["result"])["session_id"]
+        first = first or sid
+        status, _, _ = s.request("DELETE", "/v1/sessions/" + sid)
+        assert status == 200
+        if i == 0:
+            # Still a handle: the ended session answers (410), as a result.
+            j = call(2, "list_files", {"session_id": first})
+            assert j["result"]["isError"] is True and structured(j["result"])["http_status"] == 410, j
+    j = call(3, "list_files", {"session_id": first})
+    assert j["error"]["code"] == -32602, j  # pruned when the 65th was made
+    j = call(4, "write_file", {"session_id": keep, "path": "k", "content": "1"})
+    assert j["result"]["isError"] is False, j  # the live one was kept
+
+@needs_root
+def test_http_stateless_sdk_v2_client(http_server):
+    """The SDK's v2 client pinned to 2026-07-28 over Streamable HTTP:
+    no MCP session, tools with progress on an SSE stream, and a sandbox
+    session's handle used across requests."""
+    from test_server import TOKEN_A
+    s = http_server()
+    url = "http://127.0.0.1:%d/mcp" % s.port
+    out = drive({"transport": "http", "url": url, "headers": {"Authorization": "Bearer " + TOKEN_A}, "sdk": "v2",
+                 "negotiation": {"pin": MODERN}, "steps": [
+                     {"op": "connect"}, {"op": "list"},
+                     {"op": "call", "name": "run_code", "progress": True,
+                      "args": {"language": "bash", "code": "echo a; sleep 0.2; echo b; exit 4"}},
+                     {"op": "call", "name": "create_session", "args": {}},
+                     {"op": "call", "name": "write_file", "args": {"session_id": "$sid:3", "path": "x", "content": "1"}},
+                     {"op": "call", "name": "run_command", "args": {"session_id": "$sid:3", "command": "cat x"}},
+                     {"op": "call", "name": "close_session", "args": {"session_id": "$sid:3"}}]})
+    conn, tools, bad, made, wrote, ran, closed = out["steps"]
+    assert conn["protocolVersion"] == MODERN and conn["sessionId"] is None, conn
+    assert {"run_code", "create_session"} <= {t["name"] for t in tools["tools"]}
+    sc = structured(bad["result"])
+    assert bad["result"]["isError"] is True and sc["exit_code"] == 4 and sc["stdout"] == "a\nb\n", sc
+    assert "stdout: b" in "".join(p.get("message", "") for p in bad["progress"]), bad["progress"]
+    assert wrote["result"]["isError"] is False and structured(ran["result"])["stdout"] == "1", (wrote, ran)
+    assert structured(closed["result"])["status"] == "deleted"
+    assert "http: session" not in s.err()  # no MCP session was made
 
 
 def http_session(s, token=None):
@@ -601,22 +924,29 @@ def test_http_session_handles_belong_to_their_connection_and_close_with_it(http_
 
 
 @needs_root
-def test_http_closing_the_stream_kills_the_run(http_server):
+@pytest.mark.parametrize("era", ["handshake", "stateless"])
+def test_http_closing_the_stream_kills_the_run(http_server, era):
     import http.client
     from conftest import wait_for
     from test_server import TOKEN_A
     s = http_server()
-    status, r, j = post(s, init_msg("2025-11-25"))
-    sid = r.getheader("Mcp-Session-Id")
     tag = new_tag()
     code = ("import subprocess\n"
             "p = subprocess.Popen(['sleep', '%s'])\n"
             "print('started', flush=True)\n"
             "p.wait()\n" % tag)
+    body = call_msg(2, "run_code", {"language": "python", "code": code}, "t")
+    headers = {"Authorization": "Bearer " + TOKEN_A, "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+    if era == "handshake":
+        status, r, j = post(s, init_msg("2025-11-25"))
+        sid = r.getheader("Mcp-Session-Id")
+        headers["Mcp-Session-Id"] = sid
+    else:
+        body["params"]["_meta"].update(meta())
+        headers.update({"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "run_code"})
     c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-    c.request("POST", "/mcp", body=json.dumps(call_msg(2, "run_code", {"language": "python", "code": code}, "t")),
-              headers={"Authorization": "Bearer " + TOKEN_A, "Mcp-Session-Id": sid, "Content-Type": "application/json",
-                       "Accept": "application/json, text/event-stream"})
+    c.request("POST", "/mcp", body=json.dumps(body), headers=headers)
     resp = c.getresponse()
     assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
     seen = b""
@@ -631,9 +961,12 @@ def test_http_closing_the_stream_kills_the_run(http_server):
     c.close()
     assert wait_for(lambda: "tools/call run_code cancelled: its run was killed" in s.err(), 30), s.err()
     assert pids_with(tag) == []
-    # The session serves on.
-    status, _, j = post(s, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session=sid)
-    assert status == 200, j
+    # The server serves on (the MCP session too).
+    if era == "handshake":
+        status, _, j = post(s, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session=sid)
+    else:
+        status, _, j = modern_post(s, modern_msg(3, "tools/list"))
+    assert status == 200 and "error" not in j, j
 
 
 @needs_root
@@ -654,8 +987,22 @@ def test_http_conformance_suite_scenarios_that_apply(http_server):
         for scenario in ("server-initialize", "ping", "tools-list", "server-sse-multiple-streams"):
             p = subprocess.run([conf, "server", "--url", "http://127.0.0.1:%d/mcp" % port, "--scenario", scenario],
                                cwd=s.tmp, capture_output=True, text=True, timeout=120)
-            assert "Passed: " in p.stdout and " 0 failed" in p.stdout and p.returncode == 0, \
-                (scenario, p.stdout[-3000:], p.stderr[-2000:])
+            why = (scenario, p.stdout[-3000:], p.stderr[-2000:])
+            # The suite's summary line and its checks.json must agree, and a
+            # scenario that ran no check is a failure (it would otherwise
+            # read "0 failed").
+            m = re.search(r"^Passed: (\d+)/(\d+), (\d+) failed", p.stdout, re.M)
+            assert m and p.returncode == 0, why
+            passed, ran, failed = map(int, m.groups())
+            assert ran > 0 and passed == ran and failed == 0, why
+            saved = re.search(r"^Results saved to (\S+)", p.stdout, re.M)
+            assert saved, why
+            with open(os.path.join(s.tmp, saved.group(1), "checks.json")) as f:
+                checks = json.load(f)
+            # Each check passed (INFO lines are notes, not checks: the suite
+            # does not count them), as many as the summary counted.
+            statuses = [c["status"] for c in checks]
+            assert statuses.count("SUCCESS") == ran and set(statuses) <= {"SUCCESS", "INFO"}, (scenario, checks)
     finally:
         proxy.kill()
         proxy.wait()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import nouserns, ppid, wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, run_aj
+from conftest import nouserns, ppid, wait_for, new_tag, pids_with, AJ_BIN, IS_ROOT, run_aj, foreign_mount, tmp_entries
 
 LEAK_RUNS = int(os.environ.get("AJ_LEAK_RUNS", "50"))
 NS_LAYERS = ("user_namespace", "pid_namespace", "mount_namespace", "network_namespace",
@@ -116,7 +116,7 @@ def test_supervisor_sigkill_kills_sandbox(reaper):
 
 def snapshot():
     with open("/proc/self/mountinfo") as f:
-        mounts = f.read().splitlines()
+        mounts = [line for line in f.read().splitlines() if not foreign_mount(line)]
     fds = sorted(os.listdir("/proc/self/fd"))
     try:
         run_dir = sorted(os.listdir("/run/agentjail"))
@@ -124,7 +124,7 @@ def snapshot():
         run_dir = None
     except PermissionError:
         run_dir = "unreadable"
-    tmp = {n for n in os.listdir("/tmp") if n.startswith(("agentjail", "aj-", ".aj"))}
+    tmp = tmp_entries(prefixes=("agentjail", "aj-", ".aj"))
     return mounts, fds, run_dir, tmp
 
 
@@ -140,7 +140,8 @@ def check_nothing_left(before, tag):
     else:
         # Rootless runs never touch it.
         assert after[2] == before[2]
-    assert after[3] == before[3], "temp files left: %r" % (after[3] - before[3])
+    left = tmp_entries(before[3], prefixes=("agentjail", "aj-", ".aj"))
+    assert not left, "temp files left: %r" % left
 
 
 def test_sequential_runs_leave_nothing(reaper):

@@ -1,11 +1,8 @@
 """`agentjail serve`: a real server on a loopback port (and one on a unix
 socket) with a temp config and store, driven over real HTTP with
 http.client. Each denial has its positive control next to it."""
-import hashlib
-import http.client
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -16,99 +13,9 @@ import time
 import pytest
 
 from conftest import AJ_BIN, IS_ROOT, new_tag, pids_with, wait_for
+from srvhelp import TOKEN_A, TOKEN_B, Server, serving, sha  # noqa: F401 (test_server_pg and test_mcp take them from here)
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="the server tests run as root (per-run host uids)")
-
-TOKEN_A, TOKEN_B = "token-of-tenant-a", "token-of-tenant-b"
-
-
-def sha(s):
-    return hashlib.sha256(s.encode()).hexdigest()
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
-class Server:
-    """One `agentjail serve` process; stderr goes to a file."""
-
-    def __init__(self, tmp, extra=None, listen="127.0.0.1:0", store=None):
-        self.tmp = tmp
-        self.store = store or os.path.join(tmp, "state", "runs.db")
-        cfg = {"listen": listen, "store": self.store,
-               "tenants": {"a": {"token_sha256": sha(TOKEN_A)}, "b": {"token_sha256": sha(TOKEN_B)}}}
-        cfg.update(extra or {})
-        self.config = os.path.join(tmp, "server.json")
-        with open(self.config, "w") as f:
-            json.dump(cfg, f, indent=2)
-        self.errpath = os.path.join(tmp, "server.err.%d" % time.monotonic_ns())
-        self.errf = open(self.errpath, "w")
-        self.proc = subprocess.Popen([AJ_BIN, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
-                                     stderr=self.errf)
-        # Generous: warm pools are prepared before "ready", slow under ASan
-        # or in a loaded CI; a server that never gets there is killed, not left.
-        ready = wait_for(lambda: "serve: ready" in self.err() or self.proc.poll() is not None, 120)
-        if not ready or self.proc.poll() is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            raise AssertionError("server did not start: " + self.err())
-        m = re.search(r"listening on (unix:\S+|[0-9.]+:(\d+))", self.err())
-        assert m, self.err()
-        self.unix = m.group(1)[5:] if m.group(1).startswith("unix:") else None
-        self.port = int(m.group(2)) if not self.unix else None
-
-    def err(self):
-        with open(self.errpath) as f:
-            return f.read()
-
-    def conn(self, timeout=60):
-        if self.unix:
-            return UnixConnection(self.unix, timeout=timeout)
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, token=TOKEN_A, raw=None, timeout=60):
-        c = self.conn(timeout)
-        headers = {}
-        if token is not None:
-            headers["Authorization"] = "Bearer " + token
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        c.request(method, path, body=data, headers=headers)
-        resp = c.getresponse()
-        text = resp.read().decode()
-        c.close()
-        ctype = resp.getheader("Content-Type", "")
-        return resp.status, resp, (json.loads(text) if ctype.startswith("application/json") else text)
-
-    def run(self, body, token=TOKEN_A):
-        return self.request("POST", "/v1/runs", body, token=token)
-
-    def metrics(self):
-        status, _, text = self.request("GET", "/metrics", token=None)
-        assert status == 200
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = int(float(value)) if float(value).is_integer() else float(value)
-        return out
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=timeout)
-        self.errf.close()
-        return rc
 
 
 @pytest.fixture
@@ -120,17 +27,7 @@ def tmp():
 
 @pytest.fixture
 def server(tmp):
-    servers = []
-
-    def start(**kw):
-        s = Server(tmp, **kw)
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        if s.proc.poll() is None:
-            assert s.stop() == 0, s.err()
+    yield from serving(tmp)
 
 
 def cgroup_dirs_of(pid):
@@ -634,6 +531,14 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server, pool_size):
     assert 0 < m["agentjail_run_duration_seconds_sum"] < 42 * 30
     if pool_size:
         assert m['agentjail_pool_runs_total{kind="warm"}'] >= 1, m
+        assert m['agentjail_pool_runs_total{kind="warm"}'] + m['agentjail_pool_runs_total{kind="cold"}'] == 42, m
+        # The gauge is read when asked: the pool refills with no run to
+        # report it (it used to be the count as of the last run's start).
+        def full():
+            m = s.metrics()
+            ready = [v for k, v in m.items() if k.startswith("agentjail_tenant_pool_ready")]
+            return ready and all(v == pool_size for v in ready) and m["agentjail_pool_ready"] == sum(ready)
+        assert wait_for(full, 30), {k: v for k, v in s.metrics().items() if "pool" in k}
     else:
         assert not any(k.startswith("agentjail_pool") for k in m), m
 
@@ -663,6 +568,8 @@ def test_healthz_and_readyz(server):
     import sqlite3
     s = server()
     assert s.request("GET", "/healthz", token=None)[:3:2] == (200, {"status": "ok"})
+    # Ready once the warm pool is made and filled (503 "warming up" before).
+    assert wait_for(lambda: s.request("GET", "/readyz", token=None)[0] == 200, 60)
     assert s.request("GET", "/readyz", token=None)[:3:2] == (200, {"status": "ready"})
     # Another process holding the store's write lock: not ready (after the
     # store's 5 s busy timeout), ready again once it lets go.
@@ -775,6 +682,13 @@ def test_warm_interpreters_for_python_runs(server, tmp):
         assert j["argv"][:2] == ["python3", "-c"] and j["result"]["layers"]["seccomp"] is True, j
     status, _, j = s.run({"language": "python", "code": code}, token=TOKEN_B)
     assert status == 200 and j["stdout"] == "False ['-c']\n" and j["exit_code"] == 3, j
+    # The interpreters' pool in the metrics: a's two python runs (b's went
+    # elsewhere), and the parked one counted again once refilled.
+    m = s.metrics()
+    assert m['agentjail_interp_runs_total{kind="warm"}'] + m['agentjail_interp_runs_total{kind="cold"}'] == 2, m
+    assert m['agentjail_interp_runs_total{kind="warm"}'] >= 1, m
+    assert wait_for(lambda: s.metrics().get('agentjail_tenant_interp_ready{tenant="a"}') == 1, 30), s.metrics()
+    assert 'agentjail_tenant_interp_ready{tenant="b"}' not in m, m
     status, _, j = s.run({"language": "bash", "code": "echo plain"})
     assert status == 200 and j["stdout"] == "plain\n", j
     # Bad entries stop the server with the key named.
@@ -787,3 +701,17 @@ def test_warm_interpreters_for_python_runs(server, tmp):
                        "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}}, f)
         p = subprocess.run([AJ_BIN, "serve", "--config", path], capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and where in p.stderr, (interp, p.stderr)
+
+
+def test_readyz_waits_for_the_warm_interpreters(server):
+    """/readyz is 503 while the warm pools are being filled (pandas takes a
+    while to import), then 200; the same server answers /healthz at once."""
+    pytest.importorskip("pandas")
+    s = server(extra={"pool_size": 0, "interpreters": [{"language": "python", "preload": ["pandas"], "pool": 2}]})
+    status, _, j = s.request("GET", "/readyz", token=None)
+    assert status == 503 and "warming up" in j["error"], (status, j)
+    assert s.request("GET", "/healthz", token=None)[0] == 200
+    assert wait_for(lambda: s.request("GET", "/readyz", token=None)[0] == 200, 120)
+    m = s.metrics()
+    assert m["agentjail_interp_ready"] == sum(v for k, v in m.items() if k.startswith("agentjail_tenant_interp_ready")) > 0, m
+    assert all(v == 2 for k, v in m.items() if k.startswith("agentjail_tenant_interp_ready")), m

@@ -201,13 +201,20 @@ def test_kernel_ends_with_its_session_and_tenants_are_apart(server):
     assert s.request("GET", "/v1/sessions")[0] == 200
     fds = server_fds(s)
     sid = new_kernel(s)
-    assert cell(s, sid, "1")["status"] == "ok"
-    assert len(kernel_pids()) == 1
-    # Another tenant's session is not there.
-    status, _, e = s.request("POST", "/v1/sessions/%s/cells" % sid, {"code": "1"}, token=TOKEN_B)
+    assert cell(s, sid, "x = 41")["status"] == "ok"
+    kernels = kernel_pids()
+    assert len(kernels) == 1
+    # Another tenant's session is not there: its cell and restart are 404
+    # and change nothing (the owner's kernel, its state, its restarts).
+    status, _, e = s.request("POST", "/v1/sessions/%s/cells" % sid, {"code": "x = 0"}, token=TOKEN_B)
     assert status == 404, e
     status, _, e = s.request("POST", "/v1/sessions/%s/kernel/restart" % sid, token=TOKEN_B)
     assert status == 404, e
+    j = cell(s, sid, "x + 1")
+    assert j["status"] == "ok" and j["result"] == {"text/plain": "42"}, j
+    assert j["kernel"] == {"restarted": False, "state_lost": False}, j
+    assert kernel_pids() == kernels
+    assert s.request("GET", "/v1/sessions/%s/kernel" % sid)[2]["restarts"] == 0
     assert len(server_fds(s)) > len(fds)  # control: the kernel holds fds while it lives
     status, _, _ = s.request("DELETE", "/v1/sessions/%s" % sid)
     assert status == 200

@@ -1,5 +1,5 @@
 """`agentjail serve`: sessions, their workspaces and the files API, against a
-real server over a real socket (test_server.py's Server). Each workspace is
+real server over a real socket (srvhelp.py's Server). Each workspace is
 a filesystem that the server mounts in a mount namespace of its own (a
 tmpfs where the kernel id-maps tmpfs, 6.3+, else ext4 on a loop device;
 the tests of the workspace itself run on both backends, forced with
@@ -18,8 +18,9 @@ import subprocess
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, new_tag, pids_with, wait_for
-from test_server import TOKEN_A, TOKEN_B, Server, tmp  # noqa: F401 (a fixture)
+from conftest import AJ_BIN, IS_ROOT, helper, must_skip, new_tag, pids_with, wait_for
+from srvhelp import TOKEN_A, TOKEN_B, serving
+from test_server import tmp  # noqa: F401 (a fixture)
 
 KERNEL = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
 TMPFS_IDMAP = KERNEL >= (6, 3)
@@ -52,25 +53,19 @@ def expected_backend(b):
 
 @pytest.fixture
 def server(tmp, backend):
-    """test_server.py's with the backend's config, and the server's stderr
+    """srvhelp's, with the backend's config, and the server's stderr
     has no sanitizer report (the ASan pass: UBSan reports do not change
     the exit status)."""
-    servers = []
-
-    def start(**kw):
+    def config(kw):
         if backend != "auto":
             extra = dict(kw.pop("extra", None) or {})
             extra["sessions"] = dict(extra.get("sessions", {}), workspace_backend=backend)
             kw["extra"] = extra
-        srv = Server(tmp, **kw)
-        servers.append(srv)
-        return srv
 
-    yield start
-    for srv in servers:
-        if srv.proc.poll() is None:
-            assert srv.stop() == 0, srv.err()
+    def no_sanitizer_report(srv):
         assert "runtime error:" not in srv.err() and "Sanitizer" not in srv.err(), srv.err()
+
+    yield from serving(tmp, before=config, check=no_sanitizer_report)
 
 
 def b64(data):
@@ -463,6 +458,95 @@ def test_client_leaving_mid_upload_leaves_no_file(server):
     assert used() >= 4000000
 
 
+# A run watching the workspace with inotify: for every name made in it, a
+# file named .aj-upload* gets the run's own file renamed over it (the swap
+# an upload through a temporary name would let in); a directory of that
+# name is tried (list it, write in it). It ends at "done" and prints what it
+# saw. Its control: before "ready" it renames a file of its own over
+# "api.txt", a file the API wrote (a rename over a name works for it).
+WATCHER = r"""
+import ctypes, json, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+IN_MOVED_TO, IN_CREATE, IN_ISDIR = 0x80, 0x100, 0x40000000
+assert fd >= 0 and libc.inotify_add_watch(fd, b"/workspace", IN_CREATE | IN_MOVED_TO) >= 0
+with open("mine", "w") as f:
+    f.write("run\n")
+os.rename("mine", "api.txt")
+open("ready", "w").close()
+seen, n, done = [], 0, False
+while not done:
+    buf, i = os.read(fd, 65536), 0
+    while i < len(buf):
+        wd, mask, cookie, ln = struct.unpack_from("iIII", buf, i)
+        name = buf[i + 16:i + 16 + ln].rstrip(b"\0").decode()
+        i += 16 + ln
+        kind, what = ("dir" if mask & IN_ISDIR else "file"), ""
+        if name.startswith(".aj-upload") and kind == "file":
+            n += 1
+            with open("evil%d" % n, "w") as f:
+                f.write("swapped\n")
+            try:
+                os.rename("evil%d" % n, name)
+                what = "swapped"
+            except OSError as e:
+                what = type(e).__name__
+        elif name.startswith(".aj-upload"):
+            for act in (lambda: os.listdir(name), lambda: open(name + "/f", "w")):
+                try:
+                    act()
+                    what += "done,"
+                except OSError as e:
+                    what += type(e).__name__ + ","
+        seen.append([name, kind, what])
+        done = done or name == "done"
+print(json.dumps(seen))
+"""
+
+
+@BOTH
+def test_an_upload_has_no_name_a_run_can_swap(server):
+    """A run sharing the workspace cannot put its own file in an upload's
+    place: no name of the upload but its own ever appears in a directory
+    the run writes (new file: linked at its name; replacement: renamed from
+    a root-owned 0700 directory the run can neither list nor write)."""
+    s = server()
+    sid = new_session(s)
+    assert s.request("PUT", files_url(sid, "api.txt"), raw=b"api\n")[0] == 201
+    status, _, j = srun(s, sid, {"language": "python", "code": WATCHER, "wait": False, "timeout": 60})
+    assert status == 202, j
+    run_id = j["id"]
+    assert wait_for(lambda: s.request("GET", files_url(sid, "ready"))[0] == 200, 30), "the watcher is ready"
+    for body in (b"one\n", b"two\n", b"three\n"):   # a new file, then two replacements
+        status, _, j = s.request("PUT", files_url(sid, "target"), raw=body)
+        assert status == 201 and j["bytes"] == len(body), j
+    assert s.request("PUT", files_url(sid, "done"), raw=b"")[0] == 201
+    rec = wait_for(lambda: (lambda r: r if r["status"] not in ("queued", "running") else None)(
+        s.request("GET", "/v1/runs/" + run_id)[2]), 60)
+    assert rec and rec["status"] == "ok", rec
+    seen = json.loads(rec["stdout"])
+    # Control: the watcher saw the API's names, and its own rename over a
+    # file the API wrote took effect.
+    names = [n for n, _, _ in seen]
+    assert ["target", "file", ""] in seen and "done" in names, seen
+    assert s.request("GET", files_url(sid, "api.txt"))[2] == "run\n"
+    # The uploads: no file name but "target"; the staging directories (one
+    # per replacement) neither listed nor written by the run, and gone.
+    assert not [x for x in seen if x[0].startswith(".aj-upload") and x[1] == "file"], seen
+    staged = [x for x in seen if x[0].startswith(".aj-upload")]
+    assert len(staged) == 2 and all(x[1] == "dir" and "done" not in x[2] for x in staged), seen
+    assert s.request("GET", files_url(sid, "target"))[2] == "three\n"
+    entries = sorted(e["name"] for e in s.request("GET", files_url(sid))[2]["entries"])
+    assert entries == ["api.txt", "done", "ready", "target"], entries
+    # A replacement that fails (a directory in the way) leaves no staging
+    # directory either.
+    assert s.request("PUT", files_url(sid, "d/x"), raw=b"x")[0] == 201
+    status, _, j = s.request("PUT", files_url(sid, "d"), raw=b"y")
+    assert status == 409 and "a directory is in the way" in j["error"], j
+    entries = sorted(e["name"] for e in s.request("GET", files_url(sid))[2]["entries"])
+    assert entries == ["api.txt", "d", "done", "ready", "target"], entries
+
+
 @BOTH
 def test_sigkill_with_a_live_session_then_restart_leaves_nothing(server):
     s = server()
@@ -519,10 +603,9 @@ def test_in_memory_file_calls_match_http(server):
     assert s.request("POST", files_url(sid, "q"), raw=b"")[0] == 405
 
 
-def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkeypatch):
+def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server):
     """Not root: no filesystem can be mounted for a workspace; sessions and run
     workspaces are refused with a clear 501, one-shot runs still work."""
-    import test_server
     os.chmod(tmp, 0o755)
     state = os.path.join(tmp, "state")
     os.mkdir(state, 0o700)
@@ -530,10 +613,9 @@ def test_a_server_that_is_not_root_refuses_sessions_with_501(tmp, server, monkey
     wrapper = os.path.join(tmp, "as-nobody")
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp %s \"$@\"\n"
-                % test_server.AJ_BIN)
+                % AJ_BIN)
     os.chmod(wrapper, 0o755)
-    monkeypatch.setattr(test_server, "AJ_BIN", wrapper)
-    s = server()
+    s = server(bin=wrapper)
     assert "sessions: off: not root" in s.err()
     status, _, j = s.request("POST", "/v1/sessions", {})
     assert status == 501 and "root" in j["error"], j
@@ -600,3 +682,36 @@ def test_a_forced_backend_this_kernel_lacks_turns_sessions_off(server, tmp):
     sid = new_session(s2)
     assert s2.request("GET", "/v1/sessions/" + sid)[2]["workspace"] == {"backend": "ext4-loop"}
     assert sh(s2, sid, "echo ok > f && cat f")["stdout"] == "ok\n"
+
+
+@pytest.mark.skipif(not EXT4_LOOP, reason="the control is a session on ext4-loop (/dev/loop-control, mke2fs)")
+def test_a_kernel_without_idmapped_mounts_turns_sessions_off_at_start(tmp, server):
+    """Before Linux 5.12 there is no mount_setattr, so no id-mapped mount of
+    any filesystem: ext4-loop would make workspaces that no run could bind.
+    The server says so as it starts (sessions off, 501 naming 5.12) rather
+    than failing each run later. The kernel is made to answer ENOSYS for
+    mount_setattr (aj-nouserns --enosys, as test_kernels.py does)."""
+    nouserns = helper("aj-nouserns")
+    if not os.access(nouserns, os.X_OK):
+        must_skip("aj-nouserns not built: " + nouserns)
+    os.chmod(tmp, 0o755)
+    wrapper = os.path.join(tmp, "before-5.12")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec %s --enosys mount_setattr %s \"$@\"\n" % (nouserns, AJ_BIN))
+    os.chmod(wrapper, 0o755)
+    # No warm pool: a run needs mount_setattr too (it is a setup_error there).
+    for want, line in (("auto", "no backend works here: tmpfs-idmap: "), ("ext4", "backend ext4: ")):
+        s = server(bin=wrapper, extra={"pool_size": 0, "sessions": {"workspace_backend": want}})
+        err = s.err()
+        assert "sessions are off on this server: workspaces: " + line in err, err
+        assert "no id-mapped mounts here (mount_setattr: Function not implemented)" in err and "Linux 5.12" in err
+        status, _, j = s.request("POST", "/v1/sessions", {})
+        assert status == 501 and "Linux 5.12" in j["error"], j
+        assert not glob.glob(os.path.join(tmp, "state", "workspaces", "*"))
+        assert s.stop() == 0
+    # Control: the same config on this kernel as it is gives ext4-loop
+    # sessions whose runs work.
+    s = server(store=s.store, extra={"pool_size": 0, "sessions": {"workspace_backend": "ext4"}})
+    sid = new_session(s)
+    assert s.request("GET", "/v1/sessions/" + sid)[2]["workspace"] == {"backend": "ext4-loop"}
+    assert sh(s, sid, "echo ok > f && cat f")["stdout"] == "ok\n"

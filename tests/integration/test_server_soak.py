@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import IS_ROOT, heavy_only
+from conftest import IS_ROOT, foreign_tmp, heavy_only, tmp_entries
 from test_server import TOKEN_A, Server, tmp  # noqa: F401 (a fixture)
 
 RUNS = int(os.environ.get("AJ_SOAK_RUNS", "10000"))
@@ -60,7 +60,7 @@ def state(s):
         "procs": len(descendants(pid)),
         "cgroups": cgroups(),
         "mounts": mounts,
-        "tmp": len([n for n in os.listdir("/tmp") if n.startswith("agentjail")]),
+        "tmp": len([p for p in tmp_entries() if not foreign_tmp(p)]),  # another test run's aside
         "events_files": len(os.listdir(events)) if os.path.isdir(events) else 0,
     }
 

@@ -3,7 +3,6 @@ host uids hold for it alone; per-request limits only tighten; TLS; the
 events log; per-tenant metrics; slow clients do not starve others. A real
 server on a loopback port, driven over real sockets; each denial has its
 positive control next to it."""
-import hashlib
 import http.client
 import json
 import os
@@ -14,85 +13,16 @@ import socket
 import ssl
 import subprocess
 import tempfile
-import time
 
 import pytest
 
 from conftest import AJ_BIN, IS_ROOT, cgroup_limits_only, new_tag, pids_with, wait_for
-
-TOKENS = {"a": "token-of-tenant-a", "b": "token-of-tenant-b"}
-
-
-def sha(s):
-    return hashlib.sha256(s.encode()).hexdigest()
+from srvhelp import TOKENS, serving, sha
 
 
 def root_server():
     if not IS_ROOT:
         pytest.skip("a running server is tested as root (per-run host uids, as test_server.py)")
-
-
-class Server:
-    """One `agentjail serve`; tenants a and b unless the config says otherwise."""
-
-    def __init__(self, tmp, extra=None, tenants=None, tls_ca=None):
-        self.tmp = tmp
-        self.store = os.path.join(tmp, "state", "runs.db")
-        ts = {n: dict({"token_sha256": sha(TOKENS[n])}, **((tenants or {}).get(n, {}))) for n in TOKENS}
-        cfg = {"listen": "127.0.0.1:0", "store": self.store, "tenants": ts}
-        cfg.update(extra or {})
-        self.config = os.path.join(tmp, "server.json")
-        with open(self.config, "w") as f:
-            json.dump(cfg, f, indent=2)
-        self.errpath = os.path.join(tmp, "server.err.%d" % time.monotonic_ns())
-        self.errf = open(self.errpath, "w")
-        self.proc = subprocess.Popen([AJ_BIN, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
-                                     stderr=self.errf)
-        ready = wait_for(lambda: "serve: ready" in self.err() or self.proc.poll() is not None, 20)
-        assert ready and self.proc.poll() is None, "server did not start: " + self.err()
-        self.port = int(re.search(r"listening on [0-9.]+:(\d+)", self.err()).group(1))
-        self.tls_ca = tls_ca
-
-    def err(self):
-        with open(self.errpath) as f:
-            return f.read()
-
-    def conn(self, timeout=60):
-        if self.tls_ca:
-            ctx = ssl.create_default_context(cafile=self.tls_ca)  # verifies the chain and the name
-            return http.client.HTTPSConnection("localhost", self.port, timeout=timeout, context=ctx)
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, tenant="a", timeout=60):
-        c = self.conn(timeout)
-        headers = {"Authorization": "Bearer " + TOKENS[tenant]} if tenant else {}
-        data = json.dumps(body).encode() if body is not None else None
-        c.request(method, path, body=data, headers=headers)
-        resp = c.getresponse()
-        text = resp.read().decode()
-        c.close()
-        ctype = resp.getheader("Content-Type", "")
-        return resp.status, resp, (json.loads(text) if ctype.startswith("application/json") else text)
-
-    def run(self, body, tenant="a"):
-        return self.request("POST", "/v1/runs", body, tenant=tenant)
-
-    def metrics(self):
-        status, _, text = self.request("GET", "/metrics", tenant=None)
-        assert status == 200
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=30)
-        self.errf.close()
-        return rc
 
 
 @pytest.fixture
@@ -105,18 +35,7 @@ def tmp():
 
 @pytest.fixture
 def server(tmp):
-    servers = []
-
-    def start(**kw):
-        root_server()
-        s = Server(tmp, **kw)
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        if s.proc.poll() is None:
-            assert s.stop() == 0, s.err()
+    yield from serving(tmp, before=lambda kw: root_server())
 
 
 def policy_file(tmp, name, policy):
@@ -362,7 +281,7 @@ def test_tls_serves_https_with_the_configured_certificate(server, tmp):
     c.close()
 
 
-def test_bad_tls_files_are_located_config_errors(tmp):
+def test_bad_tls_files_are_located_config_errors(server, tmp):
     if not shutil.which("openssl"):
         pytest.skip("openssl makes the test's certificate")
     cert, key = make_cert(tmp)
@@ -380,6 +299,11 @@ def test_bad_tls_files_are_located_config_errors(tmp):
                        ({"cert": cert, "key": key, "ca": cert}, "tls.ca: unknown key")):
         line = bad_config(tmp, dict(base, tls=tls))
         assert re.search(r"\.json:\d+:\d+: " + re.escape(where), line), (tls, line)
+    # Control: the same certificate and key, as a pair, serve HTTPS (each
+    # refusal above is the file or key at fault, not the files of the test).
+    s = server(extra={"tls": {"cert": cert, "key": key}}, tls_ca=cert)
+    status, _, j = s.request("GET", "/healthz", tenant=None)
+    assert status == 200 and j == {"status": "ok"}, j
 
 
 # ---- the events log --------------------------------------------------------------------------------

@@ -5,8 +5,11 @@
 // usage: node drive.mjs SPEC_JSON
 //   SPEC: {"transport": "stdio", "command": [...], "env": {...}}
 //      or {"transport": "http", "url": "http://127.0.0.1:PORT/mcp", "headers": {...}}
+//   and optionally "sdk": "v2" with "negotiation": "auto" | "legacy" | {"pin": "2026-07-28"}:
+//   the SDK's v2 client (@modelcontextprotocol/client, which speaks the
+//   stateless 2026-07-28 revision) instead of v1 (@modelcontextprotocol/sdk)
 //   plus "steps": a list of
-//     {"op": "connect"}                       initialize through Client.connect
+//     {"op": "connect"}                       Client.connect (v1: initialize; v2: as negotiation says)
 //     {"op": "raw", "messages": [...]}        a fresh transport, no Client: send these,
 //                                             collect what comes back until every request is answered
 //     {"op": "list"}                          tools/list
@@ -18,12 +21,19 @@
 //     {"op": "stderr", "pattern": "regex"}    wait until the server's stderr matches (stdio)
 //     {"op": "terminate"}                     HTTP: DELETE the MCP session
 //     {"op": "close"}                         close the client (stdio: ends the server's stdin)
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 
 const spec = JSON.parse(process.argv[2]);
+const v2 = spec.sdk === "v2";
+const { Client, StreamableHTTPClientTransport } = v2
+  ? await import("@modelcontextprotocol/client")
+  : {
+      ...(await import("@modelcontextprotocol/sdk/client/index.js")),
+      ...(await import("@modelcontextprotocol/sdk/client/streamableHttp.js")),
+    };
+const { StdioClientTransport } = v2
+  ? await import("@modelcontextprotocol/client/stdio")
+  : await import("@modelcontextprotocol/sdk/client/stdio.js");
 let stderrText = "";
 const stderrWaiters = [];
 
@@ -119,14 +129,17 @@ try {
     switch (step.op) {
       case "connect": {
         transport = makeTransport();
-        client = new Client({ name: "agentjail-test", version: "1.0.0" });
+        client = new Client(
+          { name: "agentjail-test", version: "1.0.0" },
+          v2 && spec.negotiation ? { versionNegotiation: { mode: spec.negotiation } } : undefined,
+        );
         try {
           await client.connect(transport);
           r = {
             server: client.getServerVersion(),
             capabilities: client.getServerCapabilities(),
             instructions: client.getInstructions() ?? null,
-            protocolVersion: transport.protocolVersion ?? null,
+            protocolVersion: (v2 ? client.getNegotiatedProtocolVersion() : transport.protocolVersion) ?? null,
             sessionId: transport.sessionId ?? null,
           };
         } catch (e) {
@@ -169,7 +182,11 @@ try {
           args[k] = m ? out.steps[Number(m[1])].result.structuredContent.session_id : v;
         }
         try {
-          r = { result: await client.callTool({ name: step.name, arguments: args }, undefined, opts) };
+          r = {
+            result: v2
+              ? await client.callTool({ name: step.name, arguments: args }, opts)
+              : await client.callTool({ name: step.name, arguments: args }, undefined, opts),
+          };
         } catch (e) {
           r = errorOf(e);
         }

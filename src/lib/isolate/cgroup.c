@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,13 +237,40 @@ static unsigned long long own_pidns(void)
     return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
+/* This process's pid, start time and pid namespace, read once per
+ * process (a fork reads them again): every run's cgroup name has them,
+ * and the stale scan compares every name against them. */
+struct self_id {
+    pid_t pid;
+    unsigned long long start, pidns;
+};
+static pthread_mutex_t self_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct self_id self_cache;
+
+static int self_id(struct self_id *ret)
+{
+    int r = 0;
+
+    (void)pthread_mutex_lock(&self_mu);
+    if (self_cache.pid != getpid()) {
+        struct self_id n = {.pid = getpid()};
+        r = starttime_of(n.pid, &n.start);
+        n.pidns = own_pidns();
+        if (r == 0)
+            self_cache = n;
+    }
+    *ret = self_cache;
+    (void)pthread_mutex_unlock(&self_mu);
+    return r;
+}
+
 int aj_cgroup_run_name(const char *sandbox_id, char *buf, size_t size)
 {
-    unsigned long long st = 0;
-    int r = starttime_of(getpid(), &st);
+    struct self_id me;
+    int r = self_id(&me);
     if (r < 0)
         return r;
-    snprintf(buf, size, "%d.%llu.%.12s.ns%llu", (int)getpid(), st, sandbox_id, own_pidns());
+    snprintf(buf, size, "%d.%llu.%.12s.ns%llu", (int)me.pid, me.start, sandbox_id, me.pidns);
     return 0;
 }
 
@@ -623,7 +651,7 @@ void aj_cgroup_destroy(struct aj_cgroup *cg)
  * supervisor of our own pid namespace can be judged: another one's pid
  * (two containers sharing a cgroup base) means nothing here, so its runs
  * are left alone. */
-static bool owner_alive(const char *name)
+static bool owner_alive(const char *name, const struct self_id *me)
 {
     const char *ns = strstr(name, ".ns");
     char *end;
@@ -632,15 +660,17 @@ static bool owner_alive(const char *name)
 
     if (end == name || *end != '.' || pid <= 0)
         return true; /* not ours: leave it alone */
-    if (!ns || strtoull(ns + 3, NULL, 10) != own_pidns())
+    if (!ns || strtoull(ns + 3, NULL, 10) != me->pidns)
         return true; /* another pid namespace's, or an older agentjail's */
     want = strtoull(end + 1, NULL, 10);
+    if (pid == me->pid && want == me->start)
+        return true; /* this process's own runs (a server's are most of them) */
     if (starttime_of((pid_t)pid, &st) < 0)
         return false;
     return st == want;
 }
 
-static int cleanup_base(const char *base)
+static int cleanup_base(const char *base, const struct self_id *me)
 {
     DIR *d = opendir(base);
     struct dirent *de;
@@ -650,7 +680,7 @@ static int cleanup_base(const char *base)
         return 0;
     while ((de = readdir(d))) {
         char dir[AJ_CG_PATH * 2 + 300];
-        if (de->d_type != DT_DIR || de->d_name[0] == '.' || owner_alive(de->d_name))
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' || owner_alive(de->d_name, me))
             continue;
         snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
         if (aj_cg_write_at(dir, "cgroup.kill", "1") < 0)
@@ -666,20 +696,38 @@ static int cleanup_base(const char *base)
 
 int aj_cgroup_cleanup_stale(const struct aj_cgroup_host *host)
 {
+    static _Atomic long long last_ms;
+    static _Atomic pid_t last_pid;
     char base[AJ_CG_PATH * 2];
+    struct self_id me;
+    struct timespec ts;
+    long long now;
     int n = 0;
 
+    /* At most once a second per process: a server starting hundreds of
+     * sandboxes a second scanned every run's groups (and read each
+     * owner's /proc stat) for each of them. A SIGKILLed supervisor's
+     * groups still go at the next start in another process, or within a
+     * second in this one. */
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (last_pid == getpid() && now - last_ms < 1000)
+        return 0;
+    last_ms = now;
+    last_pid = getpid();
+    if (self_id(&me) < 0)
+        return 0;
     if (host->v2_mount[0]) {
         aj_cg_join(base, sizeof(base), host->v2_mount, host->v2_self, NULL);
         /* Only our own subtree: a base elsewhere belongs to another caller,
          * whose owner pid may not even be visible from here. */
-        n += cleanup_base(base);
+        n += cleanup_base(base, &me);
     }
     for (int c = 0; c < AJ_CG_NCTRL; c++) {
         if (host->ctrl[c].version != 1)
             continue;
         aj_cg_join(base, sizeof(base), host->ctrl[c].mount, host->ctrl[c].self, NULL);
-        n += cleanup_base(base);
+        n += cleanup_base(base, &me);
     }
     return n;
 }

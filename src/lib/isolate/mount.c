@@ -885,13 +885,45 @@ static int refuse(struct aj_error *err, int errnum, const char *fmt, ...)
     return r;
 }
 
+/* Directories already walked up to the root by made_by_sandbox in one
+ * aj_mount_plan_resolve, none of them (nor any above) a run uid's: the
+ * host's /etc view alone binds dozens of entries of one directory, and
+ * each walked /etc and / again. */
+struct clean_dirs {
+    size_t n;
+    struct {
+        dev_t dev;
+        ino_t ino;
+    } id[64];
+};
+
+static bool clean_has(const struct clean_dirs *c, const struct stat *st)
+{
+    for (size_t i = 0; c && i < c->n; i++)
+        if (c->id[i].dev == st->st_dev && c->id[i].ino == st->st_ino)
+            return true;
+    return false;
+}
+
+static void clean_add(struct clean_dirs *c, const struct stat *st)
+{
+    if (c && c->n < sizeof(c->id) / sizeof(c->id[0]) && !clean_has(c, st)) {
+        c->id[c->n].dev = st->st_dev;
+        c->id[c->n].ino = st->st_ino;
+        c->n++;
+    }
+}
+
 /* Root mode: a directory or file a sandbox made is owned by one of the
  * run uids. The source or any directory above it being one means a run
- * chose what is there. Returns the owner found, or (uid_t)-1. */
-static uid_t made_by_sandbox(int fd, uint32_t base, uint32_t count)
+ * chose what is there. Returns the owner found, or (uid_t)-1. The
+ * directories found clean join *clean (may be NULL), and a walk that
+ * reaches one of them stops there. */
+static uid_t made_by_sandbox(int fd, uint32_t base, uint32_t count, struct clean_dirs *clean)
 {
     _cleanup_close_ int cur = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    struct stat st, up;
+    struct stat st, up, seen[64];
+    size_t n_seen = 0;
 
     if (cur < 0 || count == 0 || fstat(cur, &st) < 0)
         return (uid_t)-1;
@@ -901,15 +933,25 @@ static uid_t made_by_sandbox(int fd, uint32_t base, uint32_t count)
             return st.st_uid;
         if (!S_ISDIR(st.st_mode))
             return (uid_t)-1; /* a file: its directory is checked by the caller */
+        if (clean_has(clean, &st))
+            break;
+        if (n_seen < sizeof(seen) / sizeof(seen[0]))
+            seen[n_seen++] = st;
         parent = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (parent < 0)
             return (uid_t)-1;
         (void)close(cur);
         cur = parent;
-        if (fstat(cur, &up) < 0 || (up.st_dev == st.st_dev && up.st_ino == st.st_ino))
+        if (fstat(cur, &up) < 0)
             return (uid_t)-1;
+        if (up.st_dev == st.st_dev && up.st_ino == st.st_ino)
+            break; /* the root */
         st = up;
     }
+    /* Every directory from here up is clean (a walk cut short at 4096
+     * levels or by a full list remembers only what it saw). */
+    for (size_t i = 0; i < n_seen; i++)
+        clean_add(clean, &seen[i]);
     return (uid_t)-1;
 }
 
@@ -921,6 +963,8 @@ static const char *bind_flag(const struct aj_mnt_entry *e)
 int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *pol, const struct aj_bindreg *reg,
                           uint32_t run_uid_base, uint32_t run_uid_count, struct aj_error *err)
 {
+    struct clean_dirs clean = {0};
+
     for (size_t i = 0; i < plan->n; i++) {
         struct aj_mnt_entry *e = &plan->entries[i];
         _cleanup_close_ int fd = -1, dirfd = -1;
@@ -988,9 +1032,9 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
                               "set filesystem.allow_bind_inside_writable (--allow-bind-inside-writable)",
                               bind_flag(e), e->src, reg->path[k]);
         }
-        owner = made_by_sandbox(fd, run_uid_base, run_uid_count);
+        owner = made_by_sandbox(fd, run_uid_base, run_uid_count, &clean);
         if (owner == (uid_t)-1)
-            owner = made_by_sandbox(dirfd, run_uid_base, run_uid_count);
+            owner = made_by_sandbox(dirfd, run_uid_base, run_uid_count, &clean);
         if (owner != (uid_t)-1)
             return refuse(err, 0,
                           "%s %s: it (or a directory above it) is owned by host uid %u, one of the uids sandbox "
