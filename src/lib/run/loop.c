@@ -766,6 +766,10 @@ static bool drain_check(struct supervise_state *st)
 
 static void drain_interest(struct supervise_state *st, struct pollfd pfd[AJ_SLOTS], uint64_t *wake)
 {
+    /* Ended by the end word: the sandbox's processes are being killed, not
+     * yet gone; an escape attempt one makes meanwhile is still the run's. */
+    if (st->early_end)
+        pfd[AJ_SLOT_NOTIFY] = (struct pollfd){.fd = st->notify.fd, .events = POLLIN};
     for (int i = 0; i < 2; i++) {
         struct out_stream *o = &st->out[i];
         if (o->rfd >= 0 && o->len < RELAY_BUF_SIZE)
@@ -776,8 +780,12 @@ static void drain_interest(struct supervise_state *st, struct pollfd pfd[AJ_SLOT
     *wake = st->drain_grace ? st->drain_grace : st->deadline;
 }
 
+static void on_notify(struct supervise_state *st);
+
 static bool drain_step(struct supervise_state *st, const short revents[AJ_SLOTS])
 {
+    if (revents[AJ_SLOT_NOTIFY] & POLLIN)
+        on_notify(st);
     for (int i = 0; i < 2; i++) {
         struct out_stream *o = &st->out[i];
         short w = revents[AJ_SLOT_OUT_W + i];
