@@ -781,11 +781,14 @@ static void drain_interest(struct supervise_state *st, struct pollfd pfd[AJ_SLOT
 }
 
 static void on_notify(struct supervise_state *st);
+static void notify_gone(struct supervise_state *st);
 
 static bool drain_step(struct supervise_state *st, const short revents[AJ_SLOTS])
 {
     if (revents[AJ_SLOT_NOTIFY] & POLLIN)
         on_notify(st);
+    else if (revents[AJ_SLOT_NOTIFY] & (POLLHUP | POLLERR))
+        notify_gone(st); /* every process of the filter is gone: not watched again */
     for (int i = 0; i < 2; i++) {
         struct out_stream *o = &st->out[i];
         short w = revents[AJ_SLOT_OUT_W + i];
