@@ -58,6 +58,7 @@ enum {
     OPT_NET_KEY, /* --allow, --deny, --secret...: policy keys of network "proxy" (keys.c) */
     OPT_INTERPRETER,
     OPT_PRELOAD,
+    OPT_WARMUP,
     OPT_HELP,
 };
 
@@ -113,6 +114,7 @@ static const struct option run_options[] = {
     {"secret", required_argument, NULL, OPT_NET_KEY},
     {"interpreter", required_argument, NULL, OPT_INTERPRETER},
     {"preload", required_argument, NULL, OPT_PRELOAD},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -188,6 +190,7 @@ static void run_usage(FILE *f)
           "                            would run its text, or -c CODE, or python3 SCRIPT\n"
           "                            (a path inside the sandbox)\n"
           "  --preload MODULE          import MODULE before the code (repeatable)\n"
+          "  --warmup CODE             run CODE after the preload, before the code (a warm-up cell)\n"
           "\n"
           "  --result FILE             write the result JSON to FILE (refused inside a\n"
           "                            --bind-rw directory; FILE's directories must not\n"
@@ -439,6 +442,7 @@ int aj_cmd_run(int argc, char **argv)
         case OPT_NET_KEY:
         case OPT_INTERPRETER:
         case OPT_PRELOAD:
+        case OPT_WARMUP:
             r = set_policy_flag(pol, run_options[longindex].name, optarg, &err);
             break;
         case OPT_RESULT:

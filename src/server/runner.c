@@ -313,20 +313,29 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     if (!r->policy_sha256[0])
         (void)snprintf(r->policy_sha256, sizeof(r->policy_sha256), "%s",
                        r->tenant->policy_sha256[0] ? r->tenant->policy_sha256 : rn->policy_sha256);
-    if (r->h) {
-        (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
-        aj_sandbox_free(r->h);
-        r->h = NULL;
-    }
-    /* free wrote the last events; the file itself is not kept (the
-     * record has them). */
+    /* The run has ended: its events are all written (the file itself is
+     * not kept, the record has them). */
     read_events(rn, r);
     if (r->ev_fd >= 0)
         (void)close(r->ev_fd);
     r->ev_fd = -1;
     if (r->events_path)
         (void)unlink(r->events_path);
-    /* The sandbox is gone: outputs, workspace_full, the workspace let go. */
+    /* Its sandbox may still be dying (a warm interpreter ends at its end
+     * word: killed, not yet reaped; docs/interpreters.md). A run with a
+     * workspace lets it die first: its outputs are read, and the
+     * workspace let go, only once nothing of the run can write there. A
+     * run without one answers first and is freed right after (below):
+     * the handle, its uid and its cgroup stay this thread's until then. */
+    struct aj_sandbox *dying = r->h;
+    if (r->h) {
+        (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
+        r->h = NULL;
+        if (r->ws) {
+            aj_sandbox_free(dying);
+            dying = NULL;
+        }
+    }
     srv_session_run_ended(r);
     r->ended_ms = srv_now_ms();
     if (srv_store_finish(rn->store, r) < 0)
@@ -365,6 +374,7 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     }
     (void)pthread_cond_broadcast(&rn->done);
     (void)pthread_mutex_unlock(&rn->lock);
+    aj_sandbox_free(dying);
     /* The runner's reference goes after the current epoll batch: events
      * of this run later in the batch still point at it. */
     r->qnext = rn->graveyard;

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import AJ_BIN, AJ_HELPERS, IS_ROOT, children, comm, must_skip, new_tag, run_aj, wait_for
+from conftest import AJ_BIN, AJ_HELPERS, IS_ROOT, children, comm, must_skip, new_tag, root_only, run_aj, wait_for
 
 AJ_POOL = os.path.join(AJ_HELPERS, "aj-pool")
 INTERP = ["--set", "interpreter.language=python", "--set", "interpreter.preload=json"]
@@ -113,6 +113,12 @@ CORPUS = [
     ("import sys; print(sys.flags.isolated, sys.flags.no_site, sys.orig_argv[1:], sys.executable)", ["z"]),
     ("import warnings; warnings.warn('careful')", []),
     ("print(__builtins__.__name__, __loader__, __spec__, __doc__)", []),
+    # A forked child that runs on to the end of the code ends as its own process; the run's
+    # status is the parent's (the bootstrap's end word is the first process's alone).
+    ("import os, sys\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n    sys.exit(4)\n"
+     "_, st = os.waitpid(pid, 0)\nprint('parent', os.waitstatus_to_exitcode(st))", []),
+    # A process left running that holds stdout: killed at the end as a cold run's would be.
+    ("import subprocess; subprocess.Popen(['/bin/sleep', '60']); print('left a sleeper')", []),
 ]
 
 
@@ -132,6 +138,49 @@ def test_snippets_as_bare_python(outdir):
     assert runs[9]["result"]["status"] == "signaled" or runs[9]["result"]["exit_code"] == 128 + 15
     assert "thread done" in out(outdir, 12) and "del A" in out(outdir, 14)
     assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False
+
+
+# The code finds the channel its bootstrap keeps for the end word and writes it itself.
+WORD = textwrap.dedent("""\
+    import os, socket, sys, time
+    def socket_fd(f):
+        try:
+            return os.readlink('/proc/self/fd/' + f).startswith('socket:')
+        except OSError:
+            return False  # listdir's own fd
+    fds = [int(f) for f in os.listdir('/proc/self/fd') if socket_fd(f)]
+    print('channel fds', len(fds), fds[0] > 3, flush=True)
+    s = socket.socket(fileno=fds[0])
+    print('reads', s.recv(10), flush=True)
+    s.send(sys.argv[1].encode('latin-1'))
+    time.sleep(float(sys.argv[2]))
+    print('still here', flush=True)
+    sys.exit(5)
+    """)
+
+
+def test_end_word_is_an_exit(outdir):
+    # The word (b"D" + status) ends the run as os._exit(status) would: the sandbox is killed at
+    # once, whatever the code does next. Taken where the run's cgroup has its CPU time and
+    # memory peak (the result then needs nothing from init's wait).
+    root_only("the end word is taken only with the run's cgroup accounting (a root run's here)")
+    extra = INTERP + ["--set", "limits.timeout=60s"]
+    runs, summary, proc = pool([["python3", "-c", WORD, "X\x07", "0.1"], ["python3", "-c", WORD, "D\x07", "60"]],
+                               outdir, extra=extra)
+    assert runs[0]["warm"] and runs[1]["warm"], (runs, proc.stderr)
+    if runs[0]["result"]["cgroup_controllers"].get("memory", "none") == "none":
+        must_skip("no memory cgroup here: the end word is not taken without the run's memory peak")
+    # Positive control: anything but the word is ignored, the run goes on and ends as its code
+    # says. The code sees one socket (above 3), from which nothing can be read.
+    assert out(outdir, 0) == "channel fds 1 True\nreads b''\nstill here\n", out(outdir, 0, "err")
+    assert (runs[0]["result"]["status"], runs[0]["result"]["exit_code"]) == ("nonzero_exit", 5), runs[0]
+    # The word: the run ends with its status, the code's sleep and exit never happen.
+    assert out(outdir, 1) == "channel fds 1 True\nreads b''\n", out(outdir, 1, "err")
+    got = runs[1]["result"]
+    assert (got["status"], got["exit_code"]) == ("nonzero_exit", 7), got
+    assert got["cpu_ms"] > 0 and got["max_rss_kb"] > 0, got  # the cgroup's accounting
+    # The killed interpreter is gone with the pool, nothing held.
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
 
 
 def test_stdin_reaches_the_code(outdir):
@@ -309,6 +358,30 @@ def test_preload_errors(tmp_path, outdir):
     assert r.returncode == 2 and "p.json:3:" in r.stderr and "interpreter.preload[1]" in r.stderr, r.stderr
 
 
+def test_warmup_cell(outdir):
+    # interpreter.warmup: a cell each interpreter runs after its preload, before it parks: what it
+    # imports stays (that is its point), its own names and output do not reach the run.
+    warm = "import colorsys\nW = 1\nprint('from the warm-up')\n"
+    code = "import sys; print('colorsys' in sys.modules, 'W' in globals())"
+    extra = INTERP + ["--set", "interpreter.warmup=" + warm]
+    runs, summary, proc = pool([["python3", "-c", code]], outdir, extra=extra)
+    assert runs[0]["warm"] and out(outdir, 0) == "True False\n", (out(outdir, 0), out(outdir, 0, "err"))
+    # The same from the CLI (cold, the same bootstrap); the control: without the warm-up.
+    r = run_aj(["--interpreter", "python", "--warmup", warm], ["-c", code])
+    assert r.returncode == 0 and r.stdout == "True False\n", r.stderr
+    r = run_aj(["--interpreter", "python"], ["-c", code])
+    assert r.returncode == 0 and r.stdout == "False False\n", r.stderr
+    # A warm-up that fails: no interpreter parks, the pool says why; from the CLI, a setup error.
+    p = subprocess.run([AJ_POOL, "--size", "1"] + INTERP + ["--set", "interpreter.warmup=1/0", "--", "python3", "-c",
+                                                           "pass"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "interpreter.warmup: ZeroDivisionError" in p.stderr, p
+    r = run_aj(["--interpreter", "python", "--warmup", "1/0"], ["-c", "print(1)"])
+    assert r.returncode == 125 and "interpreter.warmup: ZeroDivisionError" in r.stderr and r.stdout == "", r
+    # Bad input: a warm-up without an interpreter.
+    r = run_aj(["--warmup", "pass"], ["true"])
+    assert r.returncode == 2 and "interpreter.warmup needs interpreter.language" in r.stderr, r.stderr
+
+
 def test_cli_code_file_like_python_c(tmp_path, hostdir):
     code = "import sys\nprint('ran', sys.argv)\nraise SystemExit(4)\n"
     f = tmp_path / "code.py"
@@ -350,6 +423,8 @@ def test_pandas_warm_run(outdir):
                       extra=["--set", "interpreter.language=python", "--set", "interpreter.preload=pandas"])
     cold = run_aj([], ["python3", "-c", code])
     assert runs[0]["warm"] and runs[0]["result"]["status"] == "ok", out(outdir, 0, "err")
+    # The interpreter's accounting: the import's CPU and memory are the run's, as for a cold one.
+    assert runs[0]["result"]["max_rss_kb"] > 20000 and runs[0]["result"]["cpu_ms"] > 0, runs[0]["result"]
     assert out(outdir, 0).splitlines()[0] == "True" and cold.stdout.splitlines()[0] == "False"
     assert out(outdir, 0).splitlines()[1:] == cold.stdout.splitlines()[1:]
 
@@ -364,6 +439,11 @@ def test_preload_is_under_the_monitor(hostdir):
     base = [AJ_POOL, "--size", "1", "--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
             "--set", "interpreter.language=python"]
     p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_escape", "--", "python3", "-c", "pass"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "monitored system call (unshare)" in p.stderr, p
+    # The same from the warm-up cell (the module itself stays inside).
+    p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_fine", "--set",
+                               "interpreter.warmup=import aj_t_escape", "--", "python3", "-c", "pass"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "monitored system call (unshare)" in p.stderr, p
     # Positive control: the same path, a module that stays inside.

@@ -37,6 +37,7 @@ enum aj_interp_lang {
     AJ_INTERP_PYTHON,
 };
 #define AJ_INTERP_MAX_PRELOAD 64
+#define AJ_INTERP_MAX_WARMUP (64 * 1024) /* bytes of interpreter.warmup code */
 #define AJ_INTERP_MODULE_MAX 128
 
 enum aj_on_escape {
@@ -180,6 +181,7 @@ struct aj_policy {
     enum aj_interp_lang interp_lang;
     char **preload;             /* module names ("numpy", "matplotlib.pyplot"), in order */
     size_t n_preload;
+    char *interp_warmup;        /* Python code run after the preload, before parking; NULL: none */
 };
 
 enum aj_limit_bit {

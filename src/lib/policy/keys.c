@@ -747,6 +747,21 @@ const struct aj_policy_key aj_policy_keys[] = {
                "the code): `\"numpy\"`, `\"pandas\"`, `\"matplotlib.pyplot\"`. At most 64, each a dotted "
                "name. Needs `language`",
     },
+    {
+        .key = "interpreter.warmup",
+        .flag = "--warmup",
+        .type = AJ_KEY_STRING,
+        FIELD(interp_warmup),
+        .zero = AJ_ZERO_NONE,
+        .weaker = AJ_WEAKER_NEITHER,
+        .review = "code every interpreter of this policy runs before its request",
+        .doc_type = "Python code or `null`",
+        .doc_default = "`null`: none",
+        .doc = "a cell each interpreter runs after `preload`, before it parks (and a cold run before the "
+               "code), in a namespace of its own, output discarded: it warms up what the first use of the "
+               "preload costs (lazy imports, caches). Whatever it changes (options, imports, threads) every "
+               "run of the policy inherits. At most 64 KiB. Needs `language`",
+    },
 
     /* ---- secrets (top level) ---- */
     {

@@ -224,7 +224,7 @@ static int validate_fields(const struct aj_policy *pol, char *ret_key, size_t ke
             }
             break;
         case AJ_KEY_BOOL:
-        case AJ_KEY_STRING: /* workdir and hostname: below, with the cross-key checks */
+        case AJ_KEY_STRING: /* workdir, hostname and warmup: below, with the cross-key checks */
         case AJ_KEY_CONST:
             break;
         }
@@ -405,6 +405,13 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
     if (pol->workdir && pol->workdir[0] != '/') {
         BAD_KEY("filesystem.workdir");
         return aj_err(err, 0, "--workdir: '%s' is not an absolute path", pol->workdir);
+    }
+    if (pol->interp_warmup) {
+        BAD_KEY("interpreter.warmup");
+        if (pol->interp_lang == AJ_INTERP_NONE)
+            return aj_err(err, 0, "interpreter.warmup needs interpreter.language (\"python\")");
+        if (strlen(pol->interp_warmup) > AJ_INTERP_MAX_WARMUP)
+            return aj_err(err, 0, "interpreter.warmup: at most %d bytes of code", AJ_INTERP_MAX_WARMUP);
     }
     if (pol->hostname) {
         size_t n = strlen(pol->hostname);

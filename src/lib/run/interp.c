@@ -73,10 +73,11 @@ bool aj_interp_wants(const struct aj_policy *pol, const struct aj_request *req)
     return interp_argv_form(req->argv);
 }
 
-/* The bootstrap's command line: python3 -c BOOTSTRAP MODULE... */
+/* The bootstrap's command line: python3 -c BOOTSTRAP MODULE... [-wWARMUP]
+ * (a module name never starts with '-'). */
 static char **boot_argv(const struct aj_policy *pol)
 {
-    size_t n = 3 + pol->n_preload;
+    size_t n = 3 + pol->n_preload + (pol->interp_warmup != NULL);
     char **v = calloc(n + 1, sizeof(char *));
     bool ok = v != NULL;
 
@@ -87,6 +88,8 @@ static char **boot_argv(const struct aj_policy *pol)
     v[2] = strdup(aj_interp_boot_py);
     for (size_t i = 0; i < pol->n_preload; i++)
         v[3 + i] = strdup(pol->preload[i]);
+    if (pol->interp_warmup && asprintf(&v[3 + pol->n_preload], "-w%s", pol->interp_warmup) < 0)
+        v[3 + pol->n_preload] = NULL;
     for (size_t i = 0; i < n; i++)
         ok &= v[i] != NULL;
     if (!ok) {
@@ -185,8 +188,8 @@ static int refuse_preload_call(struct aj_sandbox *sb, struct aj_error *err)
     aj_notify_answer(&sb->st.notify);
     name = aj_notify_syscall_name(nr, arch);
     r = aj_err(err, EPERM,
-               "interpreter.preload: importing the preload made a monitored system call (%s), refused; a "
-               "preload must not need one",
+               "interpreter.preload: importing the preload (or running the warm-up) made a monitored system "
+               "call (%s), refused; neither may need one",
                name ? name : "unknown");
     free(name);
     return r;
@@ -206,8 +209,8 @@ static int read_park_status(int fd, struct aj_error *err)
     if (n == 1 && buf[0] == 'P')
         return 1;
     if (n > 1 && buf[0] == 'E') {
-        buf[n] = '\0';
-        return aj_err(err, ENOENT, "interpreter.preload: %s", buf + 1);
+        buf[n] = '\0'; /* "interpreter.preload: ..." or "interpreter.warmup: ..." */
+        return aj_err(err, ENOENT, "%s", buf + 1);
     }
     return aj_err(err, EPIPE, "the interpreter exited before it was ready");
 }
@@ -318,11 +321,18 @@ int aj_interp_send(struct aj_sandbox *sb, const int fds[3], struct aj_error *err
             done += (size_t)n;
     }
     free(buf);
-    /* Nothing more to say: our end goes (the bootstrap closed its own). */
-    (void)close(st->interp_fd);
-    st->interp_fd = -1;
-    if (r < 0)
+    if (r < 0) {
+        (void)close(st->interp_fd);
+        st->interp_fd = -1;
         return aj_err(err, -r, "hand the request to the parked interpreter");
+    }
+    /* Nothing more to say, ever: the sending side is shut (the code reads
+     * EOF there). Our end stays for the bootstrap's end word (loop.c,
+     * on_interp_word), which the loop watches from now on. */
+    if (shutdown(st->interp_fd, SHUT_WR) < 0) {
+        (void)close(st->interp_fd);
+        st->interp_fd = -1;
+    }
     return 0;
 }
 

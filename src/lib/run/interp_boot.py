@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # The bootstrap of a warm Python interpreter (src/lib/run/interp.c, docs/interpreters.md).
 #
-# Run as `python3 -c THIS MODULE...` inside a sandbox whose every layer is applied already.
-# Fd 3 is a stream socket to the supervisor. In order:
-#   1. import MODULE... (the policy's interpreter.preload), then send b"P" (parked) or b"E"+why;
+# Run as `python3 -c THIS MODULE... [-wWARMUP]` inside a sandbox whose every layer is applied
+# already. Fd 3 is a stream socket to the supervisor. In order:
+#   1. import MODULE... (the policy's interpreter.preload), run WARMUP (interpreter.warmup) in a
+#      namespace of its own, then send b"P" (parked) or b"E"+why;
 #   2. wait for the one request: b"AJR1" + 4-byte little-endian length with SCM_RIGHTS
 #      [stdin, stdout, stderr], then that many bytes: cwd NUL argc NUL argv... NUL envc NUL env...
 #      (argv as the request gave it: python3 -c CODE ARGS... or python3 SCRIPT ARGS...);
@@ -18,6 +19,15 @@
 #      run imported and __main__ torn down (their objects' __del__, files left open closed),
 #      stdout and stderr flushed; then _exit. What it skips is tearing down the preloaded modules
 #      (their objects predate the run): a few hundred milliseconds for pandas.
+#   5. The end word: before the _exit, fds 0-2 closed, then b"D" + the exit status (one byte) on
+#      the channel, which it kept for this alone (moved to a high fd, close-on-exec; the
+#      supervisor shut its own sending side after the request, so nothing ever arrives on it).
+#      The supervisor takes the word as the process's exit: it kills the sandbox at once and the
+#      result is final as soon as the output pipes reach EOF, without waiting for the exit of a
+#      ~100 MB process (and its BLAS threads), which is then torn down off the caller's path.
+#      The code can write the word too: that is what os._exit(status) is, and the kill makes it
+#      so. A process the code forked that runs on to this end sends none. No word (a signal, the
+#      channel closed or garbage): the ordinary end, by init's wait.
 #
 # Everything is inside _aj (a function): __main__'s namespace holds nothing of this file when
 # the code starts; _aj itself is popped from it in the statement that calls it. What is left:
@@ -32,19 +42,48 @@ def _aj(report, exit_status, finish):
         finally:
             os._exit(1)
 
+    warmup = None
     for name in sys.argv[1:]:
+        if name.startswith("-w"):
+            warmup = name[2:]
+            continue
         try:
             __import__(name)
         except BaseException as e:  # noqa: B036 (SystemExit from a module too)
-            fail("%s: %s: %s" % (name, type(e).__name__, e))
+            fail("interpreter.preload: %s: %s: %s" % (name, type(e).__name__, e))
+    if warmup is not None:
+        # The policy's warm-up cell: its own globals (dropped after), output to /dev/null (0-2
+        # until the request). What it changes elsewhere (imports, options) stays, by design.
+        try:
+            exec(compile(warmup, "<warmup>", "exec"), {"__name__": "__warmup__", "__builtins__": __builtins__})
+        except BaseException as e:  # noqa: B036
+            fail("interpreter.warmup: %s: %s" % (type(e).__name__, e))
+    del warmup
     preloaded = set(sys.modules)
     import _socket
     import gc
+    import resource
+
+    # Where the channel goes while the code runs: a high fd (not the 3 the code's first open()
+    # gets in a cold run), below the fd limit; no larger than 255 (the fd table grows to it).
+    word_fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    word_fd = (256 if word_fd < 0 or word_fd > 256 else word_fd) - 1
+    if word_fd > 3:
+        # The fd table grows to it now, not when a request comes: growing a table that threads
+        # share (numpy's BLAS threads) waits for an RCU grace period, 5-20 ms on a busy machine.
+        try:
+            os.dup2(3, word_fd)
+            os.close(word_fd)
+        except OSError:
+            pass
 
     # What the preload made lives as long as the process: out of the collector's way. Its
     # passes at exit (over every object of pandas, say) cost a few hundred milliseconds of
     # `python3 -c`'s shutdown; frozen objects are not scanned (the run's own objects are).
-    gc.collect()
+    # Only the young generations are collected first: a full pass over pandas' objects is
+    # ~20 ms of every refill's CPU and finds nothing (the import's own passes collected it);
+    # older garbage, if a preload left some, is frozen with the rest (memory, not behaviour).
+    gc.collect(1)
     gc.freeze()
 
     for f in (sys.stdout, sys.stderr):
@@ -68,6 +107,15 @@ def _aj(report, exit_status, finish):
         if not chunk:
             os._exit(125)
         buf += chunk
+    # The word is this process's alone: a child the code forks (os.fork) that runs on to the end
+    # of the code ends here too, and must not end the run with its own status.
+    me, word = os.getpid(), None
+    if word_fd > 3:
+        try:
+            os.dup2(3, word_fd, inheritable=False)
+            word = _socket.socket(fileno=word_fd)
+        except OSError:
+            pass
     s.close()
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
@@ -137,7 +185,7 @@ def _aj(report, exit_status, finish):
             report(e, tb)
             sigint = isinstance(e, KeyboardInterrupt)
         del code
-    finish(status, sigint, preloaded)
+    finish(status, sigint, preloaded, word if os.getpid() == me else None, _socket.MSG_NOSIGNAL)
 
 
 def _aj_report(e, tb):
@@ -169,7 +217,7 @@ def _aj_exit_status(e):
     return 1
 
 
-def _aj_finish(status, sigint, preloaded):
+def _aj_finish(status, sigint, preloaded, word, nosignal):
     import gc
     import os
     import sys
@@ -221,5 +269,17 @@ def _aj_finish(status, sigint, preloaded):
 
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
         os.kill(os.getpid(), _signal.SIGINT)
+    if word is not None:
+        # Nothing more is written: EOF on the pipes (unless another process holds them), then
+        # the word. Errors (the code closed an fd, or the channel) leave the ordinary end.
+        for fd in (0, 1, 2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            word.send(b"D" + bytes([status & 0xFF]), nosignal)
+        except OSError:
+            pass
     os._exit(status)
 globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'))

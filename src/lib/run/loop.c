@@ -772,6 +772,10 @@ static bool drain_check(struct supervise_state *st)
 
 static void drain_interest(struct supervise_state *st, struct pollfd pfd[AJ_SLOTS], uint64_t *wake)
 {
+    /* Ended by the end word: the sandbox's processes are being killed, not
+     * yet gone; an escape attempt one makes meanwhile is still the run's. */
+    if (st->early_end)
+        pfd[AJ_SLOT_NOTIFY] = (struct pollfd){.fd = st->notify.fd, .events = POLLIN};
     for (int i = 0; i < 2; i++) {
         struct out_stream *o = &st->out[i];
         if (o->rfd >= 0 && o->len < RELAY_BUF_SIZE)
@@ -782,8 +786,15 @@ static void drain_interest(struct supervise_state *st, struct pollfd pfd[AJ_SLOT
     *wake = st->drain_grace ? st->drain_grace : st->deadline;
 }
 
+static void on_notify(struct supervise_state *st);
+static void notify_gone(struct supervise_state *st);
+
 static bool drain_step(struct supervise_state *st, const short revents[AJ_SLOTS])
 {
+    if (revents[AJ_SLOT_NOTIFY] & POLLIN)
+        on_notify(st);
+    else if (revents[AJ_SLOT_NOTIFY] & (POLLHUP | POLLERR))
+        notify_gone(st); /* every process of the filter is gone: not watched again */
     for (int i = 0; i < 2; i++) {
         struct out_stream *o = &st->out[i];
         short w = revents[AJ_SLOT_OUT_W + i];
@@ -908,6 +919,56 @@ static void on_notify(struct supervise_state *st)
         aj_notify_answer(&st->notify);
 }
 
+/* A warm interpreter's end word (interp_boot.py): b"D" and its exit
+ * status, sent after the code ended as `python3 -c` ends (threads joined,
+ * atexit, output flushed) and fds 0-2 were closed. Taken as the payload's
+ * exit: the sandbox is killed now (whatever is still running in it, as
+ * init's exit would), the result is final once the output pipes reach EOF,
+ * and init is reaped when the handle lets go of the sandbox (sandbox.c):
+ * the exit of a ~100 MB interpreter with its BLAS threads, and the pid
+ * namespace's end, are off the caller's path.
+ *
+ * The code can send the word too: that is os._exit(status), and the kill
+ * makes it so. The word only ever ends a run; it allows nothing. Taken
+ * only where the result needs nothing from init's wait: the cgroup has the
+ * CPU time and the memory peak (rusage comes with the wait), and nothing
+ * else ended the run. Anything else (EOF, garbage): the ordinary end.
+ * Returns whether the run ended. */
+static bool on_interp_word(struct supervise_state *st)
+{
+    struct aj_cgroup_stats cs;
+    unsigned char w[8];
+    ssize_t n;
+
+    do
+        n = recv(st->interp_fd, w, sizeof(w), MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN)
+        return false;
+    aj_loop_unwatch(st, st->interp_fd);
+    (void)close(st->interp_fd);
+    st->interp_fd = -1;
+    if (n != 2 || w[0] != 'D' || st->degraded || st->pid <= 0 || st->limit != AJ_STATUS_OK || st->interrupted ||
+        st->have_child_err || !st->cg || !st->cg->created || aj_cgroup_read_stats(st->cg, &cs) < 0 ||
+        !cs.have_cpu || !cs.have_memory_peak)
+        return false;
+    /* Escape attempts queued before the word are the run's. */
+    for (int i = 0; i < 64 && st->notify.fd >= 0; i++) {
+        struct pollfd p = {.fd = st->notify.fd, .events = POLLIN};
+        if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN))
+            break;
+        on_notify(st);
+    }
+    st->exit_wstatus = (int)w[1] << 8; /* as wait() reports exit(w[1]) */
+    st->have_exit = true;
+    st->early_end = true;
+    (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+    aj_cgroup_kill(st->cg);
+    aj_loop_drain_msgs(st);
+    finish_decoys(st);
+    return true;
+}
+
 /* A connection's canary: now (request line if any, 403, close). */
 static void finish_dconn(struct supervise_state *st, size_t i)
 {
@@ -1003,6 +1064,7 @@ static void supervise_interest(struct supervise_state *st, struct pollfd pfd[AJ_
     pfd[AJ_SLOT_DSOCK] = (struct pollfd){.fd = st->decoy_sock, .events = POLLIN};
     pfd[AJ_SLOT_LEASE] = (struct pollfd){.fd = st->lease_wake[0], .events = POLLIN};
     pfd[AJ_SLOT_EGRESS] = (struct pollfd){.fd = st->egress ? st->egress->ev_fd : -1, .events = POLLIN};
+    pfd[AJ_SLOT_INTERP] = (struct pollfd){.fd = st->interp_fd, .events = POLLIN};
     /* Output: read while the buffer has room, write while it holds
      * something and the reader takes it. A full buffer leaves the payload
      * waiting on its pipe, never the supervisor. */
@@ -1077,6 +1139,9 @@ static bool supervise_step(struct supervise_state *st, const short revents[AJ_SL
         if (revents[AJ_SLOT_OUT + i] & (POLLIN | POLLHUP | POLLERR))
             pump_output(st, o);
     }
+    if ((revents[AJ_SLOT_INTERP] & (POLLIN | POLLHUP | POLLERR)) && !(revents[AJ_SLOT_PIDFD] & POLLIN) &&
+        on_interp_word(st))
+        return true;
     if (revents[AJ_SLOT_PIDFD] & POLLIN) {
         pid_t w;
         do

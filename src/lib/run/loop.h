@@ -76,6 +76,7 @@ enum {
     AJ_SLOT_ERR_W,
     AJ_SLOT_IN_W,
     AJ_SLOT_EGRESS,   /* the egress proxy's events (network "proxy") */
+    AJ_SLOT_INTERP,   /* a warm interpreter's channel: its end word */
     AJ_SLOTS,
     AJ_SLOT_TIMER = AJ_SLOTS, /* the timerfd's tag in the epoll set */
 };
@@ -129,6 +130,9 @@ struct supervise_state {
      * (aj_loop_mark_started). interp_fd: our end of its request channel. */
     bool defer_start;
     int interp_fd;
+    /* The bootstrap's end word was taken as the payload's exit (see
+     * on_interp_word): the sandbox is killed, init not reaped yet. */
+    bool early_end;
     /* outcome */
     bool have_exit, have_child_err;
     int exit_wstatus, init_status, interrupted;

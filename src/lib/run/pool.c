@@ -34,6 +34,8 @@ struct aj_pool {
     unsigned n_ready;
     struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
     unsigned n_spent;
+    struct aj_sandbox *dying[AJ_POOL_MAX];  /* aj_pool_run's handles, ended early: torn down by the filler */
+    unsigned n_dying;
     struct aj_pool_stats stats;
     pthread_t filler;
     bool filler_started, stopping;
@@ -124,7 +126,14 @@ static void *pool_filler(void *arg)
 
     pthread_mutex_lock(&pool->mu);
     while (!pool->stopping) {
-        if (pool->running > 0 && pool->n_ready > 0) {
+        if (pool->n_dying > 0) {
+            /* A run's result is out; its killed sandbox finishes dying
+             * here (mostly a wait on the kernel), then its release. */
+            struct aj_sandbox *sb = pool->dying[--pool->n_dying];
+            pthread_mutex_unlock(&pool->mu);
+            aj_sandbox_free(sb);
+            pthread_mutex_lock(&pool->mu);
+        } else if (pool->running > 0 && pool->n_ready > 0) {
             /* A payload is starting: preparing now would take the CPU it
              * needs. The run ends, or the pool is empty, and we go on. */
             pthread_cond_wait(&pool->wake, &pool->mu);
@@ -242,6 +251,9 @@ void aj_pool_free(struct aj_pool *pool)
     if (pool->filler_started)
         pthread_join(pool->filler, NULL);
     pool->filler_started = false;
+    /* Nothing is queued once stopping is set (aj_pool_free_handle). */
+    while (pool->n_dying > 0)
+        aj_sandbox_free(pool->dying[--pool->n_dying]);
     while (pool->n_ready > 0)
         pool_discard(pool->ready[--pool->n_ready]);
     pthread_mutex_lock(&pool->mu);
@@ -256,14 +268,23 @@ void aj_pool_free(struct aj_pool *pool)
     pool_unref(pool);
 }
 
-void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent)
+void aj_pool_run_finished(struct aj_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->running--;
+    pthread_cond_signal(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent, bool finished)
 {
     pthread_mutex_lock(&pool->mu);
     if (spent->created && !pool->stopping && pool->n_spent < AJ_POOL_MAX) {
         pool->spent[pool->n_spent++] = *spent;
         aj_cgroup_init(spent);
     }
-    pool->running--;
+    if (!finished)
+        pool->running--;
     pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
     pthread_mutex_unlock(&pool->mu);
     aj_cgroup_destroy(spent); /* only if the list was full, or the pool is going */
@@ -289,7 +310,7 @@ void aj_pool_warm_failed(struct aj_pool *pool, struct aj_cgroup *spent)
     pool->stats.cold_runs++;
     pool->stats.discarded++;
     pthread_mutex_unlock(&pool->mu);
-    aj_pool_run_ended(pool, spent);
+    aj_pool_run_ended(pool, spent, false);
 }
 
 void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
@@ -467,7 +488,7 @@ static int pool_start(struct aj_pool *pool, const struct aj_request *req, bool p
     pool->stats.discarded++;
     pthread_mutex_unlock(&pool->mu);
     pol = pool->pol; /* the caller's: it outlives the pool, whose reference we drop */
-    aj_pool_run_ended(pool, &spent);
+    aj_pool_run_ended(pool, &spent, false);
     *err = (struct aj_error){0};
     return sb_start_cold(pol, req, pipes_ok, ret, err);
 }
@@ -483,6 +504,24 @@ int aj_pool_start(struct aj_pool *pool, const struct aj_request *req, struct aj_
     r = pool_start(pool, req, true, ret, err);
     sb_guard_leave(&g);
     return r;
+}
+
+void aj_pool_free_handle(struct aj_sandbox *sb)
+{
+    struct aj_pool *pool = sb->pool; /* alive: the handle holds a reference until its release */
+    bool queued = false;
+
+    if (sb->teardown && pool) {
+        pthread_mutex_lock(&pool->mu);
+        if (!pool->stopping && pool->n_dying < AJ_POOL_MAX) {
+            pool->dying[pool->n_dying++] = sb;
+            pthread_cond_signal(&pool->wake);
+            queued = true;
+        }
+        pthread_mutex_unlock(&pool->mu);
+    }
+    if (!queued)
+        aj_sandbox_free(sb);
 }
 
 int aj_pool_run(struct aj_pool *pool, const struct aj_request *req, struct aj_result *res, struct aj_error *err)
@@ -501,6 +540,8 @@ int aj_pool_run(struct aj_pool *pool, const struct aj_request *req, struct aj_re
     }
     r = aj_sandbox_wait(sb, err);
     *res = *aj_sandbox_result(sb);
-    aj_sandbox_free(sb);
+    /* The caller never sees this handle: the pool owns what is left of
+     * it (aj_pool_free waits for it), the result is the caller's now. */
+    aj_pool_free_handle(sb);
     return r;
 }

@@ -1236,9 +1236,14 @@ void sb_end(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error
 {
     struct supervise_state *st = &sb->st;
 
-    if (st->pid > 0)
-        kill_and_reap(st->pid, st->pidfd);
-    st->pid = -1;
+    if (st->early_end) {
+        /* Killed already (on_interp_word); reaped by sb_teardown, off the
+         * caller's path: the exit of a large interpreter is not the run's. */
+    } else {
+        if (st->pid > 0)
+            kill_and_reap(st->pid, st->pidfd);
+        st->pid = -1;
+    }
     if (st->tio_saved) /* the caller's terminal as it was */
         (void)tcsetattr(st->in_dest, TCSADRAIN, &st->saved_tio);
     st->tio_saved = false;
@@ -1486,11 +1491,26 @@ void sb_release_run(struct aj_sandbox *sb)
         struct aj_cgroup spent;
         aj_cgroup_init(&spent);
         sb_release(sb, &spent);
-        aj_pool_run_ended(sb->pool, &spent);
+        aj_pool_run_ended(sb->pool, &spent, sb->run_finished);
         sb->pool = NULL;
     } else {
         sb_release(sb, NULL);
     }
+}
+
+void sb_teardown(struct aj_sandbox *sb)
+{
+    struct supervise_state *st = &sb->st;
+
+    if (!sb->teardown)
+        return;
+    /* SIGKILLed with its cgroup when the end word came: this waits for
+     * the kernel to finish the exits (the pid namespace's end included),
+     * never for anything the sandbox could still do. */
+    kill_and_reap(st->pid, st->pidfd);
+    st->pid = -1;
+    sb_release_run(sb);
+    sb->teardown = false;
 }
 
 /* A run that could not be set up is a handle that has ended already:
@@ -1608,7 +1628,20 @@ int aj_sandbox_process(struct aj_sandbox *sb)
      * before the fds it watched are closed. */
     aj_loop_arm(st);
     if (st->phase == AJ_LOOP_DONE) {
-        sb_release_run(sb);
+        if (st->early_end && st->pid > 0) {
+            /* The result is final and the events written; the rest goes
+             * when the handle lets go (sb_teardown). */
+            if (sb->audit_open)
+                aj_audit_close(&sb->audit);
+            sb->audit_open = false;
+            sb->teardown = true;
+            if (sb->pool) {
+                aj_pool_run_finished(sb->pool);
+                sb->run_finished = true;
+            }
+        } else {
+            sb_release_run(sb);
+        }
         sb->ended = true;
     }
     sb_guard_leave(&g);
@@ -1674,6 +1707,7 @@ void aj_sandbox_free(struct aj_sandbox *sb)
             (void)aj_sandbox_process(sb);
         }
     }
+    sb_teardown(sb);
     for (int i = 0; i < 3; i++)
         close_fd(&sb->caller_pipe[i]);
     aj_loop_close(&sb->st);

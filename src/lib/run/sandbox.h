@@ -54,6 +54,9 @@ struct aj_sandbox {
     int rc;               /* what aj_sandbox_wait returns: 0, or the sandbox side's setup error */
     struct aj_error run_err;
     bool ended;           /* everything released but the caller's pipe ends and the loop's fds */
+    bool run_finished;    /* pooled, ended early: aj_pool_run_finished said so */
+    bool teardown;        /* ended early (a warm interpreter's end word): the result is final, the
+                           * sandbox killed, init still to reap and the rest to release (sb_teardown) */
     bool audit_open, in_cgroup;
     struct prior_children prior; /* degraded: our children before the run */
     bool subreaper_set;   /* we made this process a subreaper: undo at the end */
@@ -98,9 +101,19 @@ int sb_start_cold(const struct aj_policy *pol, const struct aj_request *req, boo
 void sb_fail_at_start(struct aj_sandbox *sb, int r, const struct aj_error *err);
 /* Release what the run held, and give a pooled run's back to its pool. */
 void sb_release_run(struct aj_sandbox *sb);
+/* An early-ended handle (sb->teardown): wait for the killed init, then
+ * sb_release_run. A no-op otherwise. */
+void sb_teardown(struct aj_sandbox *sb);
+/* aj_pool_run's handle, ended: freed now, or (a warm run ended early,
+ * init still dying) by its pool's filler thread, off the caller's path. */
+void aj_pool_free_handle(struct aj_sandbox *sb);
 /* A pooled run ended: its cgroups to remove, the filler to wake, the
- * pool's reference dropped (pool.c). */
-void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent);
+ * pool's reference dropped (pool.c); finished: aj_pool_run_finished
+ * counted it out of the runs in flight already. */
+void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent, bool finished);
+/* A pooled run's result is out (its sandbox still dying): no longer a
+ * run in flight for the filler, which may prepare again. */
+void aj_pool_run_finished(struct aj_pool *pool);
 /* pool.c, for interp.c: a parked sandbox (NULL: none ready; counted warm
  * or cold), its decoys' leases taken before its payload exists, a cold
  * run counted, and a warm run that could not start counted as cold (its
