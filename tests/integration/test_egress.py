@@ -813,7 +813,10 @@ def test_warm_interpreters_with_a_proxy_mode_policy(up, dns, tmp_path):
             "print(u.urlopen(r, timeout=20).read().decode().strip())\n"
             "try:\n    u.urlopen('http://other.test:%d/', timeout=20)\nexcept urllib.error.HTTPError as e:\n"
             "    print(e.code)\n" % (up.port, up.port))
-    argv = [helper, "--size", "1", "--outdir", outdir, "--set", "interpreter.language=python"]
+    evdir = str(tmp_path / "ev")
+    os.mkdir(evdir)
+    os.chmod(evdir, 0o777)
+    argv = [helper, "--size", "1", "--outdir", outdir, "--events", evdir, "--set", "interpreter.language=python"]
     for kv in ["--network=proxy", "--allow=up.test:%d" % up.port, "--allow-range=127.0.0.0/8",
                "--resolver=127.0.0.1:%d" % dns.port, "--secret=k,hosts=up.test,from=env:AJTEST_INTERP_K,env=K",
                "detection.decoys=false"]:
@@ -828,6 +831,11 @@ def test_warm_interpreters_with_a_proxy_mode_policy(up, dns, tmp_path):
     with open(os.path.join(outdir, "0.out")) as f:
         assert f.read().split() == ["upstream", "says", "hi", "403"]
     assert [s["auth"] for s in up.seen] == ["Bearer " + real], up.seen
+    # The interpreter's end (its cgroup killed at once, the proxy with it)
+    # is no proxy error.
+    evs = events_of(os.path.join(evdir, "0.jsonl"))
+    assert not [e for e in evs if e["type"] == "error"], evs
+    assert [e["host"] for e in evs if e["type"] == "net_denied"] == ["other.test"], evs
 
 
 def test_a_parked_sandbox_whose_proxy_died_is_not_handed_out(up, dns, tmp_path):

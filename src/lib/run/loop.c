@@ -963,6 +963,7 @@ static bool on_interp_word(struct supervise_state *st)
     st->have_exit = true;
     st->early_end = true;
     (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
+    aj_egress_expect_end(st->egress); /* its proxy and relay are in the cgroup too */
     aj_cgroup_kill(st->cg);
     aj_loop_drain_msgs(st);
     finish_decoys(st);
