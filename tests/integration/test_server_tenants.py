@@ -6,6 +6,7 @@ positive control next to it."""
 import http.client
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 import re
 import shutil
 import signal
@@ -517,3 +518,23 @@ def test_a_proxy_mode_policy_runs_warm_through_its_own_egress_proxy_and_counts_d
     status, _, j = s.run({"language": "python", "code": PROXY_PROBE, "network": "none"})
     assert status == 200 and j["stdout"].splitlines() == ["None", "error URLError"], j
     assert not [e for e in j["events"] if e["type"].startswith("net_")], j["events"]
+
+
+def test_a_proxy_mode_tenant_needs_two_uids_per_run(server, tmp):
+    """A proxy-mode run leases two host uids (its own and its egress
+    proxy's): a range that covers max_runs + pool_size once stops the
+    server with the reason; twice is enough, and its runs start (warm,
+    each with a proxy: both uids leased at once)."""
+    pol = policy_file(tmp, "proxy2.json", {"network": {"mode": "proxy", "allow": ["allowed.test:80"]}})
+    base = {"listen": "127.0.0.1:0", "store": os.path.join(tmp, "s", "runs.db"), "policy": pol,
+            "max_runs": 2, "max_runs_per_tenant": 2, "pool_size": 1}
+    line = bad_config(tmp, dict(base, tenants={
+        "a": {"token_sha256": sha("x"), "uid_base": 3000000000, "uid_count": 5}}))
+    assert "tenants.a.uid_count: its uid range has 5 uids, fewer than 2 x (max_runs + pool_size" in line, line
+    assert "(6): each proxy-mode run also leases one for its egress proxy" in line, line
+    s = server(extra={"policy": pol, "max_runs": 2, "max_runs_per_tenant": 2, "pool_size": 1},
+               tenants={"a": {"uid_base": 3000000000, "uid_count": 6}})
+    with ThreadPoolExecutor(2) as ex:
+        got = list(ex.map(lambda _: s.run({"language": "python", "code": PROXY_PROBE}), range(2)))
+    for status, _, j in got:
+        assert status == 200 and j["stdout"].splitlines() == ["http://127.0.0.1:3128", "403"], j
