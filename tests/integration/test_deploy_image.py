@@ -33,7 +33,7 @@ import pytest
 
 from conftest import IS_ROOT, ROOT, heavy_only, must_skip, wait_for
 from test_docker import Docker
-from test_server import UnixConnection
+from srvhelp import UnixConnection
 
 IMAGE = "agentjail:test"
 CACHE = os.environ.get("AJ_DEPLOY_CACHE", "/var/cache/agentjail-test")
