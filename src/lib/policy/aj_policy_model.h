@@ -182,6 +182,7 @@ struct aj_policy {
     char **preload;             /* module names ("numpy", "matplotlib.pyplot"), in order */
     size_t n_preload;
     char *interp_warmup;        /* Python code run after the preload, before parking; NULL: none */
+    bool interp_template;       /* pools fork interpreters from one template (tmpl.c); default true */
 };
 
 enum aj_limit_bit {

@@ -32,7 +32,7 @@
 # Everything is inside _aj (a function): __main__'s namespace holds nothing of this file when
 # the code starts; _aj itself is popped from it in the statement that calls it. What is left:
 # two frames under the code's module frame (this file's module frame and _aj's).
-def _aj(report, exit_status, finish):
+def _aj(report, exit_status, finish, _aj_template_setup, _aj_template_serve):
     import os
     import sys
 
@@ -43,7 +43,8 @@ def _aj(report, exit_status, finish):
             os._exit(1)
 
     warmup = None
-    for name in sys.argv[1:]:
+    template = sys.argv[1:2] == ["-t"]
+    for name in sys.argv[2 if template else 1:]:
         if name.startswith("-w"):
             warmup = name[2:]
             continue
@@ -83,6 +84,8 @@ def _aj(report, exit_status, finish):
     # Only the young generations are collected first: a full pass over pandas' objects is
     # ~20 ms of every refill's CPU and finds nothing (the import's own passes collected it);
     # older garbage, if a preload left some, is frozen with the rest (memory, not behaviour).
+    if template:
+        lib, ctl = _aj_template_setup(fail)
     gc.collect(1)
     gc.freeze()
 
@@ -91,6 +94,9 @@ def _aj(report, exit_status, finish):
             f.flush()  # what the preload printed goes to /dev/null, not to a request's stream
         except Exception:
             pass
+    if template:
+        _aj_template_serve(lib, ctl)  # returns in a child, parked in a sandbox of its own
+        del lib, ctl
     os.write(3, b"P")
     s = _socket.socket(fileno=3)
     data, anc, _flags, _addr = s.recvmsg(1 << 16, _socket.CMSG_SPACE(3 * 4))
@@ -188,6 +194,83 @@ def _aj(report, exit_status, finish):
     finish(status, sigint, preloaded, word if os.getpid() == me else None, _socket.MSG_NOSIGNAL)
 
 
+def _aj_template_setup(fail):
+    # A template (tmpl.c): fd 3 is a SOCK_SEQPACKET socket to the supervisor, whose first message
+    # is b"I" + the policy's sha256 (hex) + 4 bytes of layer flags + the policy's JSON; fd 4 is
+    # agentjail-interp.so, which applies the sandbox's layers in each child (tmpl_child.c).
+    import _socket
+    import ctypes
+    import os
+
+    ctl = _socket.socket(fileno=3)
+    msg = ctl.recv(1 << 22)
+    if msg[:1] != b"I" or len(msg) < 69:
+        os._exit(125)
+    lib = ctypes.CDLL("/proc/self/fd/4")
+    os.close(4)
+    lib.aj_tmpl_child_init.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_uint,
+                                       ctypes.c_char_p, ctypes.c_size_t]
+    lib.aj_tmpl_child_init.restype = ctypes.c_int
+    lib.aj_tmpl_child_enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    lib.aj_tmpl_child_enter.restype = ctypes.c_int
+    why = ctypes.create_string_buffer(1024)
+    if lib.aj_tmpl_child_init(msg[69:], len(msg) - 69, msg[1:65], int.from_bytes(msg[65:69], "little"), why,
+                              len(why)) != 0:
+        fail("interpreter.template: " + why.value.decode("utf-8", "replace"))
+    # Each child is a fork: the template must have no thread but its own (numpy's BLAS was kept to
+    # one by the environment tmpl.c set) and no fd but 0-3 (a child keeps none of them).
+    tasks = os.listdir("/proc/self/task")
+    if len(tasks) != 1:
+        fail("interpreter.template: the preload or the warm-up left %d threads running; a template "
+             "forks, so it must be single-threaded (set interpreter.template to false)" % len(tasks))
+    fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+    extra = [fd for fd in fds if fd > 3 and os.path.exists("/proc/self/fd/%d" % fd)]
+    if extra:
+        fail("interpreter.template: the preload or the warm-up left fds %s open; a template's children "
+             "must inherit none (set interpreter.template to false)" % extra)
+    return lib, ctl
+
+
+def _aj_template_serve(lib, ctl):
+    # Ready; then one child per b"S" message (struct aj_tmpl_spawn, decoy paths; fds: the sandbox's
+    # sync socket, its namespaces, its cgroup files). The child enters the sandbox (tmpl_child.c)
+    # and returns from here, parked; the template goes on. EOF: the supervisor is gone.
+    import _signal
+    import _socket
+    import ctypes
+    import os
+    import sys
+
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the children's reapers are nobody's to wait for
+    ctl.send(b"P")
+    while True:
+        try:
+            data, anc, flags, _addr = ctl.recvmsg(1 << 16, _socket.CMSG_SPACE(32 * 4))
+        except InterruptedError:
+            continue
+        fds = []
+        for level, kind, d in anc:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds += [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(d) - 3, 4)]
+        if not data or data[:1] != b"S" or flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
+            os._exit(0 if not data else 125)
+        if os.fork() == 0:
+            ctl.detach()  # fd 3: closed in the child by tmpl_child.c, never by this object
+            arr = (ctypes.c_int * len(fds))(*fds)
+            lib.aj_tmpl_child_enter(data[1:], len(data) - 1, arr, len(fds))
+            break
+        for fd in fds:
+            os.close(fd)
+    # The payload: every layer applied, fd 3 its request channel. random was reseeded by os.fork;
+    # numpy's global generator would repeat the template's sequence in every child.
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        try:
+            np_random.seed()
+        except Exception:
+            pass
+
+
 def _aj_report(e, tb):
     import sys
 
@@ -282,4 +365,5 @@ def _aj_finish(status, sigint, preloaded, word, nosignal):
         except OSError:
             pass
     os._exit(status)
-globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'))
+globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'),
+                    globals().pop('_aj_template_setup'), globals().pop('_aj_template_serve'))

@@ -131,6 +131,12 @@ bool aj_interp_wants(const struct aj_policy *pol, const struct aj_request *req);
 /* For a pool: sb (sb_begin'd) becomes an interpreter's sandbox: the
  * bootstrap as its command, the policy's environment without env_pass. */
 int aj_interp_setup_parked(struct aj_sandbox *sb, struct aj_error *err);
+/* The bootstrap's argv (NULL: out of memory); template: the template's. */
+char **aj_interp_boot_argv(const struct aj_policy *pol, bool template);
+/* A template pool's sandbox (c.adopt): wait for init's namespaces, then
+ * have the template t fork a child into them (tmpl.c). */
+struct aj_tmpl;
+int aj_interp_adopt(struct aj_sandbox *sb, struct aj_tmpl *t, struct aj_error *err);
 /* After sb_prepare (and the decoys armed): handle the sandbox until the
  * bootstrap has imported the preload and waits (bounded; ECANCELED as
  * soon as *cancel, read atomically, is true: the pool is being freed). */
