@@ -37,6 +37,10 @@ enum aj_interp_lang {
     AJ_INTERP_PYTHON,
 };
 #define AJ_INTERP_MAX_PRELOAD 64
+/* A process that cannot see the host's filesystem (a template pool's
+ * template, tmpl_child.c) loads a policy the supervisor checked already:
+ * host paths are taken as given, not looked up. Not for anything else. */
+extern bool aj_policy_host_paths_unseen;
 #define AJ_INTERP_MAX_WARMUP (64 * 1024) /* bytes of interpreter.warmup code */
 #define AJ_INTERP_MODULE_MAX 128
 

@@ -272,13 +272,13 @@ int aj_interp_wait_parked(struct aj_sandbox *sb, const bool *cancel, struct aj_e
     }
 }
 
-int aj_interp_adopt(struct aj_sandbox *sb, struct aj_tmpl *t, struct aj_error *err)
+/* init hands its namespaces over once the sandbox is complete (after the
+ * decoys are leased): bounded, as aj_pool_arm_decoys is. */
+static int wait_adopt(struct aj_sandbox *sb, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     uint64_t deadline = aj_now_ms() + 10000;
 
-    /* init hands its namespaces over once the sandbox is complete (after
-     * the decoys are leased): bounded, as aj_pool_arm_decoys is. */
     while (st->n_adopt_fds == 0 && !st->have_child_err && st->sock >= 0) {
         struct pollfd p[2] = {{.fd = st->sock, .events = POLLIN}, {.fd = st->pidfd, .events = POLLIN}};
         uint64_t now = aj_now_ms();
@@ -299,7 +299,45 @@ int aj_interp_adopt(struct aj_sandbox *sb, struct aj_tmpl *t, struct aj_error *e
     }
     if (st->n_adopt_fds == 0)
         return aj_err(err, EPIPE, "a template's sandbox ended before it was complete");
-    return aj_tmpl_spawn(t, sb, err);
+    return 0;
+}
+
+int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **ret, struct aj_error *err)
+{
+    struct aj_sandbox *sb = malloc(sizeof(*sb));
+    int r;
+
+    *ret = NULL;
+    if (!sb)
+        return aj_err(err, ENOMEM, "sandbox");
+    sb_init(sb, pol);
+    result_reset(&sb->prepared);
+    r = sb_begin(sb, pol, NULL, &sb->prepared, err);
+    if (r == 0)
+        r = aj_interp_setup_parked(sb, err);
+    sb->c.adopt = sb->st.adopt = true;
+    if (r == 0)
+        r = sb_prepare(sb, false, &sb->prepared, err);
+    /* The run's CPU time and memory come from its cgroup, which the
+     * template's child joins: a sandbox without one of its own cannot
+     * have a template's child. */
+    if (r == 0 && !sb->cg.created)
+        r = aj_err(err, EOPNOTSUPP, "the sandbox has no cgroup of its own (a template's child must join one)");
+    if (r == 0 && sb->c.decoys.n > 0)
+        r = aj_pool_arm_decoys(sb, err);
+    if (r == 0 && sb->netns_helper > 0) {
+        while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
+            ;
+        sb->netns_helper = 0;
+    }
+    if (r == 0)
+        r = wait_adopt(sb, err);
+    if (r < 0) {
+        sb_discard(sb, 0, NULL, NULL, NULL);
+        return r;
+    }
+    *ret = sb;
+    return 0;
 }
 
 int aj_interp_send(struct aj_sandbox *sb, const int fds[3], struct aj_error *err)

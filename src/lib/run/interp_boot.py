@@ -217,17 +217,6 @@ def _aj_template_setup(fail):
     if lib.aj_tmpl_child_init(msg[69:], len(msg) - 69, msg[1:65], int.from_bytes(msg[65:69], "little"), why,
                               len(why)) != 0:
         fail("interpreter.template: " + why.value.decode("utf-8", "replace"))
-    # Each child is a fork: the template must have no thread but its own (numpy's BLAS was kept to
-    # one by the environment tmpl.c set) and no fd but 0-3 (a child keeps none of them).
-    tasks = os.listdir("/proc/self/task")
-    if len(tasks) != 1:
-        fail("interpreter.template: the preload or the warm-up left %d threads running; a template "
-             "forks, so it must be single-threaded (set interpreter.template to false)" % len(tasks))
-    fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
-    extra = [fd for fd in fds if fd > 3 and os.path.exists("/proc/self/fd/%d" % fd)]
-    if extra:
-        fail("interpreter.template: the preload or the warm-up left fds %s open; a template's children "
-             "must inherit none (set interpreter.template to false)" % extra)
     return lib, ctl
 
 

@@ -148,40 +148,48 @@ static struct aj_tmpl *pool_template(struct aj_pool *pool, bool first, struct aj
 /* One parked sandbox, or NULL with err filled. */
 static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
 {
-    struct aj_sandbox *sb = malloc(sizeof(*sb));
+    struct aj_tmpl *tmpl = NULL;
+    struct aj_sandbox *sb;
     int r;
 
-    if (!sb) {
-        aj_err(err, ENOMEM, "pooled sandbox");
-        return NULL;
-    }
-    struct aj_tmpl *tmpl = NULL;
-
-    /* A pool of interpreters parks a started one (interp.c), from its
-     * template where it has one (tmpl.c). */
+    /* A pool of interpreters parks a started one (interp.c): a fork of
+     * its template where it has one (tmpl.c). */
     if (pool->pol->interp_lang != AJ_INTERP_NONE) {
         err->msg[0] = '\0';
         tmpl = pool_template(pool, !pool->tmpl_ever, err);
-        if (!tmpl && err->msg[0]) {
-            free(sb);
+        if (!tmpl && err->msg[0])
+            return NULL;
+    }
+    if (tmpl) {
+        r = aj_interp_prepare_adopted(pool->pol, &sb, err);
+        if (r == -EOPNOTSUPP) {
+            tmpl_set_off(pool, err->msg);
+            *err = (struct aj_error){0};
+            return pool_prepare(pool, err);
+        }
+        if (r < 0)
+            return NULL;
+        r = aj_tmpl_spawn(tmpl, sb, err);
+        if (r == 0)
+            r = aj_interp_wait_parked(sb, &pool->cancel, err);
+        if (r < 0) {
+            pool_discard(sb);
             return NULL;
         }
+        return sb;
+    }
+    sb = malloc(sizeof(*sb));
+    if (!sb) {
+        aj_err(err, ENOMEM, "pooled sandbox");
+        return NULL;
     }
     sb_init(sb, pool->pol);
     result_reset(&sb->prepared);
     r = sb_begin(sb, pool->pol, NULL, &sb->prepared, err);
     if (r == 0 && pool->pol->interp_lang != AJ_INTERP_NONE)
         r = aj_interp_setup_parked(sb, err);
-    sb->c.adopt = sb->st.adopt = tmpl != NULL;
     if (r == 0)
         r = sb_prepare(sb, !sb->c.interp, &sb->prepared, err);
-    /* The run's CPU time and memory come from its cgroup, which the
-     * template's child joins: none of its own, no template. */
-    if (r == 0 && tmpl && !sb->cg.created) {
-        pool_discard(sb);
-        tmpl_set_off(pool, "the sandbox has no cgroup of its own (the template's child must join one)");
-        return pool_prepare(pool, err);
-    }
     if (r < 0) {
         pool_discard(sb);
         return NULL;
@@ -198,10 +206,6 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
         while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
             ;
         sb->netns_helper = 0;
-    }
-    if (tmpl && aj_interp_adopt(sb, tmpl, err) < 0) {
-        pool_discard(sb);
-        return NULL;
     }
     if (sb->c.interp && aj_interp_wait_parked(sb, &pool->cancel, err) < 0) {
         pool_discard(sb);

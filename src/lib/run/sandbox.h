@@ -133,10 +133,10 @@ bool aj_interp_wants(const struct aj_policy *pol, const struct aj_request *req);
 int aj_interp_setup_parked(struct aj_sandbox *sb, struct aj_error *err);
 /* The bootstrap's argv (NULL: out of memory); template: the template's. */
 char **aj_interp_boot_argv(const struct aj_policy *pol, bool template);
-/* A template pool's sandbox (c.adopt): wait for init's namespaces, then
- * have the template t fork a child into them (tmpl.c). */
-struct aj_tmpl;
-int aj_interp_adopt(struct aj_sandbox *sb, struct aj_tmpl *t, struct aj_error *err);
+/* A sandbox prepared as a parked interpreter's, with init in adopt mode,
+ * up to its namespaces (AJ_MSG_ADOPT): for a template's child, or for the
+ * template itself (tmpl.c). -EOPNOTSUPP: no cgroup of its own. */
+int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **ret, struct aj_error *err);
 /* After sb_prepare (and the decoys armed): handle the sandbox until the
  * bootstrap has imported the preload and waits (bounded; ECANCELED as
  * soon as *cancel, read atomically, is true: the pool is being freed). */

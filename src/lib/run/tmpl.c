@@ -5,15 +5,19 @@
  * The template is `python3 -c BOOTSTRAP -t PRELOAD... [-wWARMUP]`, started
  * here: it imports the preload once, runs the warm-up, freezes what it
  * made, and then forks one child per parked interpreter, which enters a
- * sandbox the supervisor prepared for it alone. The template itself runs
- * no request and is confined as far as its job allows: no capability (an
- * empty bounding set, securebits locked, so its exec as root gains none),
- * no_new_privs, a fresh session keyring, no supplementary groups, its own
- * session; in root mode also its own mount namespace with every mount
- * read-only and its own network, IPC and UTS namespaces. What it keeps is
- * its uid: a sandbox's user namespace is owned by the supervisor's uid,
- * which is what lets the template's child enter it without any capability
- * of its own. */
+ * sandbox the supervisor prepared for it alone. The template runs no
+ * request. It lives in a sandbox of its own (home), prepared as its
+ * children's are: it sees the filesystem a run sees (its mount namespace
+ * is a copy of home's, with a /proc of the host's pid namespace, where it
+ * stays so that its children can enter theirs) and its memory and
+ * processes count in home's cgroup, under the policy's limits. It has no
+ * capability (an empty bounding set and securebits locked, so its exec as
+ * root gains none), no_new_privs, a fresh session keyring, no
+ * supplementary groups, a session and network, IPC and UTS namespaces of
+ * its own. What it keeps is its uid, root's: a sandbox's user namespace
+ * is owned by the supervisor's uid, which is what lets the template's
+ * child enter it without any capability of its own. Root mode only. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -45,7 +49,8 @@
 struct aj_tmpl {
     pid_t pid;
     int pidfd;
-    int ctl; /* our end of the template's fd 3 */
+    int ctl;                /* our end of the template's fd 3 */
+    struct aj_sandbox *home; /* the template's own sandbox: its view and its cgroup */
 };
 
 /* The variables that keep numpy's BLAS (and OpenMP, numexpr) to one
@@ -88,32 +93,16 @@ bool aj_tmpl_wanted(const struct aj_policy *pol, char *why, size_t why_size)
         why[0] = '\0';
     if (pol->interp_lang == AJ_INTERP_NONE || !pol->interp_template)
         return false;
+    if (geteuid() != 0) {
+        (void)snprintf(why, why_size, "rootless mode: a template's children enter their sandboxes as root "
+                                      "without capabilities, so only root mode has templates");
+        return false;
+    }
     if (interp_so_path(path, sizeof(path), &err) < 0) {
         (void)snprintf(why, why_size, "%s", err.msg);
         return false;
     }
     return true;
-}
-
-/* The interpreter's path on the host, as the policy's PATH finds it. */
-static int find_python(const char *path_env, char *buf, size_t size, struct aj_error *err)
-{
-    const char *p = path_env && *path_env ? path_env : AJ_DEFAULT_PATH;
-
-    while (*p) {
-        const char *colon = strchr(p, ':');
-        size_t n = colon ? (size_t)(colon - p) : strlen(p);
-        if (n > 0 && n + sizeof("/python3") < size && p[0] == '/') {
-            memcpy(buf, p, n);
-            memcpy(buf + n, "/python3", sizeof("/python3"));
-            if (access(buf, X_OK) == 0)
-                return 0;
-        }
-        if (!colon)
-            break;
-        p = colon + 1;
-    }
-    return aj_err(err, ENOENT, "interpreter.template: python3 not found on the policy's PATH (%s)", path_env);
 }
 
 /* The environment of a parked interpreter (the policy's, without env_pass
@@ -161,43 +150,57 @@ static char **template_envp(const struct aj_policy *pol, const char **ret_path, 
 }
 
 struct tmpl_exec {
-    const char *python;
+    const char *path_env;   /* the policy's PATH: python3 is looked up in home's view */
     char **argv, **envp;
     int null_fd, ctl, so_fd;
-    bool root;
+    int mnt_fd;             /* home's mount namespace */
+    int cg[AJ_CG_MAX_JOIN + 1]; /* home's cgroup files */
+    size_t n_cg;
 };
 
 /* The template's process between clone and exec: no malloc, _exit only
- * (the supervisor may have other threads). */
+ * (the supervisor may have other threads). Exit codes 120-124 say which
+ * step failed (the supervisor reports them). */
 static __attribute__((noreturn)) void template_child(const struct tmpl_exec *x)
 {
     struct aj_error err = {0};
+    const char *p = x->path_env;
+    char buf[4096];
 
     if (setsid() < 0)
-        _exit(125);
+        _exit(120);
+    for (size_t i = 0; i < x->n_cg; i++)
+        if (write(x->cg[i], "0", 1) != 1)
+            _exit(121);
     if (dup2(x->null_fd, 0) < 0 || dup2(x->null_fd, 1) < 0 || dup2(x->null_fd, 2) < 0 || dup2(x->ctl, 3) < 0 ||
         dup2(x->so_fd, 4) < 0)
-        _exit(125);
-    if (aj_sys_close_range(5, ~0U, 0) < 0)
-        _exit(125);
-    if (x->root) {
-        /* Its own view of the host, every mount read-only (it has no
-         * capability to make one writable again), and no network. */
-        struct aj_mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
-        if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0 ||
-            mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
-            aj_sys_mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, &ro) < 0)
-            _exit(124);
-        if (aj_sys_setgroups_none() < 0)
-            _exit(125);
-    }
+        _exit(120);
+    /* home's view, in a copy of its own (what it mounts stays its own),
+     * with the host's /proc (its pid namespace is the host's). */
+    if (setns(x->mnt_fd, CLONE_NEWNS) < 0 || unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+        _exit(122);
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        _exit(122);
+    if (chdir("/") < 0 || aj_sys_close_range(5, ~0U, 0) < 0 || aj_sys_setgroups_none() < 0)
+        _exit(120);
     if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != EPERM && errno != ENOSYS)
-        _exit(125);
+        _exit(120);
     if (aj_caps_child_drop_all(&err) < 0 || aj_caps_child_no_new_privs(&err) < 0)
-        _exit(125);
+        _exit(123);
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* a backstop: EOF on fd 3 is the real end */
-    execve(x->python, x->argv, x->envp);
-    _exit(127);
+    while (p && *p) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        if (n > 0 && n + sizeof("/python3") < sizeof(buf)) {
+            memcpy(buf, p, n);
+            memcpy(buf + n, "/python3", sizeof("/python3"));
+            execve(buf, x->argv, x->envp);
+        }
+        p = colon ? colon + 1 : NULL;
+    }
+    _exit(124);
 }
 
 static int send_policy(int ctl, const struct aj_policy *pol, unsigned skip, struct aj_error *err)
@@ -274,8 +277,15 @@ static int wait_ready(struct aj_tmpl *t, const bool *cancel, struct aj_error *er
             n = recv(t->ctl, buf, sizeof(buf) - 1, MSG_DONTWAIT);
         while (n < 0 && errno == EINTR);
         if (n < 0 && errno == EAGAIN) {
-            if (p[1].revents)
-                return aj_err(err, EPIPE, "the template exited as it started (python3 or its set-up failed)");
+            if (p[1].revents) {
+                siginfo_t si = {0};
+                static const char *const step[] = {"its set-up", "joining its cgroup", "entering its view",
+                                                   "dropping its privileges", "finding python3 on the policy's PATH"};
+                (void)waitid(P_PIDFD, (id_t)t->pidfd, &si, WEXITED | WNOHANG | WNOWAIT);
+                if (si.si_code == CLD_EXITED && si.si_status >= 120 && si.si_status <= 124)
+                    return aj_err(err, EPIPE, "the template failed as it started: %s", step[si.si_status - 120]);
+                return aj_err(err, EPIPE, "the template exited as it started");
+            }
             continue;
         }
         if (n == 1 && buf[0] == 'P')
@@ -288,11 +298,57 @@ static int wait_ready(struct aj_tmpl *t, const bool *cancel, struct aj_error *er
     }
 }
 
+/* How many entries a /proc directory of the template has (-1: unreadable). */
+static int count_entries(pid_t pid, const char *what, int *max_fd)
+{
+    char path[64];
+    DIR *d;
+    struct dirent *e;
+    int n = 0;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+    d = opendir(path);
+    if (!d)
+        return -1;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            n++;
+            if (max_fd && atoi(e->d_name) > *max_fd)
+                *max_fd = atoi(e->d_name);
+        }
+    closedir(d);
+    return n;
+}
+
+/* Ready: one thread (a fork copies only the caller's; numpy's BLAS threads
+ * were kept to one by the environment) and fds 0-3 only (its children
+ * must inherit nothing else), as the host sees it. */
+static int check_forkable(struct aj_tmpl *t, struct aj_error *err)
+{
+    int max_fd = -1;
+    int threads = count_entries(t->pid, "task", NULL);
+    int fds = count_entries(t->pid, "fd", &max_fd);
+
+    if (threads < 0 || fds < 0)
+        return aj_err(err, errno, "read the template's /proc entries");
+    if (threads != 1)
+        return aj_err(err, EBUSY,
+                      "interpreter.template: the preload or the warm-up left %d threads running in the template; it "
+                      "forks, so it must have one (set interpreter.template to false)",
+                      threads);
+    if (fds != 4 || max_fd != 3)
+        return aj_err(err, EBUSY,
+                      "interpreter.template: the preload or the warm-up left files open in the template (%d fds); its "
+                      "children must inherit none (set interpreter.template to false)",
+                      fds);
+    return 0;
+}
+
 int aj_tmpl_start(const struct aj_policy *pol, const bool *cancel, struct aj_tmpl **ret, struct aj_error *err)
 {
-    struct tmpl_exec x = {.null_fd = -1, .ctl = -1, .so_fd = -1, .root = geteuid() == 0};
+    struct tmpl_exec x = {.null_fd = -1, .ctl = -1, .so_fd = -1, .mnt_fd = -1};
     struct aj_tmpl *t;
-    char so[4096], python[4096];
+    char so[4096];
     const char *path = NULL;
     int sv[2] = {-1, -1}, r;
     unsigned skip;
@@ -310,15 +366,30 @@ int aj_tmpl_start(const struct aj_policy *pol, const bool *cancel, struct aj_tmp
         return aj_err(err, ENOMEM, "template");
     t->pid = -1;
     t->pidfd = t->ctl = -1;
-    x.envp = template_envp(pol, &path, err);
-    x.argv = x.envp ? aj_interp_boot_argv(pol, true) : NULL;
-    if (!x.envp)
-        r = -ENOMEM;
-    else if (!x.argv)
-        r = aj_err(err, ENOMEM, "template command line");
+    r = aj_interp_prepare_adopted(pol, &t->home, err);
+    if (r < 0) {
+        free(t);
+        return r == -EOPNOTSUPP ? r : aj_err_prefix(err, r, "the template's sandbox");
+    }
+    /* home's mount namespace (the fds follow its sync socket, in
+     * AJ_ADOPT_NS_* order) and its cgroup files. */
+    for (int i = 0, f = 1; i <= AJ_ADOPT_NS_MNT; i++)
+        if (t->home->st.adopt_mask & (1u << i)) {
+            if (i == AJ_ADOPT_NS_MNT)
+                x.mnt_fd = t->home->st.adopt_fds[f];
+            f++;
+        }
+    if (x.mnt_fd < 0)
+        r = aj_err(err, EPROTO, "the template's sandbox handed over no mount namespace");
     if (r == 0)
-        r = find_python(path, python, sizeof(python), err);
-    x.python = python;
+        r = aj_cgroup_open_helper_join_fds(&t->home->cg, x.cg, &x.n_cg, err);
+    x.envp = r == 0 ? template_envp(pol, &path, err) : NULL;
+    x.argv = x.envp ? aj_interp_boot_argv(pol, true) : NULL;
+    x.path_env = path ? path : AJ_DEFAULT_PATH;
+    if (r == 0 && !x.envp)
+        r = -ENOMEM;
+    else if (r == 0 && !x.argv)
+        r = aj_err(err, ENOMEM, "template command line");
     if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         r = aj_err(err, errno, "template socketpair");
     if (r == 0 && (x.null_fd = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
@@ -341,19 +412,23 @@ int aj_tmpl_start(const struct aj_policy *pol, const bool *cancel, struct aj_tmp
             r = aj_err(err, errno, "pidfd_open the template");
     }
     t->ctl = sv[0];
-    sv[0] = -1;
     if (sv[1] >= 0)
         (void)close(sv[1]);
     if (x.null_fd >= 0)
         (void)close(x.null_fd);
     if (x.so_fd >= 0)
         (void)close(x.so_fd);
+    for (size_t i = 0; i < x.n_cg; i++)
+        (void)close(x.cg[i]);
+    aj_loop_close_adopt_fds(&t->home->st); /* the template holds home's view now */
     sb_free_envp(x.envp);
     sb_free_envp(x.argv);
     if (r == 0)
         r = send_policy(t->ctl, pol, skip, err);
     if (r == 0)
         r = wait_ready(t, cancel, err);
+    if (r == 0)
+        r = check_forkable(t, err);
     if (r < 0) {
         aj_tmpl_free(t);
         return r;
@@ -434,5 +509,8 @@ void aj_tmpl_free(struct aj_tmpl *t)
     }
     if (t->pidfd >= 0)
         (void)close(t->pidfd);
+    /* Its sandbox last: the template was in its cgroup. */
+    if (t->home)
+        sb_discard(t->home, 0, NULL, NULL, NULL);
     free(t);
 }

@@ -73,6 +73,9 @@ int aj_tmpl_child_init(const char *policy_json, size_t len, const char *sha256, 
         aj_err(&err, EALREADY, "the template is set up already");
         return fail(errbuf, errlen, &err);
     }
+    /* This process sees the sandbox's view, not the host's: the supervisor
+     * checked the binds' host paths. */
+    aj_policy_host_paths_unseen = true;
     pol = aj_policy_new();
     if (!pol) {
         aj_err(&err, ENOMEM, "policy");
