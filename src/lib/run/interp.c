@@ -495,7 +495,7 @@ int aj_interp_pool_start(struct aj_pool *pool, struct aj_req *rq, const struct a
     }
     for (int i = 0; same && !pipes_ok && i < 3; i++)
         same = rq->stdio[i].kind != AJ_STDIO_PIPE; /* the cold start says why */
-    sb = same ? aj_pool_take(pool) : NULL;
+    sb = same ? aj_pool_take_wait(pool) : NULL;
     if (!sb) {
         /* Not the interpreter's form (a plain cold run), or it needs what a
          * parked one cannot give, or none is ready: cold, same semantics. */

@@ -243,7 +243,11 @@ def _aj_template_serve(lib, ctl):
                 fds += [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(d) - 3, 4)]
         if not data or data[:1] != b"S" or flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
             os._exit(0 if not data else 125)
-        if os.fork() == 0:
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1  # (the pids limit of the template's sandbox) closing our copies ends that sandbox
+        if pid == 0:
             ctl.detach()  # fd 3: closed in the child by tmpl_child.c, never by this object
             arr = (ctypes.c_int * len(fds))(*fds)
             lib.aj_tmpl_child_enter(data[1:], len(data) - 1, arr, len(fds))

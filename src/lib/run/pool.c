@@ -32,6 +32,7 @@ struct aj_pool {
     unsigned size;
     pthread_mutex_t mu;
     pthread_cond_t wake;                    /* the filler: something to do, or stop */
+    pthread_cond_t parked;                  /* a sandbox was parked (aj_pool_take_wait) */
     struct aj_sandbox *ready[AJ_POOL_MAX];
     unsigned n_ready;
     struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
@@ -247,6 +248,7 @@ static void *pool_filler(void *arg)
             pool->stats.prepared += sb != NULL;
             if (sb && pool->n_ready < pool->size && !pool->stopping) {
                 pool->ready[pool->n_ready++] = sb;
+                pthread_cond_broadcast(&pool->parked);
             } else if (sb) {
                 pthread_mutex_unlock(&pool->mu);
                 pool_discard(sb);
@@ -292,6 +294,7 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
     pool->size = size;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->wake, NULL);
+    pthread_cond_init(&pool->parked, NULL);
     for (unsigned i = 0; i < AJ_POOL_MAX; i++)
         aj_cgroup_init(&pool->spent[i]);
     pool->refs = 1;
@@ -329,6 +332,7 @@ static void pool_unref(struct aj_pool *pool)
     if (!last)
         return;
     pthread_cond_destroy(&pool->wake);
+    pthread_cond_destroy(&pool->parked);
     pthread_mutex_destroy(&pool->mu);
     free(pool);
 }
@@ -463,6 +467,32 @@ static bool run_request_fits(const struct aj_policy *pol, char *const *argv)
     for (size_t i = 0; i < pol->n_env; i++)
         len += strlen(pol->env[i]) + 1;
     return pol->n_env_pass + pol->n_env + 8 <= AJ_RUN_MAX_ARGS && len <= AJ_RUN_MAX_BYTES;
+}
+
+/* A template pool's refill is a fork and a sandbox (milliseconds), a cold
+ * interpreter run a whole import (hundreds): one that finds the pool empty
+ * waits this long for the refill under way before it runs cold. */
+#define TAKE_WAIT_MS 300
+
+struct aj_sandbox *aj_pool_take_wait(struct aj_pool *pool)
+{
+    struct timespec ts;
+    bool wait;
+
+    pthread_mutex_lock(&pool->mu);
+    wait = pool->tmpl_pid > 0 && pool->n_ready == 0 && !pool->stopping;
+    if (wait) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += TAKE_WAIT_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_signal(&pool->wake); /* the filler, if it waits for a run to end */
+        while (pool->n_ready == 0 && !pool->stopping && pool->tmpl_pid > 0)
+            if (pthread_cond_timedwait(&pool->parked, &pool->mu, &ts) != 0)
+                break;
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return aj_pool_take(pool);
 }
 
 struct aj_sandbox *aj_pool_take(struct aj_pool *pool)

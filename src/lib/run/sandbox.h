@@ -119,6 +119,9 @@ void aj_pool_run_finished(struct aj_pool *pool);
  * run counted, and a warm run that could not start counted as cold (its
  * reference dropped). */
 struct aj_sandbox *aj_pool_take(struct aj_pool *pool);
+/* As aj_pool_take; a template pool that is empty is waited for a little
+ * (its refill costs far less than a cold interpreter). */
+struct aj_sandbox *aj_pool_take_wait(struct aj_pool *pool);
 const struct aj_policy *aj_pool_policy(const struct aj_pool *pool);
 int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err);
 void aj_pool_count_cold(struct aj_pool *pool);

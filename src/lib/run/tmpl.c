@@ -423,6 +423,9 @@ int aj_tmpl_start(const struct aj_policy *pol, const bool *cancel, struct aj_tmp
     aj_loop_close_adopt_fds(&t->home->st); /* the template holds home's view now */
     sb_free_envp(x.envp);
     sb_free_envp(x.argv);
+    /* As prep_filters judges it for a sandbox of its own. */
+    if (access("/proc/sys/vm/memfd_noexec", F_OK) == 0)
+        skip |= AJ_TMPL_MEMFD_FILTER;
     if (r == 0)
         r = send_policy(t->ctl, pol, skip, err);
     if (r == 0)

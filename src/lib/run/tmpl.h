@@ -28,6 +28,10 @@
 
 #define AJ_TMPL_MAGIC 0x4a41544du /* "MTAJ" */
 #define AJ_TMPL_MAX_PATH 256
+/* In the "I" message's flags beside AJ_SKIP_*: build the filter for a pid
+ * namespace with vm.memfd_noexec=2 too (the supervisor's judgement: root
+ * mode, Linux 6.3+; the template's /proc shows no sysctls). */
+#define AJ_TMPL_MEMFD_FILTER (1u << 31)
 
 struct aj_tmpl_spawn {
     uint32_t magic;

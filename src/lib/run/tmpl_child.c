@@ -7,10 +7,10 @@
  *                        canonical JSON, checked against the supervisor's
  *                        hash), the seccomp programs, the Landlock ABI;
  *   aj_tmpl_child_enter  in a fork of the template, per parked
- *                        interpreter: join the sandbox's cgroups, enter
- *                        its namespaces (setns, user namespace first),
- *                        fork the payload into its pid namespace, and
- *                        there apply every payload layer
+ *                        interpreter: enter the sandbox's namespaces
+ *                        (setns, user namespace first), fork the payload
+ *                        into its pid namespace, and there join the run's
+ *                        cgroups and apply every payload layer
  *                        (aj_child_adopted_payload). Returns 0 in the
  *                        payload, which goes on as a parked interpreter;
  *                        the fork that entered stays outside the pid
@@ -98,15 +98,14 @@ int aj_tmpl_child_init(const char *policy_json, size_t len, const char *sha256, 
     tc.pol = pol;
     tc.rootless = geteuid() != 0;
     tc.interp = true;
-    tc.skip = skip;
+    tc.skip = skip & ~AJ_TMPL_MEMFD_FILTER;
     tc.sock = tc.in_fd = tc.out_fd = tc.err_fd = tc.pty_slave = -1;
     tc.landlock_abi = aj_landlock_abi();
     if (tc.landlock_abi < 1)
         tc.skip |= AJ_SKIP_LANDLOCK; /* the supervisor refused the pool otherwise (prep_identity) */
     if (aj_seccomp_build(pol, true, &tc.bpf, &err) < 0)
         return fail(errbuf, errlen, &err);
-    if (!tc.rootless && access("/proc/sys/vm/memfd_noexec", F_OK) == 0 &&
-        aj_seccomp_build_memfd_sealed(pol, true, &tc.bpf_memfd, &err) < 0)
+    if ((skip & AJ_TMPL_MEMFD_FILTER) && aj_seccomp_build_memfd_sealed(pol, true, &tc.bpf_memfd, &err) < 0)
         return fail(errbuf, errlen, &err);
     /* Another template (same uid, no capabilities either) must not be able
      * to read or trace this one. */
@@ -162,12 +161,6 @@ int aj_tmpl_child_enter(const void *data, size_t len, const int *fds, int nfds)
         c.decoys.made_at_arm[c.decoys.n++] = true;
         p = z + 1;
     }
-    /* Into the run's cgroups first (the fds: v1 "tasks" files and the v2
-     * group's cgroup.procs, opened by the supervisor), so that the payload
-     * is born in them and everything it does is the run's. */
-    for (uint32_t i = 0; i < hdr.n_cg; i++)
-        if (write(fds[k + (int)i], "0", 1) != 1)
-            enter_fail(sock, errno, "join the run's cgroup");
     /* The user namespace first: its capabilities are what the others'
      * setns checks against (the template is their owner's uid, and has no
      * capability of its own). */
@@ -189,6 +182,15 @@ int aj_tmpl_child_enter(const void *data, size_t len, const int *fds, int nfds)
     if (payload < 0)
         enter_fail(sock, errno, "fork the payload");
     if (payload == 0) {
+        /* Into the run's cgroups before anything else (the fds: v1 "tasks"
+         * files and the v2 group's cgroup.procs, opened by the supervisor):
+         * everything the payload does is the run's. Not the reaper: the
+         * run's end kills its cgroup, and a reaper killed before it reaped
+         * the payload would leave that zombie to the host's init, whose
+         * reaping the end of the sandbox's pid namespace then waits for. */
+        for (uint32_t i = 0; i < hdr.n_cg; i++)
+            if (write(fds[k + (int)i], "0", 1) != 1)
+                enter_fail(sock, errno, "join the run's cgroup");
         aj_child_adopted_payload(&c); /* returns with every layer on, or exits */
         return 0;
     }
