@@ -32,7 +32,7 @@
 # Everything is inside _aj (a function): __main__'s namespace holds nothing of this file when
 # the code starts; _aj itself is popped from it in the statement that calls it. What is left:
 # two frames under the code's module frame (this file's module frame and _aj's).
-def _aj(report, exit_status, finish, _aj_template_setup, _aj_template_serve):
+def _aj(report, exit_status, finish, template_setup, template_profile, template_serve):
     import os
     import sys
 
@@ -59,7 +59,6 @@ def _aj(report, exit_status, finish, _aj_template_setup, _aj_template_serve):
             exec(compile(warmup, "<warmup>", "exec"), {"__name__": "__warmup__", "__builtins__": __builtins__})
         except BaseException as e:  # noqa: B036
             fail("interpreter.warmup: %s: %s" % (type(e).__name__, e))
-    del warmup
     preloaded = set(sys.modules)
     import _socket
     import gc
@@ -85,9 +84,13 @@ def _aj(report, exit_status, finish, _aj_template_setup, _aj_template_serve):
     # ~20 ms of every refill's CPU and finds nothing (the import's own passes collected it);
     # older garbage, if a preload left some, is frozen with the rest (memory, not behaviour).
     if template:
-        lib, ctl = _aj_template_setup(fail)
+        lib, ctl = template_setup(fail)
     gc.collect(1)
     gc.freeze()
+    probe = None
+    if template:
+        hot, probe = template_profile(warmup, ctl)
+    del warmup
 
     for f in (sys.stdout, sys.stderr):
         try:
@@ -95,8 +98,9 @@ def _aj(report, exit_status, finish, _aj_template_setup, _aj_template_serve):
         except Exception:
             pass
     if template:
-        _aj_template_serve(lib, ctl)  # returns in a child, parked in a sandbox of its own
-        del lib, ctl
+        if probe is None:
+            template_serve(lib, ctl, hot)  # returns in a child, parked in a sandbox of its own
+        del lib, ctl, hot
     os.write(3, b"P")
     s = _socket.socket(fileno=3)
     data, anc, _flags, _addr = s.recvmsg(1 << 16, _socket.CMSG_SPACE(3 * 4))
@@ -191,7 +195,8 @@ def _aj(report, exit_status, finish, _aj_template_setup, _aj_template_serve):
             report(e, tb)
             sigint = isinstance(e, KeyboardInterrupt)
         del code
-    finish(status, sigint, preloaded, word if os.getpid() == me else None, _socket.MSG_NOSIGNAL)
+    finish(status, sigint, preloaded, word if os.getpid() == me else None, _socket.MSG_NOSIGNAL,
+           probe if os.getpid() == me else None)
 
 
 def _aj_template_setup(fail):
@@ -220,7 +225,85 @@ def _aj_template_setup(fail):
     return lib, ctl
 
 
-def _aj_template_serve(lib, ctl):
+def _aj_template_profile(warmup, ctl):
+    # A child of the template writes to pages it shares with it: each first write is a copy (a
+    # fault, ~3 us with its memory charge), a thousand or more for a pandas snippet and its run's
+    # way through this bootstrap, which made a warm run 2-3x slower than in an interpreter of
+    # its own. Which pages: a probe, a child that parks as any does and is sent a request made
+    # here (the warm-up cell as its code, or `pass`; /dev/null for its streams), runs it to the
+    # end and, before its _exit, reports the pages it wrote: those its pagemap shows present and
+    # mapped by it alone (a page shared with the template is not, until written). Each parked
+    # child writes those pages while it waits, off the run's path: they are its own then,
+    # charged to it. Returns (pages, None) in the template, (None, report) in the probe.
+    import _socket
+    import array
+    import os
+    import sys
+
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ctl.detach()
+        a.close()
+        os.close(r)
+        os.dup2(b.detach(), 3)
+
+        def report():
+            hot = array.array("Q")
+            page = os.sysconf("SC_PAGE_SIZE")
+            with open("/proc/self/maps") as maps:
+                regions = [line.split() for line in maps]
+            fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+            for parts in regions:
+                if len(parts) < 5 or parts[1][1] != "w" or parts[1][3] != "p":
+                    continue
+                if len(parts) >= 6 and parts[5].startswith("[") and parts[5] != "[heap]":
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                bits = array.array("Q", os.pread(fd, (hi - lo) // page * 8, lo // page * 8))
+                start = None
+                for i, v in enumerate(bits):
+                    mine = (v >> 56) & 1 and (v >> 63) & 1  # mapped exclusively, present
+                    if mine and start is None:
+                        start = i
+                    elif not mine and start is not None:
+                        hot.extend((lo + start * page, (i - start) * page))
+                        start = None
+                if start is not None:
+                    hot.extend((lo + start * page, (len(bits) - start) * page))
+            os.write(w, hot.tobytes())
+
+        return None, report
+    os.close(w)
+    b.close()
+    try:
+        code = warmup if warmup is not None else "pass"
+        env = [k + b"=" + v for k, v in os.environb.items()]
+        body = b"\0".join([b"/", b"3", b"python3", b"-c", os.fsencode(code), str(len(env)).encode()] + env) + b"\0"
+        null = os.open("/dev/null", os.O_RDWR)
+        a.recv(1)  # b"P": parked
+        a.sendmsg([b"AJR1" + len(body).to_bytes(4, "little")],
+                  [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", [null] * 3).tobytes())])
+        os.close(null)
+        a.sendall(body)
+        a.shutdown(_socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = os.read(r, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        a.close()
+        os.close(r)
+        os.waitpid(pid, 0)
+    hot = array.array("Q")
+    hot.frombytes(data[:len(data) // 16 * 16])
+    return hot, None
+
+
+def _aj_template_serve(lib, ctl, hot):
     # Ready; then one child per b"S" message (struct aj_tmpl_spawn, decoy paths; fds: the sandbox's
     # sync socket, its namespaces, its cgroup files). The child enters the sandbox (tmpl_child.c)
     # and returns from here, parked; the template goes on. EOF: the supervisor is gone.
@@ -256,6 +339,16 @@ def _aj_template_serve(lib, ctl):
             os.close(fd)
     # The payload: every layer applied, fd 3 its request channel. random was reseeded by os.fork;
     # numpy's global generator would repeat the template's sequence in every child.
+    if hot:
+        # The pages a run is likely to write (_aj_template_profile), written now: MADV_POPULATE_WRITE
+        # (Linux 5.14), or a byte written back with its own value where it is missing.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        for i in range(0, len(hot), 2):
+            if libc.madvise(hot[i], hot[i + 1], 23) != 0:
+                for a in range(hot[i], hot[i] + hot[i + 1], 4096):
+                    b = ctypes.c_char.from_address(a)
+                    b.value = b.value
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:
         try:
@@ -293,7 +386,7 @@ def _aj_exit_status(e):
     return 1
 
 
-def _aj_finish(status, sigint, preloaded, word, nosignal):
+def _aj_finish(status, sigint, preloaded, word, nosignal, probe):
     import gc
     import os
     import sys
@@ -357,6 +450,9 @@ def _aj_finish(status, sigint, preloaded, word, nosignal):
             word.send(b"D" + bytes([status & 0xFF]), nosignal)
         except OSError:
             pass
+    if probe is not None:
+        probe()
     os._exit(status)
 globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'),
-                    globals().pop('_aj_template_setup'), globals().pop('_aj_template_serve'))
+                    globals().pop('_aj_template_setup'), globals().pop('_aj_template_profile'),
+                    globals().pop('_aj_template_serve'))
