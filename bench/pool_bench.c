@@ -75,6 +75,9 @@ static int run_warm(struct aj_pool *pool, char **cmd)
         return -1;
     }
     warm_cpu_ms += res.cpu_ms;
+    if (res.status != AJ_STATUS_OK && getenv("AJ_BENCH_VERBOSE"))
+        fprintf(stderr, "aj-pool-bench: a warm run: status %d exit %d signal %d %s\n", (int)res.status, res.exit_code,
+                res.signal, res.error);
     return res.status == AJ_STATUS_OK ? 0 : -1;
 }
 

@@ -449,6 +449,9 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
             fds[i] = -1;
         }
         st->n_adopt_fds = nfds;
+    } else if (msg->type == AJ_MSG_EXIT && st->early_end) {
+        /* The end word decided already; a template child's reaper reports
+         * the kill that followed it (it is outside the run's cgroup). */
     } else if (msg->type == AJ_MSG_EXIT) {
         st->exit_wstatus = msg->wstatus;
         st->have_exit = true;
