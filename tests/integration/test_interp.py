@@ -517,3 +517,81 @@ def test_preload_is_under_the_monitor(hostdir):
     runs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
     assert p.returncode == 0 and runs[0]["warm"] and runs[0]["result"]["status"] == "ok", p
     assert "True\n" in p.stdout, p.stdout  # the run's stdout is the helper's here
+
+
+# ---- templates (docs/interpreters.md, Templates) ---------------------------------------------
+
+def test_template_is_used_or_says_why(outdir):
+    runs, summary, proc = pool([["python3", "-c", "print(1)"]], outdir)
+    assert runs[0]["warm"] and out(outdir, 0) == "1\n", (runs, proc.stderr)
+    if IS_ROOT:
+        assert summary["template"] > 0 and summary["template_why"] == "", summary
+    else:
+        assert summary["template"] == 0 and "rootless" in summary["template_why"], summary
+    # Positive control of the switch: off, the pool says so and parks imports of their own.
+    runs, summary, _ = pool([["python3", "-c", "print(1)"]], outdir, extra=INTERP + NO_TEMPLATE)
+    assert runs[0]["warm"] and summary["template"] == 0, summary
+    assert "interpreter.template" in summary["template_why"], summary
+
+
+def test_template_children_do_not_share_random_state(outdir):
+    root_only("templates are root mode's")
+    code = "import random, numpy; print(random.random(), numpy.random.rand(), hash('aj-t'))"
+    extra = ["--set", "interpreter.language=python", "--set", "interpreter.preload=numpy"]
+    runs, summary, _ = pool([["python3", "-c", code]] * 3, outdir, extra=extra)
+    assert summary["template"] > 0 and all(r["warm"] for r in runs), (summary, runs)
+    lines = [out(outdir, i).split() for i in range(3)]
+    # random and numpy's global generator are reseeded in each child: no two runs alike.
+    assert len({l[0] for l in lines}) == 3 and len({l[1] for l in lines}) == 3, lines
+    # What a template shares, as documented: the string hash seed (fixed when python3 starts).
+    assert len({l[2] for l in lines}) == 1, lines
+    # Positive control: with one import per interpreter, the hash seed differs too.
+    runs, _, _ = pool([["python3", "-c", code]] * 2, outdir, extra=extra + NO_TEMPLATE)
+    assert out(outdir, 0).split()[2] != out(outdir, 1).split()[2]
+
+
+def test_template_killed_is_started_again(tmp_path, outdir):
+    root_only("templates are root mode's")
+    go = tmp_path / "go"
+    argv = [AJ_POOL, "--size", "1", "--outdir", outdir, "--wait-file", str(go)] + INTERP + [
+        "--", "python3", "-c", "print('a')", ":::", "python3", "-c", "print('b')", ":::", "python3", "-c", "print('c')"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr.readline() == "ready\n"
+        first = wait_for(lambda: template_of(p.pid), 10)
+        assert first, "no template under %d" % p.pid
+        os.kill(first, 9)
+        go.touch()
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lines = [json.loads(l) for l in stdout.splitlines() if l.strip()]
+    runs, summary = lines[:-1], lines[-1]
+    # The parked child outlives its template; the refills come from a new one.
+    assert [r["result"]["status"] for r in runs] == ["ok"] * 3, (runs, stderr)
+    assert [out(outdir, i) for i in range(3)] == ["a\n", "b\n", "c\n"]
+    assert sum(r["warm"] for r in runs) >= 2, runs
+    assert summary["template"] > 0 and summary["template"] != first, summary
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
+    assert not os.path.exists("/proc/%d" % summary["template"])
+
+
+@pytest.mark.parametrize("what,module,why", [
+    ("threads", "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
+     "left 2 threads running"),
+    ("files", "F = open('/etc/hostname')\n", "left files open"),
+])
+def test_template_refuses_what_cannot_be_forked(hostdir, what, module, why):
+    root_only("templates are root mode's")
+    with open(os.path.join(hostdir, "aj_t_%s.py" % what), "w") as f:
+        f.write(module)
+    base = [AJ_POOL, "--size", "1", "--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
+            "--set", "interpreter.language=python", "--set", "interpreter.preload=aj_t_%s" % what]
+    p = subprocess.run(base + ["--", "python3", "-c", "pass"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and why in p.stderr and "interpreter.template" in p.stderr, p
+    # Positive control: the same preload, one import per interpreter (it keeps its thread or file).
+    p = subprocess.run(base + NO_TEMPLATE + ["--", "python3", "-c", "import sys; print('aj_t_%s' in sys.modules)" % what],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "True\n" in p.stdout, p
