@@ -764,8 +764,6 @@ const struct aj_policy_key aj_policy_keys[] = {
     },
     {
         .key = "interpreter.template",
-        .flag = "--no-template",
-        .flag_sets = false,
         .type = AJ_KEY_BOOL,
         FIELD(interp_template),
         .def = true,

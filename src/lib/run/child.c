@@ -680,6 +680,13 @@ void aj_child_init_main(struct aj_child_ctx *c)
     pid_t payload;
     ssize_t n;
 
+    /* The sandbox's view is made with modes that do not depend on the
+     * embedder's umask (a server's is 077): its directories and files are
+     * 0755 and 0644, as on the host, so that a template (root without
+     * capabilities: tmpl.c) can read the view its children will run in.
+     * The payload gets the caller's umask back. */
+    mode_t caller_umask = umask(022);
+
     if (arm_death_signal(-1) < 0)
         _exit(125);
     /* Into the run's v1 cgroups before anything else happens here. */
@@ -789,6 +796,7 @@ void aj_child_init_main(struct aj_child_ctx *c)
         child_fail(c, &err, 125);
     }
 
+    (void)umask(caller_umask);
     if (c->adopt)
         init_adopt(c);
 

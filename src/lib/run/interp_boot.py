@@ -37,6 +37,11 @@ def _aj(report, exit_status, finish, template_setup, template_profile, template_
     import sys
 
     def fail(why):
+        # A long message (numpy's import advice) would lose its end, where the cause is: its
+        # first line and its last, then.
+        lines = [l.strip() for l in why.splitlines() if l.strip()]
+        if len(why) > 400 and len(lines) > 2:
+            why = "%s ... %s" % (lines[0], lines[-1])
         try:
             os.write(3, b"E" + why.encode("utf-8", "replace")[:4000])
         finally:
@@ -341,12 +346,21 @@ def _aj_template_serve(lib, ctl, hot):
     # numpy's global generator would repeat the template's sequence in every child.
     if hot:
         # The pages a run is likely to write (_aj_template_profile), written now: MADV_POPULATE_WRITE
-        # (Linux 5.14), or a byte written back with its own value where it is missing.
+        # (Linux 5.14; ENOMEM where the probe's page is not mapped here: what it allocated itself).
+        # Before 5.14 (EINVAL), a byte is written back with its own value, in the pages mapped
+        # writable here only.
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        mapped = None
         for i in range(0, len(hot), 2):
-            if libc.madvise(hot[i], hot[i + 1], 23) != 0:
-                for a in range(hot[i], hot[i] + hot[i + 1], 4096):
+            if libc.madvise(hot[i], hot[i + 1], 23) == 0 or ctypes.get_errno() != 22:
+                continue
+            if mapped is None:
+                with open("/proc/self/maps") as f:
+                    mapped = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f
+                              if line.split()[1][1] == "w" and line.split()[1][3] == "p"]
+            for lo, hi in mapped:
+                for a in range(max(lo, hot[i]), min(hi, hot[i] + hot[i + 1]), 4096):
                     b = ctypes.c_char.from_address(a)
                     b.value = b.value
     np_random = sys.modules.get("numpy.random")
