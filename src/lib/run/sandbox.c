@@ -639,6 +639,15 @@ __attribute__((no_sanitize_address)) static int spawn_netns_helper(struct aj_san
             goto out;
         }
     }
+    {
+        /* Never ours: the relay's socket must not listen on the host. */
+        struct stat theirs, ours;
+        if (fstat(a.netns_fd, &theirs) < 0 || stat("/proc/thread-self/ns/net", &ours) < 0 ||
+            (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino)) {
+            r = aj_err(err, EINVAL, "the sandbox has no network namespace of its own");
+            goto out;
+        }
+    }
     (void)sigfillset(&all);
     (void)pthread_sigmask(SIG_SETMASK, &all, &old);
     pid = clone(aj_child_netns_listen_main, stack + sizeof(stack),
@@ -1036,7 +1045,7 @@ static int release_init(struct aj_sandbox *sb, struct aj_error *err)
         if (r < 0)
             return r;
     }
-    if (aj_egress_helper_sock(&sb->eg) >= 0) {
+    if (!c->degraded && aj_egress_helper_sock(&sb->eg) >= 0) {
         r = spawn_netns_helper(sb, err);
         if (r < 0)
             return r;
