@@ -1057,6 +1057,7 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
                           uint32_t run_uid_base, uint32_t run_uid_count, struct aj_error *err)
 {
     struct clean_dirs clean = {0};
+    struct aj_devino_memo outside_reg = {0}; /* directories with no writable bind source at or above them */
     struct host_ids host;
 
     host_ids_get(&host);
@@ -1118,7 +1119,7 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
             return dirfd;
         }
         if (reg) {
-            ssize_t k = aj_hostpath_find_ancestor(dirfd, reg->id, reg->n);
+            ssize_t k = aj_hostpath_find_ancestor_memo(dirfd, reg->id, reg->n, &outside_reg);
             if (k >= 0)
                 return refuse(err, 0,
                               "%s %s lies inside %s, which a sandbox run was given to write (--bind-rw; the "
