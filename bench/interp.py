@@ -145,12 +145,14 @@ def main():
               tp["warm_cpu_ms_per_run"], tp["bare_cpu_ms_per_run"],
               tp["bare_cpu_ms_per_run"] / max(tp["warm_cpu_ms_per_run"], 1e-9)))
 
-    for k in (1, 8):
-        m = bench(a.bin, PANDAS + ["memory", str(k)])
-        print("memory, pool of %d parked pandas interpreters: PSS %.1f MiB per sandbox (init + python3), "
-              "%.1f MiB in all; memory cgroup %.1f MiB per sandbox" % (
-                  k, m["per_sandbox_pss_kb"] / 1024, m["per_sandbox_pss_kb"] * m["processes_found"] / 1024,
-                  m["per_sandbox_cgroup_kb"] / 1024))
+    for label, extra in (("template", []), ("one import each", ["--set", "interpreter.template=false"])):
+        for k in (1, 8):
+            m = bench(a.bin, PANDAS + extra + ["memory", str(k)])
+            what = "init + reaper + python3" if m.get("template") else "init + python3"
+            print("memory (%s), pool of %d parked pandas interpreters: PSS %.1f MiB per sandbox (%s), "
+                  "template %.1f MiB, %.1f MiB in all; memory cgroup %.1f MiB per sandbox" % (
+                      label, k, m["per_sandbox_pss_kb"] / 1024, what, m.get("template_pss_kb", 0) / 1024,
+                      m.get("total_pss_kb", m["per_sandbox_pss_kb"] * k) / 1024, m["per_sandbox_cgroup_kb"] / 1024))
     print("load average after: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 
 

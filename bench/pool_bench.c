@@ -75,6 +75,9 @@ static int run_warm(struct aj_pool *pool, char **cmd)
         return -1;
     }
     warm_cpu_ms += res.cpu_ms;
+    if (res.status != AJ_STATUS_OK && getenv("AJ_BENCH_VERBOSE"))
+        fprintf(stderr, "aj-pool-bench: a warm run: status %d exit %d signal %d %s\n", (int)res.status, res.exit_code,
+                res.signal, res.error);
     return res.status == AJ_STATUS_OK ? 0 : -1;
 }
 
@@ -311,37 +314,64 @@ static long cgroup_kb(pid_t pid)
     return v;
 }
 
+static long pss_kb(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+    return read_kb_field(path, "Pss:");
+}
+
+/* PSS of the parked sandboxes: each init and its payload (one import per
+ * interpreter), or (a template pool) each init (the template's own
+ * sandbox's too, a few hundred KiB) and the template's children (the
+ * reaper outside, the parked python3 inside), and the template apart.
+ * Total PSS is what they hold together: pages they share are counted
+ * once in all. */
 static int memory(struct aj_policy *pol, unsigned k)
 {
-    long rss0 = read_kb_field("/proc/self/status", "VmRSS:"), rss1, pss = 0, cg = 0;
+    long rss0 = read_kb_field("/proc/self/status", "VmRSS:"), rss1, pss = 0, cg = 0, tpss = 0;
     struct aj_pool *pool = new_pool(pol, k);
-    pid_t inits[64];
+    pid_t inits[72], tmpl;
     size_t n, cg_n = 0;
+    char why[256];
 
     usleep(300000); /* every parked sandbox has finished setting up */
     rss1 = read_kb_field("/proc/self/status", "VmRSS:");
-    n = children_of(getpid(), inits, 64);
+    tmpl = aj_pool_template(pool, why, sizeof(why));
+    n = children_of(getpid(), inits, 72);
     for (size_t i = 0; i < n; i++) {
-        char path[64];
         pid_t kids[8];
-        size_t nk = children_of(inits[i], kids, 8);
-        snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)inits[i]);
-        pss += read_kb_field(path, "Pss:");
-        for (size_t j = 0; j < nk; j++) {
-            snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)kids[j]);
-            pss += read_kb_field(path, "Pss:");
-        }
+        size_t nk;
+        if (inits[i] == tmpl)
+            continue;
+        pss += pss_kb(inits[i]);
+        nk = children_of(inits[i], kids, 8);
+        for (size_t j = 0; j < nk; j++)
+            pss += pss_kb(kids[j]);
         long c = cgroup_kb(inits[i]);
         if (c >= 0) {
             cg += c;
             cg_n++;
         }
     }
-    printf("{\"benchmark\": \"pool-memory\", \"pooled\": %u, \"processes_found\": %zu, "
-           "\"per_sandbox_pss_kb\": %.0f, \"per_sandbox_cgroup_kb\": %s%.0f, "
+    if (tmpl > 0) {
+        pid_t reapers[72];
+        size_t nr = children_of(tmpl, reapers, 72);
+        tpss = pss_kb(tmpl);
+        for (size_t i = 0; i < nr; i++) {
+            pid_t kids[2];
+            size_t nk = children_of(reapers[i], kids, 2);
+            pss += pss_kb(reapers[i]);
+            for (size_t j = 0; j < nk; j++)
+                pss += pss_kb(kids[j]);
+        }
+    }
+    printf("{\"benchmark\": \"pool-memory\", \"pooled\": %u, \"processes_found\": %u, "
+           "\"per_sandbox_pss_kb\": %.0f, \"template_pss_kb\": %ld, \"total_pss_kb\": %ld, "
+           "\"template\": %s, \"per_sandbox_cgroup_kb\": %s%.0f, "
            "\"supervisor_rss_before_kb\": %ld, \"supervisor_rss_with_pool_kb\": %ld}\n",
-           k, n, n ? (double)pss / (double)n : 0.0, cg_n ? "" : "-", cg_n ? (double)cg / (double)cg_n : 1.0,
-           rss0, rss1);
+           k, k, (double)pss / (double)k, tpss, pss + tpss, tmpl > 0 ? "true" : "false", cg_n ? "" : "-",
+           cg_n ? (double)cg / (double)cg_n : 1.0, rss0, rss1);
     aj_pool_free(pool);
     return 0;
 }

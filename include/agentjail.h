@@ -201,5 +201,10 @@ AJ_EXPORT int aj_pool_start(struct aj_pool *pool, const struct aj_request *req, 
 AJ_EXPORT int aj_pool_run(struct aj_pool *pool, const struct aj_request *req, struct aj_result *res,
                           struct aj_error *err);
 AJ_EXPORT void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out);
+/* An interpreter pool's template (docs/interpreters.md, "Templates"): the
+ * pid of the interpreter its parked interpreters are forked from, or 0
+ * with why it has none (interpreter.template false, agentjail-interp.so
+ * missing, a kernel without what it needs, not an interpreter pool). */
+AJ_EXPORT int aj_pool_template(struct aj_pool *pool, char *why, size_t why_size);
 /* Tear down every parked sandbox and remove what is left of finished runs. */
 AJ_EXPORT void aj_pool_free(struct aj_pool *pool);

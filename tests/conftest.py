@@ -17,6 +17,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AJ_BIN = os.path.abspath(os.environ.get("AJ_BIN", os.path.join(ROOT, "build", "agentjail")))
 AJ_HELPERS = os.path.abspath(os.environ.get("AJ_HELPERS", os.path.join(ROOT, "build", "tests")))
+# The library's test helpers (build/tests/aj-pool, ...) are not beside agentjail-interp.so, which a
+# template pool's interpreter loads (docs/interpreters.md, "Templates"): say where it is.
+os.environ.setdefault("AGENTJAIL_INTERP_SO", os.path.join(os.path.dirname(AJ_BIN), "agentjail-interp.so"))
 IS_ROOT = os.geteuid() == 0
 
 # One TMPDIR per pytest process (each xdist worker too): what this process

@@ -311,14 +311,17 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
         /* A proxy-mode run (live or parked) leases two: its own and its
          * egress proxy's (docs/network.md). */
         unsigned per_run = strcmp(t->net_mode, "proxy") == 0 ? 2 : 1;
-        if (t->uid_count < per_run * (t->max_runs + t->pool_size + t->interp_pool)) {
+        /* An interpreter pool's template lives in a sandbox of its own
+         * (docs/interpreters.md, Templates): one more. */
+        unsigned tmpl = t->interp_pool ? 1 : 0;
+        if (t->uid_count < per_run * (t->max_runs + t->pool_size + t->interp_pool + tmpl)) {
             (void)snprintf(m, sizeof(m),
                            "its uid range has %u uids, fewer than %s (%u)%s; give it more (uid_base, uid_count), or leave more of the server policy's range to "
                            "the automatic ones",
                            t->uid_count,
-                           per_run == 2 ? "2 x (max_runs + pool_size + its interpreters' pool)"
-                                        : "max_runs + pool_size + its interpreters' pool",
-                           per_run * (t->max_runs + t->pool_size + t->interp_pool),
+                           per_run == 2 ? "2 x (max_runs + pool_size + its interpreters' pool and their template)"
+                                        : "max_runs + pool_size + its interpreters' pool and their template",
+                           per_run * (t->max_runs + t->pool_size + t->interp_pool + tmpl),
                            per_run == 2 ? ": each proxy-mode run also leases one for its egress proxy" : "");
             fail(key, key_size, msg, msg_size, k, m);
             goto out;

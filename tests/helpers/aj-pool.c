@@ -164,12 +164,20 @@ int main(int argc, char **argv)
         start = end + 1;
     }
     aj_pool_get_stats(pool, &ps);
-    aj_pool_free(pool);
-    printf("{\"pool\": {\"prepared\": %llu, \"warm_runs\": %llu, \"cold_runs\": %llu, \"discarded\": %llu, "
-           "\"refill_failures\": %llu}, \"fds_before\": %d, \"fds_after\": %d, \"children_left\": %s}\n",
-           (unsigned long long)ps.prepared, (unsigned long long)ps.warm_runs, (unsigned long long)ps.cold_runs,
-           (unsigned long long)ps.discarded, (unsigned long long)ps.refill_failures, fds_before, count_fds(),
-           waitpid(-1, NULL, WNOHANG) >= 0 ? "true" : "false");
+    {
+        char why[512], *esc = why;
+        int tpid = aj_pool_template(pool, why, sizeof(why));
+        for (char *p = why; *p; p++) /* JSON-safe: the reason is plain text */
+            if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+                *p = ' ';
+        aj_pool_free(pool);
+        printf("{\"pool\": {\"prepared\": %llu, \"warm_runs\": %llu, \"cold_runs\": %llu, \"discarded\": %llu, "
+               "\"refill_failures\": %llu}, \"template\": %d, \"template_why\": \"%s\", \"fds_before\": %d, "
+               "\"fds_after\": %d, \"children_left\": %s}\n",
+               (unsigned long long)ps.prepared, (unsigned long long)ps.warm_runs, (unsigned long long)ps.cold_runs,
+               (unsigned long long)ps.discarded, (unsigned long long)ps.refill_failures, tpid, esc, fds_before,
+               count_fds(), waitpid(-1, NULL, WNOHANG) >= 0 ? "true" : "false");
+    }
     aj_policy_free(pol);
     return failures ? 1 : 0;
 }

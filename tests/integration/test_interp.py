@@ -18,6 +18,17 @@ from conftest import AJ_BIN, AJ_HELPERS, IS_ROOT, children, comm, must_skip, new
 
 AJ_POOL = os.path.join(AJ_HELPERS, "aj-pool")
 INTERP = ["--set", "interpreter.language=python", "--set", "interpreter.preload=json"]
+# The two ways a pool parks interpreters (docs/interpreters.md): forks of one template
+# (interpreter.template, the default, root mode) and one import per interpreter.
+NO_TEMPLATE = ["--set", "interpreter.template=false"]
+
+
+@pytest.fixture(params=["template", "import"])
+def mode(request):
+    """Extra pool arguments for each way of parking; the template only exists in root mode."""
+    if request.param == "template" and not IS_ROOT:
+        pytest.skip("templates are root mode's (docs/interpreters.md, Templates)")
+    return [] if request.param == "template" else NO_TEMPLATE
 
 
 def have_pandas():
@@ -122,8 +133,8 @@ CORPUS = [
 ]
 
 
-def test_snippets_as_bare_python(outdir):
-    runs, summary, proc = pool([["python3", "-c", c] + a for c, a in CORPUS], outdir)
+def test_snippets_as_bare_python(outdir, mode):
+    runs, summary, proc = pool([["python3", "-c", c] + a for c, a in CORPUS], outdir, extra=INTERP + mode)
     assert proc.returncode == 0, proc.stderr
     assert runs[0]["warm"] and runs[1]["warm"], runs[:2]
     for i, (code, args) in enumerate(CORPUS):
@@ -189,8 +200,8 @@ def test_stdin_reaches_the_code(outdir):
     assert runs[0]["warm"] and out(outdir, 0) == "5000 HELLO\n", out(outdir, 0, "err")
 
 
-def test_script_relative_imports_multiprocessing(outdir, workspace):
-    extra = INTERP + ["--bind", workspace + ":/ws", "--set", "filesystem.workdir=/ws"]
+def test_script_relative_imports_multiprocessing(outdir, workspace, mode):
+    extra = INTERP + mode + ["--bind", workspace + ":/ws", "--set", "filesystem.workdir=/ws"]
     runs, _, _ = pool([["python3", "main.py", "7", "x"], ["python3", "/ws/missing.py"]], outdir, extra=extra)
     cold = run_aj(["--bind-ro", workspace + ":/ws", "--workdir", "/ws"], ["python3", "main.py", "7", "x"])
     assert runs[0]["warm"] and runs[0]["result"]["exit_code"] == 7 == cold.result["exit_code"], out(outdir, 0, "err")
@@ -216,9 +227,9 @@ def test_environment_is_the_requests(outdir):
     assert not runs[1]["warm"] and out(outdir, 1) == "second /extra True\n", out(outdir, 1, "err")
 
 
-def test_nothing_of_one_run_reaches_the_next(outdir):
+def test_nothing_of_one_run_reaches_the_next(outdir, mode):
     mods = "json" + (",pandas" if have_pandas() else "")
-    extra = ["--set", "interpreter.language=python"] + sum(
+    extra = ["--set", "interpreter.language=python"] + mode + sum(
         (["--set", "interpreter.preload=" + m] for m in mods.split(",")), [])
     first = textwrap.dedent("""\
         import builtins, json, os, sys, threading, time
@@ -259,13 +270,23 @@ def test_nothing_of_one_run_reaches_the_next(outdir):
 
 
 def parked_pythons(helper_pid):
-    """The parked interpreters' pids (children of the helper's sandbox inits)."""
+    """The parked interpreters' pids: children of the helper's sandbox inits, or (a template
+    pool) of the template's children, the reapers that entered the sandboxes."""
     found = []
-    for init in children(helper_pid):
-        for kid in children(init):
-            if comm(kid) == "python3":
-                found.append(kid)
+    for kid in children(helper_pid):
+        for grandkid in children(kid):
+            if comm(grandkid) != "python3":
+                continue
+            if comm(kid) == "python3":  # kid: the template, grandkid: a reaper
+                found += [p for p in children(grandkid) if comm(p) == "python3"]
+            else:
+                found.append(grandkid)
     return found
+
+
+def template_of(helper_pid):
+    kids = [k for k in children(helper_pid) if comm(k) == "python3"]
+    return kids[0] if kids else None
 
 
 def status_fields(pid):
@@ -273,7 +294,7 @@ def status_fields(pid):
         return dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
 
 
-def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path):
+def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path, mode):
     go = tmp_path / "go"
     ev = tmp_path / "ev"
     ev.mkdir()
@@ -287,7 +308,7 @@ def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path):
         print('unshare', r, os.strerror(ctypes.get_errno()), os.environ.get('AJ_T_SECRET', '')[:7])
         """)
     argv = [AJ_POOL, "--size", "2", "--outdir", outdir, "--events", str(ev), "--wait-file", str(go),
-            "--pass", "AJ_T_SECRET"] + INTERP + ["--", "python3", "-c", code]
+            "--pass", "AJ_T_SECRET"] + INTERP + mode + ["--", "python3", "-c", code]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert p.stderr.readline() == "ready\n"
@@ -308,6 +329,10 @@ def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path):
             with open("/proc/%d/environ" % pid, "rb") as f:
                 environ = f.read().split(b"\0")
             assert not any(e.startswith(b"AJ_T_SECRET") for e in environ), environ
+        tmpl = template_of(p.pid)
+        assert (tmpl is not None) == (mode == []), (tmpl, mode)
+        if tmpl is not None:
+            check_template(tmpl, host_ns, tmp_path)
         go.touch()
         stdout, stderr = p.communicate(timeout=60)
     finally:
@@ -332,6 +357,39 @@ def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path):
     # Pool freed with a parked interpreter still waiting: every one is gone.
     assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
     assert wait_for(lambda: not any(os.path.exists("/proc/%d" % pid) for pid in parked), 5), parked
+
+
+def check_template(tmpl, host_ns, tmp_path):
+    """The template as the host sees it: no capability, no_new_privs, not dumpable by others,
+    fds 0-3, its own view (the sandbox's), network, IPC and UTS; the host's user and pid
+    namespaces (its children enter the sandboxes from there). Its reapers hold one socket."""
+    st = status_fields(tmpl)
+    assert st["NoNewPrivs"].strip() == "1", st
+    assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0 and int(st["CapBnd"], 16) == 0, st
+    assert int(st["CapAmb"], 16) == 0 and int(st["CapInh"], 16) == 0, st
+    assert int(st["Threads"]) == 1, st
+    fds = sorted(int(fd) for fd in os.listdir("/proc/%d/fd" % tmpl))
+    assert fds == [0, 1, 2, 3], fds
+    for n in ("mnt", "net", "ipc", "uts"):
+        assert os.readlink("/proc/%d/ns/%s" % (tmpl, n)) != host_ns[n], n
+    for n in ("user", "pid"):
+        assert os.readlink("/proc/%d/ns/%s" % (tmpl, n)) == host_ns[n], n
+    # The sandbox's filesystem, not the host's: a file of the test's is not there (positive
+    # control: it is in the host's), and its cgroup is not the helper's.
+    marker = tmp_path / "aj-template-marker"
+    marker.write_text("x")
+    assert os.path.exists("/proc/self/root" + str(marker))
+    assert not os.path.exists("/proc/%d/root%s" % (tmpl, marker))
+    with open("/proc/%d/cgroup" % tmpl) as f, open("/proc/self/cgroup") as g:
+        assert f.read() != g.read()
+    for reaper in children(tmpl):
+        if comm(reaper) != "python3":
+            continue
+        rst = status_fields(reaper)
+        assert int(rst["CapEff"], 16) == 0 and rst["NoNewPrivs"].strip() == "1", rst
+        rfds = {int(fd): os.readlink("/proc/%d/fd/%s" % (reaper, fd)) for fd in os.listdir("/proc/%d/fd" % reaper)}
+        assert all(rfds.pop(i) == "/dev/null" for i in range(3)), rfds
+        assert len(rfds) == 1 and list(rfds.values())[0].startswith("socket:"), rfds
 
 
 def test_preload_errors(tmp_path, outdir):
@@ -409,7 +467,7 @@ def test_cli_code_file_like_python_c(tmp_path, hostdir):
     assert r.returncode == 2 and "missing.py" in r.stderr
 
 
-def test_pandas_warm_run(outdir):
+def test_pandas_warm_run(outdir, mode):
     if not have_pandas():
         must_skip("python3-pandas is not installed (scripts/deps.sh test)")
     code = textwrap.dedent("""\
@@ -420,11 +478,15 @@ def test_pandas_warm_run(outdir):
         print(df.groupby('k')['v'].agg(['sum', 'mean', 'count']).to_string())
         """)
     runs, _, _ = pool([["python3", "-c", code]], outdir, size=1,
-                      extra=["--set", "interpreter.language=python", "--set", "interpreter.preload=pandas"])
+                      extra=["--set", "interpreter.language=python", "--set", "interpreter.preload=pandas"] + mode)
     cold = run_aj([], ["python3", "-c", code])
     assert runs[0]["warm"] and runs[0]["result"]["status"] == "ok", out(outdir, 0, "err")
-    # The interpreter's accounting: the import's CPU and memory are the run's, as for a cold one.
-    assert runs[0]["result"]["max_rss_kb"] > 20000 and runs[0]["result"]["cpu_ms"] > 0, runs[0]["result"]
+    # The interpreter's accounting: with one import per interpreter, the import's CPU and memory
+    # are the run's, as for a cold one; a template's child is charged what it touches (the pages
+    # it copies and allocates), not the template's shared pages.
+    assert runs[0]["result"]["cpu_ms"] > 0 and runs[0]["result"]["max_rss_kb"] > 0, runs[0]["result"]
+    if mode:
+        assert runs[0]["result"]["max_rss_kb"] > 20000, runs[0]["result"]
     assert out(outdir, 0).splitlines()[0] == "True" and cold.stdout.splitlines()[0] == "False"
     assert out(outdir, 0).splitlines()[1:] == cold.stdout.splitlines()[1:]
 
@@ -436,8 +498,10 @@ def test_preload_is_under_the_monitor(hostdir):
         f.write("import ctypes\nctypes.CDLL(None).unshare(0x10000000)\n")
     with open(os.path.join(hostdir, "aj_t_fine.py"), "w") as f:
         f.write("import ctypes\nctypes.CDLL(None).getpid()\n")
+    # With one import per interpreter (a template imports outside the sandbox's filter: see
+    # test_template_imports_in_the_sandboxes_view).
     base = [AJ_POOL, "--size", "1", "--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
-            "--set", "interpreter.language=python"]
+            "--set", "interpreter.language=python"] + NO_TEMPLATE
     p = subprocess.run(base + ["--set", "interpreter.preload=aj_t_escape", "--", "python3", "-c", "pass"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "monitored system call (unshare)" in p.stderr, p
@@ -453,3 +517,81 @@ def test_preload_is_under_the_monitor(hostdir):
     runs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
     assert p.returncode == 0 and runs[0]["warm"] and runs[0]["result"]["status"] == "ok", p
     assert "True\n" in p.stdout, p.stdout  # the run's stdout is the helper's here
+
+
+# ---- templates (docs/interpreters.md, Templates) ---------------------------------------------
+
+def test_template_is_used_or_says_why(outdir):
+    runs, summary, proc = pool([["python3", "-c", "print(1)"]], outdir)
+    assert runs[0]["warm"] and out(outdir, 0) == "1\n", (runs, proc.stderr)
+    if IS_ROOT:
+        assert summary["template"] > 0 and summary["template_why"] == "", summary
+    else:
+        assert summary["template"] == 0 and "rootless" in summary["template_why"], summary
+    # Positive control of the switch: off, the pool says so and parks imports of their own.
+    runs, summary, _ = pool([["python3", "-c", "print(1)"]], outdir, extra=INTERP + NO_TEMPLATE)
+    assert runs[0]["warm"] and summary["template"] == 0, summary
+    assert "interpreter.template" in summary["template_why"], summary
+
+
+def test_template_children_do_not_share_random_state(outdir):
+    root_only("templates are root mode's")
+    code = "import random, numpy; print(random.random(), numpy.random.rand(), hash('aj-t'))"
+    extra = ["--set", "interpreter.language=python", "--set", "interpreter.preload=numpy"]
+    runs, summary, _ = pool([["python3", "-c", code]] * 3, outdir, extra=extra)
+    assert summary["template"] > 0 and all(r["warm"] for r in runs), (summary, runs)
+    lines = [out(outdir, i).split() for i in range(3)]
+    # random and numpy's global generator are reseeded in each child: no two runs alike.
+    assert len({l[0] for l in lines}) == 3 and len({l[1] for l in lines}) == 3, lines
+    # What a template shares, as documented: the string hash seed (fixed when python3 starts).
+    assert len({l[2] for l in lines}) == 1, lines
+    # Positive control: with one import per interpreter, the hash seed differs too.
+    runs, _, _ = pool([["python3", "-c", code]] * 2, outdir, extra=extra + NO_TEMPLATE)
+    assert out(outdir, 0).split()[2] != out(outdir, 1).split()[2]
+
+
+def test_template_killed_is_started_again(tmp_path, outdir):
+    root_only("templates are root mode's")
+    go = tmp_path / "go"
+    argv = [AJ_POOL, "--size", "1", "--outdir", outdir, "--wait-file", str(go)] + INTERP + [
+        "--", "python3", "-c", "print('a')", ":::", "python3", "-c", "print('b')", ":::", "python3", "-c", "print('c')"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr.readline() == "ready\n"
+        first = wait_for(lambda: template_of(p.pid), 10)
+        assert first, "no template under %d" % p.pid
+        os.kill(first, 9)
+        go.touch()
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lines = [json.loads(l) for l in stdout.splitlines() if l.strip()]
+    runs, summary = lines[:-1], lines[-1]
+    # The parked child outlives its template; the refills come from a new one.
+    assert [r["result"]["status"] for r in runs] == ["ok"] * 3, (runs, stderr)
+    assert [out(outdir, i) for i in range(3)] == ["a\n", "b\n", "c\n"]
+    assert sum(r["warm"] for r in runs) >= 2, runs
+    assert summary["template"] > 0 and summary["template"] != first, summary
+    assert summary["fds_after"] == summary["fds_before"] and summary["children_left"] is False, summary
+    assert not os.path.exists("/proc/%d" % summary["template"])
+
+
+@pytest.mark.parametrize("what,module,why", [
+    ("threads", "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
+     "left 2 threads running"),
+    ("files", "F = open('/etc/hostname')\n", "left files open"),
+])
+def test_template_refuses_what_cannot_be_forked(hostdir, what, module, why):
+    root_only("templates are root mode's")
+    with open(os.path.join(hostdir, "aj_t_%s.py" % what), "w") as f:
+        f.write(module)
+    base = [AJ_POOL, "--size", "1", "--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
+            "--set", "interpreter.language=python", "--set", "interpreter.preload=aj_t_%s" % what]
+    p = subprocess.run(base + ["--", "python3", "-c", "pass"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and why in p.stderr and "interpreter.template" in p.stderr, p
+    # Positive control: the same preload, one import per interpreter (it keeps its thread or file).
+    p = subprocess.run(base + NO_TEMPLATE + ["--", "python3", "-c", "import sys; print('aj_t_%s' in sys.modules)" % what],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "True\n" in p.stdout, p

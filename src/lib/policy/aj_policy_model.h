@@ -37,6 +37,10 @@ enum aj_interp_lang {
     AJ_INTERP_PYTHON,
 };
 #define AJ_INTERP_MAX_PRELOAD 64
+/* A process that cannot see the host's filesystem (a template pool's
+ * template, tmpl_child.c) loads a policy the supervisor checked already:
+ * host paths are taken as given, not looked up. Not for anything else. */
+extern bool aj_policy_host_paths_unseen;
 #define AJ_INTERP_MAX_WARMUP (64 * 1024) /* bytes of interpreter.warmup code */
 #define AJ_INTERP_MODULE_MAX 128
 
@@ -182,6 +186,7 @@ struct aj_policy {
     char **preload;             /* module names ("numpy", "matplotlib.pyplot"), in order */
     size_t n_preload;
     char *interp_warmup;        /* Python code run after the preload, before parking; NULL: none */
+    bool interp_template;       /* pools fork interpreters from one template (tmpl.c); default true */
 };
 
 enum aj_limit_bit {

@@ -762,6 +762,21 @@ const struct aj_policy_key aj_policy_keys[] = {
                "preload costs (lazy imports, caches). Whatever it changes (options, imports, threads) every "
                "run of the policy inherits. At most 64 KiB. Needs `language`",
     },
+    {
+        .key = "interpreter.template",
+        .type = AJ_KEY_BOOL,
+        FIELD(interp_template),
+        .def = true,
+        .weaker = AJ_WEAKER_TRUE,
+        .review = "parked interpreters are forks of one template: they share its hash seed and memory layout, "
+                  "and the preload was imported outside any sandbox",
+        .doc = "`true`: a pool imports the preload once, in a template interpreter outside the sandboxes "
+               "(no capabilities, a read-only view, no network), and each parked interpreter is a fork of it "
+               "that enters a sandbox made for it alone, every layer applied there; `false`: each parked "
+               "interpreter starts `python3` and imports the preload itself, inside its sandbox. See "
+               "[interpreters.md](interpreters.md#templates) for the trade-off. Only pools use it; cold "
+               "runs import as `false` does",
+    },
 
     /* ---- secrets (top level) ---- */
     {

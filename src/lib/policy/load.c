@@ -272,7 +272,7 @@ static int load_binds(struct loader *L, const struct aj_policy_key *k, const jso
             return fail_at(L, kp, true, "%s is not set in agentjail's environment (or mark the bind "
                            "\"optional\": true)", json_string_value(host));
         }
-        if (opt && access(hostpath, F_OK) < 0)
+        if (opt && !aj_policy_host_paths_unseen && access(hostpath, F_OK) < 0)
             continue;
         {
             int bad_sandbox = 0;

@@ -322,6 +322,8 @@ static int validate_network(const struct aj_policy *pol, char *ret_key, size_t k
     return 0;
 }
 
+bool aj_policy_host_paths_unseen;
+
 int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key_size,
                           struct aj_error *err)
 {
@@ -332,7 +334,7 @@ int aj_policy_validate_at(const struct aj_policy *pol, char *ret_key, size_t key
     r = validate_fields(pol, ret_key, key_size, err);
     if (r < 0)
         return r;
-    for (size_t i = 0; i < pol->n_binds; i++) {
+    for (size_t i = 0; !aj_policy_host_paths_unseen && i < pol->n_binds; i++) {
         const struct aj_bind *b = &pol->binds[i];
         /* Existence only, for an early clear error. The mount layer resolves
          * the path again, once, and uses the fd (no check-then-use). */

@@ -47,6 +47,11 @@
 #include "protocol.h"
 
 static int arm_death_signal(int sock);
+/* Adopt mode's init: SIGCHLD only wakes it (see init_adopt). */
+static void on_sigchld(int sig)
+{
+    (void)sig;
+}
 
 /* The fd a warm interpreter's bootstrap finds its request channel on. */
 #define INTERP_CHANNEL_FD 3
@@ -265,19 +270,25 @@ static void seal_memfds(void)
     }
 }
 
-static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
+/* Every layer of the payload, in order, through the seccomp filter (its
+ * listener handed over). adopted: a template's child (see
+ * aj_child_adopted_payload), which keeps its interpreter's signal
+ * handlers (they are the ones `python3` installs as it starts), becomes
+ * the inside user and joins a fresh keyring itself (init did both for its
+ * own children), and closes every other fd outright. */
+static void payload_layers(struct aj_child_ctx *c, bool adopted)
 {
     const struct aj_policy *pol = c->pol;
     struct aj_error err = {0};
     uint64_t ll_layers = 0;
-    int e, r;
+    int r;
 
     /* The payload starts with every signal at its default and none
      * blocked: SIG_IGN survives execve, so a caller that ignores SIGINT or
      * SIGTERM (nohup, a server) would hand that on, and a pooled payload
      * would inherit the mask of whoever created the pool. Handlers are
      * reset by execve anyway; setting SIG_DFL is async-signal-safe. */
-    for (int sig = 1; sig < NSIG; sig++) {
+    for (int sig = 1; !adopted && sig < NSIG; sig++) {
         struct sigaction dfl = {.sa_handler = SIG_DFL};
         if (sig != SIGKILL && sig != SIGSTOP)
             (void)sigaction(sig, &dfl, NULL); /* EINVAL for glibc's own (32, 33): handled at exec */
@@ -296,6 +307,24 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
         child_fail(c, &err, 125);
     }
     c->layers |= AJ_LAYER_BIT(AJ_LAYER_NEW_SESSION);
+    if (adopted) {
+        /* The template's process entered the namespaces as the host user
+         * it runs as (unmapped inside): the inside user now, as init
+         * became it; then the death signal again (the uid change cleared
+         * it), and its own keyring (the template's is not the sandbox's). */
+        if (aj_userns_child_become(pol->uid, pol->gid, c->rootless, &err) < 0)
+            child_fail(c, &err, 125);
+        if (arm_death_signal(c->sock) < 0)
+            _exit(125);
+        if (syscall(__NR_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0) {
+            aj_err(&err, errno, "join a fresh session keyring");
+            child_fail(c, &err, 125);
+        }
+        c->layers |= AJ_LAYER_BIT(AJ_LAYER_KEYRING);
+        /* As dumpable as an exec'd interpreter is (the uid change made it
+         * not): its own /proc entries are its own. */
+        (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    }
     if (c->pty_slave >= 0) {
         /* Its own pty as its controlling terminal: ^C, job control and
          * window size work, on a terminal that is the sandbox's. */
@@ -373,7 +402,14 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
      * agentjail by whoever started it (CVE-2024-21626: a leaked host
      * directory fd let runc's payload walk out of its root). Before seccomp,
      * so the filter need not allow close_range. */
-    if (aj_sys_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+    if (!adopted && aj_sys_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+        aj_err(&err, errno, "close_range");
+        child_fail(c, &err, 125);
+    }
+    /* No exec follows: closed now, all but the sync socket (the
+     * template's own fds: its channel to the supervisor, whatever else). */
+    if (adopted && ((c->sock > 3 && aj_sys_close_range(3, (unsigned)c->sock - 1, 0) < 0) ||
+                    aj_sys_close_range((unsigned)c->sock + 1, ~0U, 0) < 0)) {
         aj_err(&err, errno, "close_range");
         child_fail(c, &err, 125);
     }
@@ -399,6 +435,22 @@ static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
         (void)close(lfd);
         c->layers |= AJ_LAYER_BIT(AJ_LAYER_MONITOR);
     }
+}
+
+void aj_child_adopted_payload(struct aj_child_ctx *c)
+{
+    payload_layers(c, true);
+    aj_proto_send_msg(c->sock, AJ_MSG_READY, 0, c->layers, c->landlock_abi, NULL);
+    (void)close(c->sock);
+    c->sock = -1;
+}
+
+static __attribute__((noreturn)) void payload_main(struct aj_child_ctx *c)
+{
+    struct aj_error err = {0};
+    int e;
+
+    payload_layers(c, false);
     if (c->parked)
         receive_run(c); /* a pooled sandbox: blocks until it has its command */
     aj_proto_send_msg(c->sock, AJ_MSG_READY, 0, c->layers, c->landlock_abi, NULL);
@@ -535,6 +587,73 @@ static int child_make_pty(struct aj_child_ctx *c, struct aj_error *err)
     return r;
 }
 
+/* Adopt mode (child.h): everything of the sandbox is made; instead of
+ * forking the payload, hand the supervisor what a template's child needs
+ * to enter it (a copy of our end of the sync socket, our namespaces:
+ * opened from /proc/self, so no ptrace check applies), then keep only
+ * init's other job, reaping what is reparented to us. Our own end of the
+ * sync socket goes: the supervisor sees EOF once the template's child and
+ * its reaper are gone, and kills us then (or at the run's end). */
+static __attribute__((noreturn)) void init_adopt(struct aj_child_ctx *c)
+{
+    static const char *const ns[AJ_ADOPT_NS_KINDS] = {"user", "mnt", "uts", "ipc", "net", "cgroup", "pid",
+                                                      "time_for_children"};
+    struct aj_sync_msg m = {.type = AJ_MSG_ADOPT, .layers = c->layers, .landlock_abi = c->landlock_abi};
+    struct aj_error err = {0};
+    int fds[1 + AJ_ADOPT_NS_KINDS], nfds = 0;
+    sigset_t chld, none;
+
+    fds[nfds] = fcntl(c->sock, F_DUPFD_CLOEXEC, 3);
+    if (fds[nfds++] < 0) {
+        aj_err(&err, errno, "adopt: duplicate the sync socket");
+        child_fail(c, &err, 125);
+    }
+    for (int i = 0; i < AJ_ADOPT_NS_KINDS; i++) {
+        char path[48];
+        (void)snprintf(path, sizeof(path), "/proc/self/ns/%s", ns[i]);
+        fds[nfds] = open(path, O_RDONLY | O_CLOEXEC);
+        if (fds[nfds] >= 0) {
+            m.wstatus |= 1 << i;
+            nfds++;
+        } else if (!(i == AJ_ADOPT_NS_TIME && errno == ENOENT)) {
+            aj_err(&err, errno, "adopt: open %s", path);
+            child_fail(c, &err, 125);
+        }
+    }
+    if (aj_proto_send_fds(c->sock, &m, fds, nfds) < 0) {
+        aj_err(&err, errno, "adopt: hand the namespaces to the supervisor");
+        child_fail(c, &err, 125);
+    }
+    for (int i = 0; i < nfds; i++)
+        (void)close(fds[i]);
+    (void)close(c->sock);
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (aj_caps_child_drop_all(&err) < 0 || aj_caps_child_no_new_privs(&err) < 0)
+        _exit(125);
+    /* SIGCHLD blocked except while suspended: a child that ends between
+     * the last wait and the suspend still wakes us. */
+    {
+        struct sigaction sa = {.sa_handler = on_sigchld};
+        (void)sigaction(SIGCHLD, &sa, NULL);
+    }
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigemptyset(&none);
+    (void)sigprocmask(SIG_BLOCK, &chld, NULL);
+    for (;;) {
+        int st;
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p > 0) {
+            if (WIFSTOPPED(st)) /* as in aj_child_init_main */
+                (void)ptrace(PTRACE_DETACH, p, NULL, (void *)(uintptr_t)WSTOPSIG(st));
+            continue;
+        }
+        if (p < 0 && errno == EINTR)
+            continue;
+        (void)sigsuspend(&none);
+    }
+}
+
 void aj_child_init_main(struct aj_child_ctx *c)
 {
     const struct aj_policy *pol = c->pol;
@@ -545,6 +664,13 @@ void aj_child_init_main(struct aj_child_ctx *c)
     int timens_fd;
     pid_t payload;
     ssize_t n;
+
+    /* The sandbox's view is made with modes that do not depend on the
+     * embedder's umask (a server's is 077): its directories and files are
+     * 0755 and 0644, as on the host, so that a template (root without
+     * capabilities: tmpl.c) can read the view its children will run in.
+     * The payload gets the caller's umask back. */
+    mode_t caller_umask = umask(022);
 
     if (arm_death_signal(-1) < 0)
         _exit(125);
@@ -654,6 +780,10 @@ void aj_child_init_main(struct aj_child_ctx *c)
         aj_err(&err, errno, "close inherited fds");
         child_fail(c, &err, 125);
     }
+
+    (void)umask(caller_umask);
+    if (c->adopt)
+        init_adopt(c);
 
     /* The raw system call, not glibc's fork(): init is itself a raw clone
      * of the supervisor, which may be multithreaded (a server, the pool's

@@ -39,6 +39,11 @@ struct aj_child_ctx {
      * sends one end up (AJ_MSG_INTERP), keeps the other as its fd 3 and
      * execs argv (the bootstrap) at once; 0-2 are /dev/null until a request. */
     bool interp;
+    /* A template's child (tmpl.c, tmpl_child.c): init does all its setup,
+     * then hands its namespaces to the supervisor (AJ_MSG_ADOPT) instead of
+     * forking the payload, and only reaps; the payload is a process of the
+     * template that enters those namespaces (aj_child_adopted_payload). */
+    bool adopt;
     int cg_join[AJ_CG_MAX_JOIN]; /* v1 "tasks" files to write "0" to, first thing */
     size_t n_cg_join;
     int landlock_abi;
@@ -66,6 +71,13 @@ enum {
 
 /* init: pid 1 of the sandbox's namespaces. Never returns. */
 __attribute__((noreturn)) void aj_child_init_main(struct aj_child_ctx *c);
+/* A template's child, already in the sandbox's namespaces and cgroup
+ * (tmpl_child.c): every layer of the payload, as an exec'd payload gets
+ * them, then READY; returns (into the template's interpreter) only when
+ * all of it is applied, else reports on c->sock and exits. It keeps the
+ * interpreter's signal handlers and closes, not just marks close-on-exec,
+ * every other fd: no exec follows. */
+void aj_child_adopted_payload(struct aj_child_ctx *c);
 /* A degraded run's only sandbox process: the payload itself. */
 __attribute__((noreturn)) void aj_child_degraded_main(struct aj_child_ctx *c);
 /* The network namespace helper (see sandbox.c, spawn_netns_helper): with

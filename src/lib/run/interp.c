@@ -39,6 +39,7 @@
 #include "aj_util.h"
 #include "protocol.h"
 #include "sandbox.h"
+#include "tmpl.h"
 
 extern const char aj_interp_boot_py[];
 
@@ -73,11 +74,12 @@ bool aj_interp_wants(const struct aj_policy *pol, const struct aj_request *req)
     return interp_argv_form(req->argv);
 }
 
-/* The bootstrap's command line: python3 -c BOOTSTRAP MODULE... [-wWARMUP]
- * (a module name never starts with '-'). */
-static char **boot_argv(const struct aj_policy *pol)
+/* The bootstrap's command line: python3 -c BOOTSTRAP [-t] MODULE...
+ * [-wWARMUP] (a module name never starts with '-'); -t: a template
+ * (tmpl.c). */
+char **aj_interp_boot_argv(const struct aj_policy *pol, bool template)
 {
-    size_t n = 3 + pol->n_preload + (pol->interp_warmup != NULL);
+    size_t t = template ? 1 : 0, n = 3 + t + pol->n_preload + (pol->interp_warmup != NULL);
     char **v = calloc(n + 1, sizeof(char *));
     bool ok = v != NULL;
 
@@ -86,10 +88,12 @@ static char **boot_argv(const struct aj_policy *pol)
     v[0] = strdup("python3");
     v[1] = strdup("-c");
     v[2] = strdup(aj_interp_boot_py);
+    if (template)
+        v[3] = strdup("-t");
     for (size_t i = 0; i < pol->n_preload; i++)
-        v[3 + i] = strdup(pol->preload[i]);
-    if (pol->interp_warmup && asprintf(&v[3 + pol->n_preload], "-w%s", pol->interp_warmup) < 0)
-        v[3 + pol->n_preload] = NULL;
+        v[3 + t + i] = strdup(pol->preload[i]);
+    if (pol->interp_warmup && asprintf(&v[3 + t + pol->n_preload], "-w%s", pol->interp_warmup) < 0)
+        v[3 + t + pol->n_preload] = NULL;
     for (size_t i = 0; i < n; i++)
         ok &= v[i] != NULL;
     if (!ok) {
@@ -108,7 +112,7 @@ static int interp_setup(struct aj_sandbox *sb, struct aj_error *err)
     sb->c.interp = true;
     sb->st.defer_start = true;
     sb_free_envp(sb->c.argv);
-    sb->c.argv = boot_argv(sb->c.pol);
+    sb->c.argv = aj_interp_boot_argv(sb->c.pol, false);
     if (!sb->c.argv)
         return aj_err(err, ENOMEM, "interpreter command line");
     return 0;
@@ -268,6 +272,69 @@ int aj_interp_wait_parked(struct aj_sandbox *sb, const bool *cancel, struct aj_e
     }
 }
 
+/* init hands its namespaces over once the sandbox is complete (after the
+ * decoys are leased): bounded, as aj_pool_arm_decoys is. */
+static int wait_adopt(struct aj_sandbox *sb, struct aj_error *err)
+{
+    struct supervise_state *st = &sb->st;
+    uint64_t deadline = aj_now_ms() + 10000;
+
+    while (st->n_adopt_fds == 0 && !st->have_child_err && st->sock >= 0) {
+        struct pollfd p[2] = {{.fd = st->sock, .events = POLLIN}, {.fd = st->pidfd, .events = POLLIN}};
+        uint64_t now = aj_now_ms();
+        int r;
+        if (now >= deadline)
+            return aj_err(err, ETIMEDOUT, "a template's sandbox did not hand over its namespaces");
+        r = poll(p, 2, (int)(deadline - now));
+        if (r < 0 && errno != EINTR)
+            return aj_err(err, errno, "poll a template's sandbox");
+        if (r > 0)
+            aj_loop_drain_msgs(st);
+        if (r > 0 && !p[0].revents && p[1].revents)
+            break; /* init is gone */
+    }
+    if (st->have_child_err) {
+        *err = st->child_err;
+        return -(err->errnum ? err->errnum : EPIPE);
+    }
+    if (st->n_adopt_fds == 0)
+        return aj_err(err, EPIPE, "a template's sandbox ended before it was complete");
+    return 0;
+}
+
+int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **ret, struct aj_error *err)
+{
+    struct aj_sandbox *sb = malloc(sizeof(*sb));
+    int r;
+
+    *ret = NULL;
+    if (!sb)
+        return aj_err(err, ENOMEM, "sandbox");
+    sb_init(sb, pol);
+    result_reset(&sb->prepared);
+    r = sb_begin(sb, pol, NULL, &sb->prepared, err);
+    if (r == 0)
+        r = aj_interp_setup_parked(sb, err);
+    sb->c.adopt = sb->st.adopt = true;
+    if (r == 0)
+        r = sb_prepare(sb, false, &sb->prepared, err);
+    /* The run's CPU time and memory come from its cgroup, which the
+     * template's child joins: a sandbox without one of its own cannot
+     * have a template's child. */
+    if (r == 0 && !sb->cg.created)
+        r = aj_err(err, EOPNOTSUPP, "the sandbox has no cgroup of its own (a template's child must join one)");
+    if (r == 0 && sb->c.decoys.n > 0)
+        r = aj_pool_arm_decoys(sb, err);
+    if (r == 0)
+        r = wait_adopt(sb, err);
+    if (r < 0) {
+        sb_discard(sb, 0, NULL, NULL, NULL);
+        return r;
+    }
+    *ret = sb;
+    return 0;
+}
+
 int aj_interp_send(struct aj_sandbox *sb, const int fds[3], struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
@@ -423,7 +490,7 @@ int aj_interp_pool_start(struct aj_pool *pool, struct aj_req *rq, const struct a
     }
     for (int i = 0; same && !pipes_ok && i < 3; i++)
         same = rq->stdio[i].kind != AJ_STDIO_PIPE; /* the cold start says why */
-    sb = same ? aj_pool_take(pool) : NULL;
+    sb = same ? aj_pool_take_wait(pool) : NULL;
     if (!sb) {
         /* Not the interpreter's form (a plain cold run), or it needs what a
          * parked one cannot give, or none is ready: cold, same semantics. */

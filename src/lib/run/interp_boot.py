@@ -32,18 +32,24 @@
 # Everything is inside _aj (a function): __main__'s namespace holds nothing of this file when
 # the code starts; _aj itself is popped from it in the statement that calls it. What is left:
 # two frames under the code's module frame (this file's module frame and _aj's).
-def _aj(report, exit_status, finish):
+def _aj(report, exit_status, finish, template_setup, template_profile, template_serve):
     import os
     import sys
 
     def fail(why):
+        # A long message (numpy's import advice) would lose its end, where the cause is: its
+        # first line and its last, then.
+        lines = [l.strip() for l in why.splitlines() if l.strip()]
+        if len(why) > 400 and len(lines) > 2:
+            why = "%s ... %s" % (lines[0], lines[-1])
         try:
             os.write(3, b"E" + why.encode("utf-8", "replace")[:4000])
         finally:
             os._exit(1)
 
     warmup = None
-    for name in sys.argv[1:]:
+    template = sys.argv[1:2] == ["-t"]
+    for name in sys.argv[2 if template else 1:]:
         if name.startswith("-w"):
             warmup = name[2:]
             continue
@@ -58,7 +64,6 @@ def _aj(report, exit_status, finish):
             exec(compile(warmup, "<warmup>", "exec"), {"__name__": "__warmup__", "__builtins__": __builtins__})
         except BaseException as e:  # noqa: B036
             fail("interpreter.warmup: %s: %s" % (type(e).__name__, e))
-    del warmup
     preloaded = set(sys.modules)
     import _socket
     import gc
@@ -83,14 +88,24 @@ def _aj(report, exit_status, finish):
     # Only the young generations are collected first: a full pass over pandas' objects is
     # ~20 ms of every refill's CPU and finds nothing (the import's own passes collected it);
     # older garbage, if a preload left some, is frozen with the rest (memory, not behaviour).
+    if template:
+        lib, ctl = template_setup(fail)
     gc.collect(1)
     gc.freeze()
+    probe = None
+    if template:
+        hot, probe = template_profile(warmup, ctl)
+    del warmup
 
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()  # what the preload printed goes to /dev/null, not to a request's stream
         except Exception:
             pass
+    if template:
+        if probe is None:
+            template_serve(lib, ctl, hot)  # returns in a child, parked in a sandbox of its own
+        del lib, ctl, hot
     os.write(3, b"P")
     s = _socket.socket(fileno=3)
     data, anc, _flags, _addr = s.recvmsg(1 << 16, _socket.CMSG_SPACE(3 * 4))
@@ -185,7 +200,175 @@ def _aj(report, exit_status, finish):
             report(e, tb)
             sigint = isinstance(e, KeyboardInterrupt)
         del code
-    finish(status, sigint, preloaded, word if os.getpid() == me else None, _socket.MSG_NOSIGNAL)
+    finish(status, sigint, preloaded, word if os.getpid() == me else None, _socket.MSG_NOSIGNAL,
+           probe if os.getpid() == me else None)
+
+
+def _aj_template_setup(fail):
+    # A template (tmpl.c): fd 3 is a SOCK_SEQPACKET socket to the supervisor, whose first message
+    # is b"I" + the policy's sha256 (hex) + 4 bytes of layer flags + the policy's JSON; fd 4 is
+    # agentjail-interp.so, which applies the sandbox's layers in each child (tmpl_child.c).
+    import _socket
+    import ctypes
+    import os
+
+    ctl = _socket.socket(fileno=3)
+    msg = ctl.recv(1 << 22)
+    if msg[:1] != b"I" or len(msg) < 69:
+        os._exit(125)
+    lib = ctypes.CDLL("/proc/self/fd/4")
+    os.close(4)
+    lib.aj_tmpl_child_init.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_uint,
+                                       ctypes.c_char_p, ctypes.c_size_t]
+    lib.aj_tmpl_child_init.restype = ctypes.c_int
+    lib.aj_tmpl_child_enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    lib.aj_tmpl_child_enter.restype = ctypes.c_int
+    why = ctypes.create_string_buffer(1024)
+    if lib.aj_tmpl_child_init(msg[69:], len(msg) - 69, msg[1:65], int.from_bytes(msg[65:69], "little"), why,
+                              len(why)) != 0:
+        fail("interpreter.template: " + why.value.decode("utf-8", "replace"))
+    return lib, ctl
+
+
+def _aj_template_profile(warmup, ctl):
+    # A child of the template writes to pages it shares with it: each first write is a copy (a
+    # fault, ~3 us with its memory charge), a thousand or more for a pandas snippet and its run's
+    # way through this bootstrap, which made a warm run 2-3x slower than in an interpreter of
+    # its own. Which pages: a probe, a child that parks as any does and is sent a request made
+    # here (the warm-up cell as its code, or `pass`; /dev/null for its streams), runs it to the
+    # end and, before its _exit, reports the pages it wrote: those its pagemap shows present and
+    # mapped by it alone (a page shared with the template is not, until written). Each parked
+    # child writes those pages while it waits, off the run's path: they are its own then,
+    # charged to it. Returns (pages, None) in the template, (None, report) in the probe.
+    import _socket
+    import array
+    import os
+    import sys
+
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ctl.detach()
+        a.close()
+        os.close(r)
+        os.dup2(b.detach(), 3)
+
+        def report():
+            hot = array.array("Q")
+            page = os.sysconf("SC_PAGE_SIZE")
+            with open("/proc/self/maps") as maps:
+                regions = [line.split() for line in maps]
+            fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+            for parts in regions:
+                if len(parts) < 5 or parts[1][1] != "w" or parts[1][3] != "p":
+                    continue
+                if len(parts) >= 6 and parts[5].startswith("[") and parts[5] != "[heap]":
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                bits = array.array("Q", os.pread(fd, (hi - lo) // page * 8, lo // page * 8))
+                start = None
+                for i, v in enumerate(bits):
+                    mine = (v >> 56) & 1 and (v >> 63) & 1  # mapped exclusively, present
+                    if mine and start is None:
+                        start = i
+                    elif not mine and start is not None:
+                        hot.extend((lo + start * page, (i - start) * page))
+                        start = None
+                if start is not None:
+                    hot.extend((lo + start * page, (len(bits) - start) * page))
+            os.write(w, hot.tobytes())
+
+        return None, report
+    os.close(w)
+    b.close()
+    try:
+        code = warmup if warmup is not None else "pass"
+        env = [k + b"=" + v for k, v in os.environb.items()]
+        body = b"\0".join([b"/", b"3", b"python3", b"-c", os.fsencode(code), str(len(env)).encode()] + env) + b"\0"
+        null = os.open("/dev/null", os.O_RDWR)
+        a.recv(1)  # b"P": parked
+        a.sendmsg([b"AJR1" + len(body).to_bytes(4, "little")],
+                  [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", [null] * 3).tobytes())])
+        os.close(null)
+        a.sendall(body)
+        a.shutdown(_socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = os.read(r, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        a.close()
+        os.close(r)
+        os.waitpid(pid, 0)
+    hot = array.array("Q")
+    hot.frombytes(data[:len(data) // 16 * 16])
+    return hot, None
+
+
+def _aj_template_serve(lib, ctl, hot):
+    # Ready; then one child per b"S" message (struct aj_tmpl_spawn, decoy paths; fds: the sandbox's
+    # sync socket, its namespaces, its cgroup files). The child enters the sandbox (tmpl_child.c)
+    # and returns from here, parked; the template goes on. EOF: the supervisor is gone.
+    import _signal
+    import _socket
+    import ctypes
+    import os
+    import sys
+
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the children's reapers are nobody's to wait for
+    ctl.send(b"P")
+    while True:
+        try:
+            data, anc, flags, _addr = ctl.recvmsg(1 << 16, _socket.CMSG_SPACE(32 * 4))
+        except InterruptedError:
+            continue
+        fds = []
+        for level, kind, d in anc:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds += [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(d) - 3, 4)]
+        if not data or data[:1] != b"S" or flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
+            os._exit(0 if not data else 125)
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1  # (the pids limit of the template's sandbox) closing our copies ends that sandbox
+        if pid == 0:
+            ctl.detach()  # fd 3: closed in the child by tmpl_child.c, never by this object
+            arr = (ctypes.c_int * len(fds))(*fds)
+            lib.aj_tmpl_child_enter(data[1:], len(data) - 1, arr, len(fds))
+            break
+        for fd in fds:
+            os.close(fd)
+    # The payload: every layer applied, fd 3 its request channel. random was reseeded by os.fork;
+    # numpy's global generator would repeat the template's sequence in every child.
+    if hot:
+        # The pages a run is likely to write (_aj_template_profile), written now: MADV_POPULATE_WRITE
+        # (Linux 5.14; ENOMEM where the probe's page is not mapped here: what it allocated itself).
+        # Before 5.14 (EINVAL), a byte is written back with its own value, in the pages mapped
+        # writable here only.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        mapped = None
+        for i in range(0, len(hot), 2):
+            if libc.madvise(hot[i], hot[i + 1], 23) == 0 or ctypes.get_errno() != 22:
+                continue
+            if mapped is None:
+                with open("/proc/self/maps") as f:
+                    mapped = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f
+                              if line.split()[1][1] == "w" and line.split()[1][3] == "p"]
+            for lo, hi in mapped:
+                for a in range(max(lo, hot[i]), min(hi, hot[i] + hot[i + 1]), 4096):
+                    b = ctypes.c_char.from_address(a)
+                    b.value = b.value
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        try:
+            np_random.seed()
+        except Exception:
+            pass
 
 
 def _aj_report(e, tb):
@@ -217,7 +400,7 @@ def _aj_exit_status(e):
     return 1
 
 
-def _aj_finish(status, sigint, preloaded, word, nosignal):
+def _aj_finish(status, sigint, preloaded, word, nosignal, probe):
     import gc
     import os
     import sys
@@ -281,5 +464,9 @@ def _aj_finish(status, sigint, preloaded, word, nosignal):
             word.send(b"D" + bytes([status & 0xFF]), nosignal)
         except OSError:
             pass
+    if probe is not None:
+        probe()
     os._exit(status)
-globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'))
+globals().pop('_aj')(globals().pop('_aj_report'), globals().pop('_aj_exit_status'), globals().pop('_aj_finish'),
+                    globals().pop('_aj_template_setup'), globals().pop('_aj_template_profile'),
+                    globals().pop('_aj_template_serve'))

@@ -440,9 +440,26 @@ static void handle_msg(struct supervise_state *st, const struct aj_sync_msg *msg
     } else if (msg->type == AJ_MSG_INTERP && nfds == 1 && st->interp_fd < 0) {
         st->interp_fd = fds[0];
         fds[0] = -1;
+    } else if (msg->type == AJ_MSG_ADOPT && st->adopt && st->n_adopt_fds == 0 && nfds >= 1 &&
+               nfds == 1 + __builtin_popcount((unsigned)msg->wstatus & ((1u << AJ_ADOPT_NS_KINDS) - 1))) {
+        st->layers |= msg->layers;
+        st->adopt_mask = (unsigned)msg->wstatus;
+        for (int i = 0; i < nfds; i++) {
+            st->adopt_fds[i] = fds[i];
+            fds[i] = -1;
+        }
+        st->n_adopt_fds = nfds;
+    } else if (msg->type == AJ_MSG_EXIT && st->early_end) {
+        /* The end word decided already; a template child's reaper reports
+         * the kill that followed it (it is outside the run's cgroup). */
     } else if (msg->type == AJ_MSG_EXIT) {
         st->exit_wstatus = msg->wstatus;
         st->have_exit = true;
+        /* A template's child: its reaper reported, init (which never had
+         * the payload as its child) goes now, and everything in the pid
+         * namespace with it, as when init returns. */
+        if (st->adopt && st->pidfd >= 0)
+            (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
         /* init is about to exit: let go of the decoys now, while the
          * sandbox's mounts are still alive. Holding the socket (bound on
          * the sandbox's /var/run) past init's exit would make our close()
@@ -851,7 +868,20 @@ void aj_loop_drain_msgs(struct supervise_state *st)
             aj_loop_unwatch(st, st->sock);
             (void)close(st->sock);
             st->sock = -1;
+            /* A template's child and its reaper are gone without a word
+             * (init closed its own end after handing it over): nothing
+             * can report the payload's end any more; init goes too. */
+            if (st->adopt && st->pidfd >= 0)
+                (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
         }
+}
+
+void aj_loop_close_adopt_fds(struct supervise_state *st)
+{
+    for (int i = 0; i < st->n_adopt_fds; i++)
+        if (st->adopt_fds[i] >= 0)
+            (void)close(st->adopt_fds[i]);
+    st->n_adopt_fds = 0;
 }
 
 /* The listener is gone (every process of the filter exited). */

@@ -8,6 +8,7 @@
  * steps: sandbox.c calls it. */
 #pragma once
 
+
 #include <jansson.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -21,6 +22,7 @@
 #include "aj_cgroup.h"
 #include "aj_decoy.h"
 #include "aj_notify.h"
+#include "protocol.h"
 
 /* How the relay writes to the caller's fd without ever blocking on it: a
  * stalled reader must not suspend the supervisor (deadlines, cgroup
@@ -133,6 +135,14 @@ struct supervise_state {
     /* The bootstrap's end word was taken as the payload's exit (see
      * on_interp_word): the sandbox is killed, init not reaped yet. */
     bool early_end;
+    /* A template's child (tmpl.c): init is in adopt mode; what it handed
+     * over (AJ_MSG_ADOPT: the sync socket's dup first, then the
+     * namespaces in adopt_mask) until it goes to the template. The
+     * payload's reaper, not init, reports its exit: init is killed then. */
+    bool adopt;
+    int adopt_fds[1 + AJ_ADOPT_NS_KINDS];
+    int n_adopt_fds;
+    unsigned adopt_mask;
     /* outcome */
     bool have_exit, have_child_err;
     int exit_wstatus, init_status, interrupted;
@@ -169,6 +179,9 @@ struct supervise_state {
 
 /* A warm interpreter's run has its request: the start event now. */
 void aj_loop_mark_started(struct supervise_state *st);
+
+/* Close what an adopt-mode init handed over and was not passed on. */
+void aj_loop_close_adopt_fds(struct supervise_state *st);
 
 /* Every message the sandbox side queued before this moment. */
 void aj_loop_drain_msgs(struct supervise_state *st);

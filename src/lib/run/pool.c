@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include "sandbox.h"
 #include "aj_util.h"
 #include "protocol.h"
+#include "tmpl.h"
 
 /* Sandboxes prepared ahead of time, each used for exactly one run: the
  * payload process of a parked sandbox has every layer applied and waits on
@@ -30,6 +32,7 @@ struct aj_pool {
     unsigned size;
     pthread_mutex_t mu;
     pthread_cond_t wake;                    /* the filler: something to do, or stop */
+    pthread_cond_t parked;                  /* a sandbox was parked (aj_pool_take_wait) */
     struct aj_sandbox *ready[AJ_POOL_MAX];
     unsigned n_ready;
     struct aj_cgroup spent[AJ_POOL_MAX];    /* emptied, awaiting removal */
@@ -42,7 +45,19 @@ struct aj_pool {
     bool cancel;                            /* __atomic: aj_pool_free is under way (an interpreter's import stops) */
     unsigned running;                       /* warm runs in flight */
     unsigned refs;                          /* the pool's own (until aj_pool_free), one per live warm run */
+    /* An interpreter pool's template (tmpl.c), touched only by whoever
+     * prepares (aj_pool_new, then the filler); tmpl_pid and tmpl_why are
+     * what aj_pool_template says (under mu). */
+    struct aj_tmpl *tmpl;
+    bool tmpl_off, tmpl_ever;
+    unsigned tmpl_restarts;                 /* consecutive failed restarts */
+    pid_t tmpl_pid;
+    char tmpl_why[sizeof(((struct aj_error *)0)->msg) + 64];
 };
+
+/* After this many template restarts in a row fail, the pool parks
+ * interpreters that import the preload themselves. */
+#define TMPL_MAX_RESTARTS 3
 
 static void pool_discard(struct aj_sandbox *sb)
 {
@@ -78,12 +93,93 @@ int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err)
     return 0;
 }
 
+static void tmpl_set_off(struct aj_pool *pool, const char *why)
+{
+    pool->tmpl_off = true;
+    pthread_mutex_lock(&pool->mu);
+    pool->tmpl_pid = 0;
+    (void)snprintf(pool->tmpl_why, sizeof(pool->tmpl_why), "%s", why);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* The pool's template, started (again) if it is not running; NULL when
+ * the pool does not use one (err filled only for a failure to report: the
+ * first start, from aj_pool_new, where a preload that does not import
+ * must fail the pool as it does without a template). */
+static struct aj_tmpl *pool_template(struct aj_pool *pool, bool first, struct aj_error *err)
+{
+    struct aj_error terr = {0};
+    char why[sizeof(terr.msg)];
+    int r;
+
+    if (pool->tmpl_off)
+        return NULL;
+    if (pool->tmpl && aj_tmpl_alive(pool->tmpl))
+        return pool->tmpl;
+    if (!pool->tmpl && !aj_tmpl_wanted(pool->pol, why, sizeof(why))) {
+        tmpl_set_off(pool, why[0] ? why : "interpreter.template is false");
+        return NULL;
+    }
+    aj_tmpl_free(pool->tmpl); /* died: a new one */
+    pool->tmpl = NULL;
+    r = aj_tmpl_start(pool->pol, &pool->cancel, &pool->tmpl, &terr);
+    if (r == 0) {
+        pool->tmpl_restarts = 0;
+        pool->tmpl_ever = true;
+        pthread_mutex_lock(&pool->mu);
+        pool->tmpl_pid = aj_tmpl_pid(pool->tmpl);
+        pool->tmpl_why[0] = '\0';
+        pthread_mutex_unlock(&pool->mu);
+        return pool->tmpl;
+    }
+    if (first || r == -ECANCELED) {
+        *err = terr;
+        return NULL;
+    }
+    if (++pool->tmpl_restarts >= TMPL_MAX_RESTARTS) {
+        char msg[sizeof(pool->tmpl_why)];
+        (void)snprintf(msg, sizeof(msg), "the template failed %u times in a row: %s", pool->tmpl_restarts, terr.msg);
+        tmpl_set_off(pool, msg);
+        return NULL;
+    }
+    *err = terr;
+    return NULL;
+}
+
 /* One parked sandbox, or NULL with err filled. */
 static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
 {
-    struct aj_sandbox *sb = malloc(sizeof(*sb));
+    struct aj_tmpl *tmpl = NULL;
+    struct aj_sandbox *sb;
     int r;
 
+    /* A pool of interpreters parks a started one (interp.c): a fork of
+     * its template where it has one (tmpl.c). */
+    if (pool->pol->interp_lang != AJ_INTERP_NONE) {
+        err->msg[0] = '\0';
+        tmpl = pool_template(pool, !pool->tmpl_ever, err);
+        if (!tmpl && err->msg[0])
+            return NULL;
+    }
+    if (tmpl) {
+        r = aj_interp_prepare_adopted(pool->pol, &sb, err);
+        if (r == -EOPNOTSUPP) {
+            tmpl_set_off(pool, err->msg);
+            *err = (struct aj_error){0};
+            return pool_prepare(pool, err);
+        }
+        if (r < 0)
+            return NULL;
+        r = aj_tmpl_spawn(tmpl, sb, err);
+        if (r == 0)
+            r = aj_interp_wait_parked(sb, &pool->cancel, err);
+        if (r < 0) {
+            pool_discard(sb);
+            return NULL;
+        }
+        return sb;
+    }
+    sb = malloc(sizeof(*sb));
     if (!sb) {
         aj_err(err, ENOMEM, "pooled sandbox");
         return NULL;
@@ -91,7 +187,6 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
     sb_init(sb, pool->pol);
     result_reset(&sb->prepared);
     r = sb_begin(sb, pool->pol, NULL, &sb->prepared, err);
-    /* A pool of interpreters parks a started one (interp.c). */
     if (r == 0 && pool->pol->interp_lang != AJ_INTERP_NONE)
         r = aj_interp_setup_parked(sb, err);
     if (r == 0)
@@ -146,6 +241,7 @@ static void *pool_filler(void *arg)
             pool->stats.prepared += sb != NULL;
             if (sb && pool->n_ready < pool->size && !pool->stopping) {
                 pool->ready[pool->n_ready++] = sb;
+                pthread_cond_broadcast(&pool->parked);
             } else if (sb) {
                 pthread_mutex_unlock(&pool->mu);
                 pool_discard(sb);
@@ -191,6 +287,7 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
     pool->size = size;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->wake, NULL);
+    pthread_cond_init(&pool->parked, NULL);
     for (unsigned i = 0; i < AJ_POOL_MAX; i++)
         aj_cgroup_init(&pool->spent[i]);
     pool->refs = 1;
@@ -228,6 +325,7 @@ static void pool_unref(struct aj_pool *pool)
     if (!last)
         return;
     pthread_cond_destroy(&pool->wake);
+    pthread_cond_destroy(&pool->parked);
     pthread_mutex_destroy(&pool->mu);
     free(pool);
 }
@@ -249,7 +347,10 @@ void aj_pool_free(struct aj_pool *pool)
         aj_sandbox_free(pool->dying[--pool->n_dying]);
     while (pool->n_ready > 0)
         pool_discard(pool->ready[--pool->n_ready]);
+    aj_tmpl_free(pool->tmpl);
+    pool->tmpl = NULL;
     pthread_mutex_lock(&pool->mu);
+    pool->tmpl_pid = 0;
     while (pool->n_spent > 0) {
         struct aj_cgroup cg = pool->spent[--pool->n_spent];
         pthread_mutex_unlock(&pool->mu);
@@ -306,6 +407,21 @@ void aj_pool_warm_failed(struct aj_pool *pool, struct aj_cgroup *spent)
     aj_pool_run_ended(pool, spent, false);
 }
 
+int aj_pool_template(struct aj_pool *pool, char *why, size_t why_size)
+{
+    int pid;
+
+    if (!pool)
+        return -EINVAL;
+    pthread_mutex_lock(&pool->mu);
+    pid = pool->tmpl_pid;
+    if (why && why_size)
+        (void)snprintf(why, why_size, "%s",
+                       pid > 0 ? "" : pool->tmpl_why[0] ? pool->tmpl_why : "not an interpreter pool");
+    pthread_mutex_unlock(&pool->mu);
+    return pid;
+}
+
 void aj_pool_get_stats(struct aj_pool *pool, struct aj_pool_stats *out)
 {
     pthread_mutex_lock(&pool->mu);
@@ -344,6 +460,32 @@ static bool run_request_fits(const struct aj_policy *pol, char *const *argv)
     for (size_t i = 0; i < pol->n_env; i++)
         len += strlen(pol->env[i]) + 1;
     return pol->n_env_pass + pol->n_env + 8 <= AJ_RUN_MAX_ARGS && len <= AJ_RUN_MAX_BYTES;
+}
+
+/* A template pool's refill is a fork and a sandbox (milliseconds), a cold
+ * interpreter run a whole import (hundreds): one that finds the pool empty
+ * waits this long for the refill under way before it runs cold. */
+#define TAKE_WAIT_MS 300
+
+struct aj_sandbox *aj_pool_take_wait(struct aj_pool *pool)
+{
+    struct timespec ts;
+    bool wait;
+
+    pthread_mutex_lock(&pool->mu);
+    wait = pool->tmpl_pid > 0 && pool->n_ready == 0 && !pool->stopping;
+    if (wait) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += TAKE_WAIT_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_signal(&pool->wake); /* the filler, if it waits for a run to end */
+        while (pool->n_ready == 0 && !pool->stopping && pool->tmpl_pid > 0)
+            if (pthread_cond_timedwait(&pool->parked, &pool->mu, &ts) != 0)
+                break;
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return aj_pool_take(pool);
 }
 
 struct aj_sandbox *aj_pool_take(struct aj_pool *pool)

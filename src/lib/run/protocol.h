@@ -21,10 +21,26 @@ enum aj_msg_type {
     AJ_MSG_DECOYS,   /* init → supervisor: decoy files (+ socket); wstatus = number of files */
     AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
     AJ_MSG_RUN,      /* pool → parked payload: its command (struct aj_run_msg) */
-    AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
+    AJ_MSG_NETNS,    /* netns helper → the relay's starter: its listening socket (fd), or err */
     AJ_MSG_ARMED,    /* supervisor → init: the decoys are leased (wstatus: how many failed) */
     AJ_MSG_PTY,      /* init → supervisor: the master of the payload's own pty */
     AJ_MSG_INTERP,   /* warm interpreter's payload → supervisor: our end of its request channel (fd) */
+    AJ_MSG_ADOPT,    /* init (adopt mode) → supervisor: a dup of its sync socket end and its namespaces
+                      * (fds, wstatus = AJ_ADOPT_NS_* bits of those sent), for a template's child */
+};
+
+/* The namespaces an adopt-mode init hands over, in this order (after the
+ * socket), each present where its bit is set in the message's wstatus. */
+enum {
+    AJ_ADOPT_NS_USER,
+    AJ_ADOPT_NS_MNT,
+    AJ_ADOPT_NS_UTS,
+    AJ_ADOPT_NS_IPC,
+    AJ_ADOPT_NS_NET,
+    AJ_ADOPT_NS_CGROUP,
+    AJ_ADOPT_NS_PID,
+    AJ_ADOPT_NS_TIME, /* time_for_children: absent on kernels without time namespaces */
+    AJ_ADOPT_NS_KINDS
 };
 
 /* A pooled run's command: this header, argc then envc NUL-terminated

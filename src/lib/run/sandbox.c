@@ -1297,6 +1297,7 @@ void sb_release(struct aj_sandbox *sb, struct aj_cgroup *keep_cg)
     aj_loop_unwatch(st, st->sock);
     close_fd(&st->sock);
     close_fd(&st->interp_fd);
+    aj_loop_close_adopt_fds(st);
     close_fd(&sb->socks[0]);
     close_fd(&sb->socks[1]);
     close_fd(&sb->null_fd);

@@ -117,6 +117,9 @@ void aj_pool_run_finished(struct aj_pool *pool);
  * run counted, and a warm run that could not start counted as cold (its
  * reference dropped). */
 struct aj_sandbox *aj_pool_take(struct aj_pool *pool);
+/* As aj_pool_take; a template pool that is empty is waited for a little
+ * (its refill costs far less than a cold interpreter). */
+struct aj_sandbox *aj_pool_take_wait(struct aj_pool *pool);
 const struct aj_policy *aj_pool_policy(const struct aj_pool *pool);
 int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err);
 void aj_pool_count_cold(struct aj_pool *pool);
@@ -129,6 +132,12 @@ bool aj_interp_wants(const struct aj_policy *pol, const struct aj_request *req);
 /* For a pool: sb (sb_begin'd) becomes an interpreter's sandbox: the
  * bootstrap as its command, the policy's environment without env_pass. */
 int aj_interp_setup_parked(struct aj_sandbox *sb, struct aj_error *err);
+/* The bootstrap's argv (NULL: out of memory); template: the template's. */
+char **aj_interp_boot_argv(const struct aj_policy *pol, bool template);
+/* A sandbox prepared as a parked interpreter's, with init in adopt mode,
+ * up to its namespaces (AJ_MSG_ADOPT): for a template's child, or for the
+ * template itself (tmpl.c). -EOPNOTSUPP: no cgroup of its own. */
+int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **ret, struct aj_error *err);
 /* After sb_prepare (and the decoys armed): handle the sandbox until the
  * bootstrap has imported the preload and waits (bounded; ECANCELED as
  * soon as *cancel, read atomically, is true: the pool is being freed). */
