@@ -9,7 +9,7 @@
 #
 # The host builds (scripts/build.sh); the guest compiles nothing. What runs in the guest is a
 # staged copy at /srv/project: the checkout's tracked files plus build/agentjail,
-# build/agentjail-serve, build/agentjail-probe, build/agentjail-egress and build/tests/{aj-*,test-unit-*}. COMMAND is joined with spaces and
+# build/agentjail-serve, build/agentjail-probe, build/agentjail-egress, build/agentjail-interp.so and build/tests/{aj-*,test-unit-*}. COMMAND is joined with spaces and
 # run by bash as root in the service /system.slice/ajvm-guest.service, in /srv/project.
 # Whatever it writes to $AJVM_OUT comes back to the host: the last job's directory is printed,
 # and with --out DIR its out/ is copied to DIR. Kernels come from `apt-get download`
@@ -268,7 +268,7 @@ else
   rsync -a --exclude='/build*' --exclude=.git "$PROJECT/" "$STAGE/"
 fi
 for f in "$PROJECT"/build/agentjail "$PROJECT"/build/agentjail-serve "$PROJECT"/build/agentjail-probe \
-         "$PROJECT"/build/agentjail-egress "$PROJECT"/build/tests/aj-* \
+         "$PROJECT"/build/agentjail-egress "$PROJECT"/build/agentjail-interp.so "$PROJECT"/build/tests/aj-* \
          "$PROJECT"/build/tests/test-unit-*; do
   [ -f "$f" ] && [ -x "$f" ] && cp -p "$f" "$STAGE/build/${f#"$PROJECT"/build/}"
 done

@@ -536,6 +536,8 @@ def test_template_is_used_or_says_why(outdir):
 
 def test_template_children_do_not_share_random_state(outdir):
     root_only("templates are root mode's")
+    if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], capture_output=True).returncode != 0:
+        must_skip("python3-numpy is not installed (scripts/deps.sh test)")
     code = "import random, numpy; print(random.random(), numpy.random.rand(), hash('aj-t'))"
     extra = ["--set", "interpreter.language=python", "--set", "interpreter.preload=numpy"]
     runs, summary, _ = pool([["python3", "-c", code]] * 3, outdir, extra=extra)

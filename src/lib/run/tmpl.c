@@ -194,8 +194,7 @@ static __attribute__((noreturn)) void template_child(const struct tmpl_exec *x)
         const char *colon = strchr(p, ':');
         size_t n = colon ? (size_t)(colon - p) : strlen(p);
         if (n > 0 && n + sizeof("/python3") < sizeof(buf)) {
-            memcpy(buf, p, n);
-            memcpy(buf + n, "/python3", sizeof("/python3"));
+            (void)snprintf(buf, sizeof(buf), "%.*s/python3", (int)n, p);
             execve(buf, x->argv, x->envp);
         }
         p = colon ? colon + 1 : NULL;
@@ -219,7 +218,7 @@ static int send_policy(int ctl, const struct aj_policy *pol, unsigned skip, stru
         return r;
     }
     len = strlen(json);
-    msg = malloc(1 + 64 + 4 + len);
+    msg = malloc(1 + 64 + 4 + len + 1);
     if (!msg) {
         free(json);
         return aj_err(err, ENOMEM, "template policy");
@@ -228,7 +227,7 @@ static int send_policy(int ctl, const struct aj_policy *pol, unsigned skip, stru
     memcpy(msg + 1, hex, 64);
     for (int i = 0; i < 4; i++)
         msg[65 + i] = (char)((skip >> (8 * i)) & 0xff);
-    memcpy(msg + 69, json, len);
+    memcpy(msg + 69, json, len + 1); /* the NUL is not sent */
     r = aj_proto_send_plain(ctl, msg, 69 + len);
     free(msg);
     free(json);
@@ -312,9 +311,10 @@ static int count_entries(pid_t pid, const char *what, int *max_fd)
         return -1;
     while ((e = readdir(d)))
         if (e->d_name[0] != '.') {
+            long v = strtol(e->d_name, NULL, 10);
             n++;
-            if (max_fd && atoi(e->d_name) > *max_fd)
-                *max_fd = atoi(e->d_name);
+            if (max_fd && v > *max_fd)
+                *max_fd = (int)v;
         }
     closedir(d);
     return n;
@@ -470,7 +470,7 @@ int aj_tmpl_spawn(struct aj_tmpl *t, struct aj_sandbox *sb, struct aj_error *err
             continue;
         if (len > AJ_TMPL_MAX_PATH)
             return aj_err(err, ENAMETOOLONG, "decoy path %s", c->decoys.paths[i]);
-        memcpy(buf + off, c->decoys.paths[i], len);
+        (void)snprintf(buf + off, sizeof(buf) - off, "%s", c->decoys.paths[i]);
         off += len;
         hdr.n_decoys++;
     }
