@@ -22,24 +22,7 @@
 
 int aj_probe_locate(char *buf, size_t size, struct aj_error *err)
 {
-    const char *env = getenv("AGENTJAIL_PROBE");
-    char self[4096];
-    ssize_t n;
-
-    if (env && *env) {
-        if (snprintf(buf, size, "%s", env) >= (int)size)
-            return aj_err(err, ENAMETOOLONG, "AGENTJAIL_PROBE");
-    } else {
-        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n < 0)
-            return aj_err(err, errno, "find the agentjail binary");
-        self[n] = '\0';
-        if (snprintf(buf, size, "%s/agentjail-probe", dirname(self)) >= (int)size)
-            return aj_err(err, ENAMETOOLONG, "probe path");
-    }
-    if (access(buf, X_OK) < 0)
-        return aj_err(err, errno, "agentjail-probe at %s (set AGENTJAIL_PROBE to its path)", buf);
-    return 0;
+    return aj_locate_companion("AGENTJAIL_PROBE", "agentjail-probe", X_OK, buf, size, err);
 }
 
 int aj_probe_in_policy(const struct aj_policy *pol_in, char **ret_json, struct aj_result *ret_res,

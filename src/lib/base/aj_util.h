@@ -72,3 +72,10 @@ unsigned long long aj_own_pidns(void);
 int aj_random_hex(char *buf, size_t nbytes_hex);
 
 uint64_t aj_now_ms(void);
+
+/* A companion file of agentjail's (agentjail-egress, agentjail-probe,
+ * agentjail-interp.so): $env when set, else NAME beside the running
+ * binary; its absolute path in buf, checked with access(amode). The error
+ * names the path and the variable. */
+int aj_locate_companion(const char *env, const char *name, int amode, char *buf, size_t size,
+                        struct aj_error *err);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +167,31 @@ int aj_random_hex(char *buf, size_t nhex)
     for (size_t i = 0; i < nhex; i++)
         buf[i] = hex[(raw[i / 2] >> ((i % 2) ? 0 : 4)) & 0xf];
     buf[nhex] = '\0';
+    return 0;
+}
+
+int aj_locate_companion(const char *env, const char *name, int amode, char *buf, size_t size,
+                        struct aj_error *err)
+{
+    const char *v = getenv(env);
+    char self[4096];
+    ssize_t n;
+
+    if (v && *v) {
+        if (snprintf(buf, size, "%s", v) >= (int)size)
+            return aj_err(err, ENAMETOOLONG, "%s", env);
+    } else {
+        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n < 0)
+            return aj_err(err, errno, "find the agentjail binary");
+        self[n] = '\0';
+        if (snprintf(buf, size, "%s/%s", dirname(self), name) >= (int)size)
+            return aj_err(err, ENAMETOOLONG, "%s path", name);
+    }
+    errno = 0;
+    if (buf[0] != '/' || access(buf, amode) < 0)
+        return aj_err(err, errno ? errno : ENOENT, "%s at %s (installed beside agentjail; set %s to its absolute path)",
+                      name, buf, env);
     return 0;
 }
 

@@ -417,26 +417,8 @@ static int make_placeholder(struct resolved *rs, struct aj_error *err)
 
 static int locate_binary(char *buf, size_t size, struct aj_error *err)
 {
-    const char *env = getenv("AGENTJAIL_EGRESS");
-    char self[4096];
-    ssize_t n;
-
-    if (env && *env) {
-        if (snprintf(buf, size, "%s", env) >= (int)size)
-            return aj_err(err, ENAMETOOLONG, "AGENTJAIL_EGRESS");
-    } else {
-        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n < 0)
-            return aj_err(err, errno, "find the agentjail binary");
-        self[n] = '\0';
-        if (snprintf(buf, size, "%s/agentjail-egress", dirname(self)) >= (int)size)
-            return aj_err(err, ENAMETOOLONG, "egress proxy path");
-    }
-    if (buf[0] != '/' || access(buf, X_OK) < 0)
-        return aj_err(err, errno ? errno : ENOENT,
-                      "network.mode \"proxy\" needs agentjail-egress at %s (installed beside agentjail; set "
-                      "AGENTJAIL_EGRESS to its absolute path)", buf);
-    return 0;
+    int r = aj_locate_companion("AGENTJAIL_EGRESS", "agentjail-egress", X_OK, buf, size, err);
+    return r < 0 ? aj_err_prefix(err, r, "network.mode \"proxy\" needs") : 0;
 }
 
 /* ---- the socket directory ---------------------------------------------------------- */

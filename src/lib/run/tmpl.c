@@ -61,27 +61,7 @@ static const char *const one_thread_env[] = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_
 
 static int interp_so_path(char *buf, size_t size, struct aj_error *err)
 {
-    const char *env = getenv("AGENTJAIL_INTERP_SO");
-    char self[4096];
-    ssize_t n;
-
-    if (env && *env) {
-        if (snprintf(buf, size, "%s", env) >= (int)size)
-            return aj_err(err, ENAMETOOLONG, "AGENTJAIL_INTERP_SO");
-    } else {
-        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n < 0)
-            return aj_err(err, errno, "find the agentjail binary");
-        self[n] = '\0';
-        if (snprintf(buf, size, "%s/agentjail-interp.so", dirname(self)) >= (int)size)
-            return aj_err(err, ENAMETOOLONG, "agentjail-interp.so path");
-    }
-    if (buf[0] != '/' || access(buf, R_OK) < 0)
-        return aj_err(err, errno ? errno : ENOENT,
-                      "agentjail-interp.so not found at %s (installed beside agentjail; set AGENTJAIL_INTERP_SO to "
-                      "its absolute path)",
-                      buf);
-    return 0;
+    return aj_locate_companion("AGENTJAIL_INTERP_SO", "agentjail-interp.so", R_OK, buf, size, err);
 }
 
 bool aj_tmpl_wanted(const struct aj_policy *pol, char *why, size_t why_size)
