@@ -20,7 +20,8 @@ ratios against the goals: p50 within 1.3x of bare python spawning, python
 runs/s at least 0.7x of bare spawning on the same cores.
 
 USAGE
-  bench/server.py [-d SECONDS] [-r ROUNDS] [-w WARM] [-c 1,2,8] [--gap MS] [--pool N] [--agentjail PATH] [--json]
+  bench/server.py [-d SECONDS] [-r ROUNDS] [-w WARM] [-c 1,2,8] [--gap MS] [--pool N] [--runner-threads N]
+                  [--agentjail PATH] [--json]
 Needs root (the server runs each run as its own host uid).
 """
 import argparse
@@ -55,12 +56,14 @@ def pct(xs, q):
 
 
 class Server:
-    def __init__(self, aj, pool, max_runs):
+    def __init__(self, aj, pool, max_runs, runner_threads=None):
         self.tmp = tempfile.mkdtemp(prefix="ajbench-srv-")
         cfg = {"listen": "127.0.0.1:0", "store": os.path.join(self.tmp, "state", "runs.db"),
                "tenants": {"bench": {"token_sha256": hashlib.sha256(TOKEN.encode()).hexdigest()}},
                "pool_size": pool, "max_runs": max_runs, "max_runs_per_tenant": max_runs,
                "max_connections": 64}
+        if runner_threads is not None:
+            cfg["runner_threads"] = runner_threads
         path = os.path.join(self.tmp, "server.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
@@ -216,6 +219,8 @@ def main():
                    help="ms each client idles between its calls (default 0: back to back; runs/s then "
                         "counts the idle time too)")
     p.add_argument("--pool", type=int, default=None, help="the server's pool_size (default: the largest concurrency)")
+    p.add_argument("--runner-threads", type=int, default=None,
+                   help="the server's runner_threads (default: its own, one per CPU)")
     p.add_argument("--agentjail", default=os.path.join(REPO, "build", "agentjail"))
     p.add_argument("--json", action="store_true", help="print the rows as JSON too")
     a = p.parse_args()
@@ -231,7 +236,7 @@ def main():
                 ("sh", [sh, "-c", "true"], {"argv": ["sh", "-c", "true"]})]
     pool = a.pool if a.pool is not None else max(conc)
     load_before = os.getloadavg()
-    srv = Server(a.agentjail, pool, max(16, max(conc)))
+    srv = Server(a.agentjail, pool, max(16, max(conc)), a.runner_threads)
     rows = []
     pool_seen = [0, 0]  # the server's warm/cold run counts at the last cell's end
     try:

@@ -568,6 +568,10 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
             if (get_uint(L, key, v, 0, 64, &u) < 0)
                 return -1;
             cfg->pool_size = (unsigned)u;
+        } else if (strcmp(key, "runner_threads") == 0) {
+            if (get_uint(L, key, v, 0, 64, &u) < 0)
+                return -1;
+            cfg->runner_threads = (unsigned)u;
         } else if (strcmp(key, "interpreters") == 0) {
             interp_clear(&cfg->interp);
             if (load_interpreters(L, key, v, &cfg->interp) < 0)
@@ -631,7 +635,8 @@ static int load_top(struct cfg_loader *L, json_t *root, struct srv_config *cfg)
                             "unknown key (known: listen, store, policy, profile, tenants, max_runs, "
                             "max_runs_per_tenant, max_body_bytes, max_output_bytes, max_timeout, "
                             "max_connections, max_connections_per_ip, connection_timeout, max_runs_per_minute, "
-                            "retention_days, pool_size, interpreters, events_log, tls, sessions, mcp, replica)");
+                            "retention_days, pool_size, runner_threads, interpreters, events_log, tls, sessions, mcp, "
+                            "replica)");
         }
     }
     if (!cfg->store)
@@ -750,6 +755,18 @@ out:
     if (r < 0)
         srv_config_clear(cfg);
     return r;
+}
+
+unsigned srv_config_runner_threads(const struct srv_config *cfg)
+{
+    long n;
+
+    if (cfg->runner_threads)
+        return cfg->runner_threads;
+    /* One per CPU: starting and ending a sandbox is CPU work (clone,
+     * mounts, teardown); more threads than CPUs only take turns. */
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
 }
 
 void srv_config_clear(struct srv_config *cfg)

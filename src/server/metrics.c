@@ -45,6 +45,8 @@ char *srv_metrics_text(struct srv_runner *rn, const struct srv_config *cfg)
                           (unsigned long long)m.finished_by_status[i]);
     header(f, "agentjail_runs_running", "gauge", "Sandboxes running now.");
     (void)fprintf(f, "agentjail_runs_running %u\n", m.running);
+    header(f, "agentjail_runner_threads", "gauge", "Threads that start runs and own them (runner_threads).");
+    (void)fprintf(f, "agentjail_runner_threads %u\n", srv_config_runner_threads(cfg));
     header(f, "agentjail_runs_queued", "gauge", "Runs accepted and not started yet (the runner's queue).");
     (void)fprintf(f, "agentjail_runs_queued %u\n", m.queued);
     header(f, "agentjail_http_429_total", "counter", "Runs refused over a concurrency or rate limit.");

@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The runner: one thread that starts every sandbox and owns every handle,
- * with one epoll loop over the handles' fds, their output pipes and an
- * eventfd through which HTTP threads hand it runs and kill requests. One
- * thread because the library wants a handle used by one thread at a time
- * and the thread that starts a run to outlive it (the sandbox's
- * parent-death signal follows the thread that cloned it); this one lives
- * until every run has ended. The server never forks on its own. */
+/* The runner: runner_threads threads ("lanes", config.c), each starting
+ * the runs handed to it and owning their handles, with its own epoll loop
+ * over the handles' fds, their output pipes and an eventfd through which
+ * HTTP threads hand it runs and kill requests. A run stays on its lane
+ * because the library wants a handle used by one thread at a time and the
+ * thread that starts a run to outlive it (the sandbox's parent-death
+ * signal follows the thread that cloned it); a lane lives until each of
+ * its runs has ended. More than one lane so that concurrent clients' runs
+ * start, and end, in parallel: a cold start (an empty pool) takes
+ * milliseconds of one thread, during which a single lane handled nothing
+ * else. Lane 0 also makes and frees the warm pools (aj_pool_start may be
+ * called from any thread). Shared state (the live list, the metrics, the
+ * tenants' counts) is under rn->lock. The server never forks on its own. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -29,8 +35,7 @@ struct srv_runner {
 
     pthread_mutex_t lock;
     pthread_cond_t done;
-    struct srv_run *live;               /* queued and running */
-    struct srv_run *qhead, *qtail;      /* to start */
+    struct srv_run *live;               /* queued and running, every lane's */
     unsigned active;
     bool stopping;
     bool pools_made; /* the runner made (and so filled) every warm pool it could */
@@ -42,12 +47,19 @@ struct srv_runner {
         struct aj_pool *pool;
         struct aj_pool *interp; /* its warm interpreters (tenant pol_interp), NULL: none */
     } *pools;
-    struct srv_run *graveyard; /* finished in this batch, the runner's reference still held */
-    int64_t pruned_ms;         /* when old records were last removed (retention_days) */
+    int64_t pruned_ms;         /* when old records were last removed (retention_days); under lock */
     unsigned keepalive_s;      /* srv_runner_next_output's wait with nothing to say */
-    int efd, ep;
-    pthread_t thread;
-    bool thread_started;
+    struct lane {
+        struct srv_runner *rn;
+        unsigned idx;
+        struct srv_run *qhead, *qtail; /* to start (under lock) */
+        unsigned n_live;               /* its runs, queued and running (under lock) */
+        struct srv_run *graveyard;     /* finished in this batch, the lane's reference still held */
+        int efd, ep;
+        pthread_t thread;
+        bool thread_started;
+    } *lanes;
+    unsigned n_lanes;
 };
 
 const char *const srv_status_names[16] = {
@@ -172,12 +184,12 @@ char *srv_record_json(const struct srv_run *r, const char *state_name)
 
 /* ---- the runner thread -------------------------------------------------------------- */
 
-static void wake(struct srv_runner *rn)
+static void wake(struct lane *ln)
 {
     uint64_t one = 1;
-    /* EAGAIN only when the counter is full, and then the runner is woken
+    /* EAGAIN only when the counter is full, and then the lane is woken
      * already. */
-    while (write(rn->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+    while (write(ln->efd, &one, sizeof(one)) < 0 && errno == EINTR)
         ;
 }
 
@@ -212,11 +224,11 @@ void srv_run_unref(struct srv_runner *rn, struct srv_run *r)
         free_run(r);
 }
 
-static void close_watch(struct srv_runner *rn, int *fd)
+static void close_watch(struct lane *ln, int *fd)
 {
     if (*fd < 0)
         return;
-    (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, *fd, NULL);
+    (void)epoll_ctl(ln->ep, EPOLL_CTL_DEL, *fd, NULL);
     (void)close(*fd);
     *fd = -1;
 }
@@ -274,11 +286,18 @@ static void read_events(struct srv_runner *rn, struct srv_run *r)
 void srv_runner_prune(struct srv_runner *rn, bool now)
 {
     int64_t t = srv_now_ms();
+    bool due;
     int n;
 
-    if (!rn->cfg->retention_days || (!now && t - rn->pruned_ms < 3600 * 1000))
+    if (!rn->cfg->retention_days)
         return;
-    rn->pruned_ms = t;
+    (void)pthread_mutex_lock(&rn->lock);
+    due = now || t - rn->pruned_ms >= 3600 * 1000;
+    if (due)
+        rn->pruned_ms = t;
+    (void)pthread_mutex_unlock(&rn->lock);
+    if (!due)
+        return;
     n = srv_store_prune(rn->store, t - (int64_t)rn->cfg->retention_days * 86400 * 1000);
     if (n < 0)
         (void)fprintf(stderr, "agentjail serve: store: could not remove old records\n");
@@ -288,15 +307,16 @@ void srv_runner_prune(struct srv_runner *rn, bool now)
 }
 
 /* The run has ended and its output is read: record it, wake its waiters. */
-static void finish(struct srv_runner *rn, struct srv_run *r)
+static void finish(struct lane *ln, struct srv_run *r)
 {
+    struct srv_runner *rn = ln->rn;
     const struct aj_result *res = r->h ? aj_sandbox_result(r->h) : NULL;
     uint64_t escapes = 0, canaries = 0;
     int idx;
 
-    close_watch(rn, &r->fd_in);
-    close_watch(rn, &r->fd_out);
-    close_watch(rn, &r->fd_err);
+    close_watch(ln, &r->fd_in);
+    close_watch(ln, &r->fd_out);
+    close_watch(ln, &r->fd_err);
     if (res) {
         (void)snprintf(r->status, sizeof(r->status), "%s", aj_status_name(res->status));
         r->exit_code = res->exit_code;
@@ -329,7 +349,7 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
      * the handle, its uid and its cgroup stay this thread's until then. */
     struct aj_sandbox *dying = r->h;
     if (r->h) {
-        (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
+        (void)epoll_ctl(ln->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
         r->h = NULL;
         if (r->ws) {
             aj_sandbox_free(dying);
@@ -367,6 +387,9 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
         rn->m.latency_sum_ms += ms;
     }
     rn->active--;
+    ln->n_live--;
+    /* Stopping: lane 0 frees the pools once no run of any lane is left. */
+    bool last = rn->stopping && !rn->live && ln->idx != 0;
     idx = srv_status_index(r->status);
     if (idx >= 0) {
         rn->m.finished_by_status[idx]++;
@@ -374,34 +397,36 @@ static void finish(struct srv_runner *rn, struct srv_run *r)
     }
     (void)pthread_cond_broadcast(&rn->done);
     (void)pthread_mutex_unlock(&rn->lock);
+    if (last)
+        wake(&rn->lanes[0]);
     aj_sandbox_free(dying);
-    /* The runner's reference goes after the current epoll batch: events
+    /* The lane's reference goes after the current epoll batch: events
      * of this run later in the batch still point at it. */
-    r->qnext = rn->graveyard;
-    rn->graveyard = r;
+    r->qnext = ln->graveyard;
+    ln->graveyard = r;
 }
 
-static void bury(struct srv_runner *rn)
+static void bury(struct lane *ln)
 {
-    while (rn->graveyard) {
-        struct srv_run *r = rn->graveyard;
-        rn->graveyard = r->qnext;
-        srv_run_unref(rn, r);
+    while (ln->graveyard) {
+        struct srv_run *r = ln->graveyard;
+        ln->graveyard = r->qnext;
+        srv_run_unref(ln->rn, r);
     }
 }
 
-static void maybe_finish(struct srv_runner *rn, struct srv_run *r)
+static void maybe_finish(struct lane *ln, struct srv_run *r)
 {
     if (r->ended && r->fd_out < 0 && r->fd_err < 0)
-        finish(rn, r);
+        finish(ln, r);
 }
 
-static int watch(struct srv_runner *rn, struct srv_run *r, enum srv_watch_kind kind, int fd, uint32_t events)
+static int watch(struct lane *ln, struct srv_run *r, enum srv_watch_kind kind, int fd, uint32_t events)
 {
     struct epoll_event ev = {.events = events, .data.ptr = &r->watch[kind]};
 
     r->watch[kind] = (struct srv_watch){.run = r, .kind = kind};
-    return epoll_ctl(rn->ep, EPOLL_CTL_ADD, fd, &ev);
+    return epoll_ctl(ln->ep, EPOLL_CTL_ADD, fd, &ev);
 }
 
 static int take_nonblocking(struct aj_sandbox *h, int stream)
@@ -418,8 +443,9 @@ static int take_nonblocking(struct aj_sandbox *h, int stream)
     return fd;
 }
 
-static void start(struct srv_runner *rn, struct srv_run *r)
+static void start(struct lane *ln, struct srv_run *r)
 {
+    struct srv_runner *rn = ln->rn;
     struct aj_request req = AJ_REQUEST_INIT;
     struct aj_error err = {0};
     bool kill_now;
@@ -441,12 +467,17 @@ static void start(struct srv_runner *rn, struct srv_run *r)
      * run with a policy of its own (a request's network variant, a
      * workspace's bind) runs cold. */
     req.workdir = r->workdir;
-    struct aj_pool *pool = r->pol ? NULL : rn->pools[r->tenant->index].pool;
+    /* Read under the lock: lane 0 made them (and frees them only once no
+     * run of any lane is left). */
+    (void)pthread_mutex_lock(&rn->lock);
+    struct tenant_pool tp = rn->pools[r->tenant->index];
+    (void)pthread_mutex_unlock(&rn->lock);
+    struct aj_pool *pool = r->pol ? NULL : tp.pool;
     const struct aj_policy *pol = r->pol ? r->pol : r->tenant->pol ? r->tenant->pol : rn->pol;
     /* python3 to a tenant with warm interpreters: one of them (the library
      * runs it cold, same semantics, when none is parked or the request
      * needs what a parked one cannot give; docs/interpreters.md). */
-    struct aj_pool *ipool = r->pol ? NULL : rn->pools[r->tenant->index].interp;
+    struct aj_pool *ipool = r->pol ? NULL : tp.interp;
     if (ipool && r->argv && r->argv[0] &&
         (strcmp(r->argv[0], "python3") == 0 || strcmp(r->argv[0], "/usr/bin/python3") == 0))
         pool = ipool;
@@ -455,7 +486,7 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     if ((pool ? aj_pool_start(pool, &req, &r->h, &err) : aj_sandbox_start(pol, &req, &r->h, &err)) < 0) {
         r->h = NULL;
         (void)snprintf(r->error, sizeof(r->error), "%s", err.msg);
-        finish(rn, r);
+        finish(ln, r);
         return;
     }
     (void)pthread_mutex_lock(&rn->lock);
@@ -472,18 +503,18 @@ static void start(struct srv_runner *rn, struct srv_run *r)
     r->fd_out = take_nonblocking(r->h, 1);
     r->fd_err = take_nonblocking(r->h, 2);
     r->fd_in = r->stdin_len ? take_nonblocking(r->h, 0) : -1;
-    if (watch(rn, r, SRV_W_HANDLE, aj_sandbox_fd(r->h), EPOLLIN) < 0 ||
-        (r->fd_out >= 0 && watch(rn, r, SRV_W_STDOUT, r->fd_out, EPOLLIN) < 0) ||
-        (r->fd_err >= 0 && watch(rn, r, SRV_W_STDERR, r->fd_err, EPOLLIN) < 0) ||
-        (r->fd_in >= 0 && watch(rn, r, SRV_W_STDIN, r->fd_in, EPOLLOUT) < 0)) {
+    if (watch(ln, r, SRV_W_HANDLE, aj_sandbox_fd(r->h), EPOLLIN) < 0 ||
+        (r->fd_out >= 0 && watch(ln, r, SRV_W_STDOUT, r->fd_out, EPOLLIN) < 0) ||
+        (r->fd_err >= 0 && watch(ln, r, SRV_W_STDERR, r->fd_err, EPOLLIN) < 0) ||
+        (r->fd_in >= 0 && watch(ln, r, SRV_W_STDIN, r->fd_in, EPOLLOUT) < 0)) {
         /* Without a watch the run could not advance: end it now. */
         (void)snprintf(r->error, sizeof(r->error), "server: epoll_ctl: %s", strerror(errno));
         (void)aj_sandbox_kill(r->h, SIGKILL);
         (void)aj_sandbox_wait(r->h, &err);
         r->ended = true;
-        close_watch(rn, &r->fd_out);
-        close_watch(rn, &r->fd_err);
-        finish(rn, r);
+        close_watch(ln, &r->fd_out);
+        close_watch(ln, &r->fd_err);
+        finish(ln, r);
         return;
     }
     if (kill_now)
@@ -549,8 +580,9 @@ static bool feed(struct srv_run *r)
     return true;
 }
 
-static void on_event(struct srv_runner *rn, struct srv_watch *w)
+static void on_event(struct lane *ln, struct srv_watch *w)
 {
+    struct srv_runner *rn = ln->rn;
     struct srv_run *r = w->run;
 
     if (r->state == SRV_DONE)
@@ -561,55 +593,56 @@ static void on_event(struct srv_runner *rn, struct srv_watch *w)
         if (!r->ended && aj_sandbox_process(r->h) == 1) {
             read_events(rn, r);
             r->ended = true;
-            (void)epoll_ctl(rn->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
-            close_watch(rn, &r->fd_in);
-            maybe_finish(rn, r);
+            (void)epoll_ctl(ln->ep, EPOLL_CTL_DEL, aj_sandbox_fd(r->h), NULL);
+            close_watch(ln, &r->fd_in);
+            maybe_finish(ln, r);
         } else if (!r->ended) {
             read_events(rn, r);
         }
         break;
     case SRV_W_STDIN:
         if (feed(r))
-            close_watch(rn, &r->fd_in); /* closing gives the payload EOF */
+            close_watch(ln, &r->fd_in); /* closing gives the payload EOF */
         break;
     case SRV_W_STDOUT:
         if (drain(rn, r->fd_out, &r->out)) {
-            close_watch(rn, &r->fd_out);
-            maybe_finish(rn, r);
+            close_watch(ln, &r->fd_out);
+            maybe_finish(ln, r);
         }
         break;
     case SRV_W_STDERR:
         if (drain(rn, r->fd_err, &r->err)) {
-            close_watch(rn, &r->fd_err);
-            maybe_finish(rn, r);
+            close_watch(ln, &r->fd_err);
+            maybe_finish(ln, r);
         }
         break;
     }
 }
 
 /* The eventfd: start what was queued, kill what was asked to die. */
-static void on_wake(struct srv_runner *rn)
+static void on_wake(struct lane *ln)
 {
+    struct srv_runner *rn = ln->rn;
     uint64_t v;
     struct srv_run *q, *kill_list[SRV_MAX_RUNS];
     size_t n_kill = 0;
     bool stopping;
 
-    while (read(rn->efd, &v, sizeof(v)) < 0 && errno == EINTR)
+    while (read(ln->efd, &v, sizeof(v)) < 0 && errno == EINTR)
         ;
     (void)pthread_mutex_lock(&rn->lock);
-    q = rn->qhead;
-    rn->qhead = rn->qtail = NULL;
+    q = ln->qhead;
+    ln->qhead = ln->qtail = NULL;
     stopping = rn->stopping;
     for (struct srv_run *r = rn->live; r && n_kill < SRV_MAX_RUNS; r = r->next)
-        if (r->state == SRV_RUNNING && r->h && (r->kill_requested || stopping)) {
+        if (r->lane == ln->idx && r->state == SRV_RUNNING && r->h && (r->kill_requested || stopping)) {
             r->kill_requested = false;
             kill_list[n_kill++] = r;
         }
     (void)pthread_mutex_unlock(&rn->lock);
 
-    /* Handles are this thread's alone, so the list is stable between the
-     * unlock and these calls: only this thread finishes runs. */
+    /* Handles are this lane's alone, so the list is stable between the
+     * unlock and these calls: only this lane finishes its runs. */
     for (size_t i = 0; i < n_kill; i++)
         if (!kill_list[i]->ended)
             (void)aj_sandbox_kill(kill_list[i]->h, stopping ? SIGTERM : SIGKILL);
@@ -625,24 +658,20 @@ static void on_wake(struct srv_runner *rn)
             (void)snprintf(q->status, sizeof(q->status), "cancelled");
             q->exit_code = -1;
             (void)snprintf(q->error, sizeof(q->error), "cancelled before it started");
-            finish(rn, q);
+            finish(ln, q);
         } else {
-            start(rn, q);
+            start(ln, q);
         }
         q = next;
     }
 }
 
-static void *runner_main(void *arg)
+/* Lane 0: the warm pools, made before it takes a run (the other lanes
+ * wait for them too). */
+static void make_pools(struct srv_runner *rn)
 {
-    struct srv_runner *rn = arg;
-    struct epoll_event evs[64];
     struct aj_error err = {0};
 
-    /* Made here, not by the main thread: the parked sandboxes' death
-     * signal follows the thread that made the pool, which must outlive
-     * it, and this thread frees it after the last run. A pool that cannot
-     * be made (a policy that cannot be pooled) leaves runs cold. */
     for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
         struct srv_tenant *t = &rn->cfg->tenants[i];
         /* Its warm interpreters: each imports its preload here (seconds
@@ -670,10 +699,35 @@ static void *runner_main(void *arg)
 
     (void)pthread_mutex_lock(&rn->lock);
     rn->pools_made = true;
+    (void)pthread_cond_broadcast(&rn->done);
     (void)pthread_mutex_unlock(&rn->lock);
+}
+
+static void *runner_main(void *arg)
+{
+    struct lane *ln = arg;
+    struct srv_runner *rn = ln->rn;
+    struct epoll_event evs[64];
+    char name[16];
+
+    (void)snprintf(name, sizeof(name), "aj-runner-%u", ln->idx);
+    (void)pthread_setname_np(pthread_self(), name);
+
+    /* Made here, not by the main thread: the parked sandboxes' death
+     * signal follows the thread that made the pool, which must outlive
+     * it, and this thread frees it after the last run. A pool that cannot
+     * be made (a policy that cannot be pooled) leaves runs cold. */
+    if (ln->idx == 0) {
+        make_pools(rn);
+    } else {
+        (void)pthread_mutex_lock(&rn->lock);
+        while (!rn->pools_made && !rn->stopping)
+            (void)pthread_cond_wait(&rn->done, &rn->lock);
+        (void)pthread_mutex_unlock(&rn->lock);
+    }
 
     for (;;) {
-        int n = epoll_wait(rn->ep, evs, 64, -1);
+        int n = epoll_wait(ln->ep, evs, 64, -1);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -682,17 +736,20 @@ static void *runner_main(void *arg)
         }
         for (int i = 0; i < n; i++) {
             if (evs[i].data.ptr == NULL)
-                on_wake(rn);
+                on_wake(ln);
             else
-                on_event(rn, evs[i].data.ptr);
+                on_event(ln, evs[i].data.ptr);
         }
-        bury(rn);
+        bury(ln);
         (void)pthread_mutex_lock(&rn->lock);
-        bool done = rn->stopping && !rn->live && !rn->qhead;
+        /* Lane 0 last: the pools go once no lane has a run left. */
+        bool done = rn->stopping && !ln->n_live && !ln->qhead && (ln->idx != 0 || !rn->live);
         (void)pthread_mutex_unlock(&rn->lock);
         if (done)
             break;
     }
+    if (ln->idx != 0)
+        return NULL;
     for (size_t i = 0; i < rn->cfg->n_tenants; i++) {
         /* Out of the metrics' sight first (they read the pools under the
          * lock), then freed. */
@@ -704,6 +761,18 @@ static void *runner_main(void *arg)
         aj_pool_free(tp.interp);
     }
     return NULL;
+}
+
+static void lanes_close(struct srv_runner *rn)
+{
+    for (unsigned i = 0; rn->lanes && i < rn->n_lanes; i++) {
+        if (rn->lanes[i].efd >= 0)
+            (void)close(rn->lanes[i].efd);
+        if (rn->lanes[i].ep >= 0)
+            (void)close(rn->lanes[i].ep);
+    }
+    free(rn->lanes);
+    rn->lanes = NULL;
 }
 
 int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, struct srv_store *store,
@@ -721,7 +790,7 @@ int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, st
     rn->cfg = cfg;
     rn->pol = pol;
     rn->store = store;
-    rn->efd = rn->ep = -1;
+    rn->n_lanes = srv_config_runner_threads(cfg);
     /* 15 s, or less with a shorter connection_timeout: libmicrohttpd
      * closes a connection whose content reader blocked longer than that
      * since the last byte went out, cutting a quiet stream before its exit. */
@@ -729,41 +798,49 @@ int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, st
     if (!rn->keepalive_s)
         rn->keepalive_s = 1;
     rn->pools = calloc(cfg->n_tenants ? cfg->n_tenants : 1, sizeof(*rn->pools));
-    if (!rn->pools || (events_dir && !(rn->events_dir = strdup(events_dir)))) {
+    rn->lanes = calloc(rn->n_lanes, sizeof(*rn->lanes));
+    if (!rn->pools || !rn->lanes || (events_dir && !(rn->events_dir = strdup(events_dir)))) {
         (void)snprintf(msg, msg_size, "out of memory");
+        free(rn->lanes);
         free(rn->pools);
         free(rn);
         return -1;
     }
+    for (unsigned i = 0; i < rn->n_lanes; i++)
+        rn->lanes[i] = (struct lane){.rn = rn, .idx = i, .efd = -1, .ep = -1};
     if (aj_policy_sha256(pol, rn->policy_sha256, &err) < 0) {
         (void)snprintf(msg, msg_size, "policy: %s", err.msg);
         free(rn->events_dir);
+        free(rn->lanes);
         free(rn->pools);
         free(rn);
         return -1;
     }
     (void)pthread_mutex_init(&rn->lock, NULL);
     (void)pthread_cond_init(&rn->done, NULL);
-    rn->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    rn->ep = epoll_create1(EPOLL_CLOEXEC);
-    if (rn->efd < 0 || rn->ep < 0 || epoll_ctl(rn->ep, EPOLL_CTL_ADD, rn->efd, &ev) < 0) {
-        (void)snprintf(msg, msg_size, "runner: %s", strerror(errno));
-        goto fail;
+    for (unsigned i = 0; i < rn->n_lanes; i++) {
+        struct lane *ln = &rn->lanes[i];
+        ln->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        ln->ep = epoll_create1(EPOLL_CLOEXEC);
+        if (ln->efd < 0 || ln->ep < 0 || epoll_ctl(ln->ep, EPOLL_CTL_ADD, ln->efd, &ev) < 0) {
+            (void)snprintf(msg, msg_size, "runner: %s", strerror(errno));
+            goto fail;
+        }
     }
-    srv_runner_prune(rn, true); /* before the thread exists: later only it calls this */
-    e = pthread_create(&rn->thread, NULL, runner_main, rn);
-    if (e != 0) {
-        (void)snprintf(msg, msg_size, "runner: pthread_create: %s", strerror(e));
-        goto fail;
+    srv_runner_prune(rn, true);
+    for (unsigned i = 0; i < rn->n_lanes; i++) {
+        e = pthread_create(&rn->lanes[i].thread, NULL, runner_main, &rn->lanes[i]);
+        if (e != 0) {
+            (void)snprintf(msg, msg_size, "runner: pthread_create: %s", strerror(e));
+            srv_runner_stop(rn); /* the lanes already started: none has a run */
+            goto fail;
+        }
+        rn->lanes[i].thread_started = true;
     }
-    rn->thread_started = true;
     *ret = rn;
     return 0;
 fail:
-    if (rn->efd >= 0)
-        (void)close(rn->efd);
-    if (rn->ep >= 0)
-        (void)close(rn->ep);
+    lanes_close(rn);
     (void)pthread_mutex_destroy(&rn->lock);
     (void)pthread_cond_destroy(&rn->done);
     free(rn->events_dir);
@@ -821,14 +898,22 @@ int srv_runner_submit(struct srv_runner *rn, struct srv_run *r)
     r->refs++; /* the runner's */
     r->next = rn->live;
     rn->live = r;
+    /* The lane with the fewest runs (the first of them): runs in flight at
+     * once start and end on different threads. */
+    struct lane *ln = &rn->lanes[0];
+    for (unsigned i = 1; i < rn->n_lanes; i++)
+        if (rn->lanes[i].n_live < ln->n_live)
+            ln = &rn->lanes[i];
+    ln->n_live++;
+    r->lane = ln->idx;
     r->qnext = NULL;
-    if (rn->qtail)
-        rn->qtail->qnext = r;
+    if (ln->qtail)
+        ln->qtail->qnext = r;
     else
-        rn->qhead = r;
-    rn->qtail = r;
+        ln->qhead = r;
+    ln->qtail = r;
     (void)pthread_mutex_unlock(&rn->lock);
-    wake(rn);
+    wake(ln);
     return 0;
 }
 
@@ -849,11 +934,14 @@ struct srv_run *srv_runner_find(struct srv_runner *rn, const struct srv_tenant *
 
 void srv_runner_kill(struct srv_runner *rn, struct srv_run *r)
 {
+    unsigned lane;
+
     (void)pthread_mutex_lock(&rn->lock);
     if (r->state != SRV_DONE)
         r->kill_requested = true;
+    lane = r->lane;
     (void)pthread_mutex_unlock(&rn->lock);
-    wake(rn);
+    wake(&rn->lanes[lane]);
 }
 
 void srv_runner_wait(struct srv_runner *rn, struct srv_run *r)
@@ -1059,14 +1147,20 @@ bool srv_runner_accepting(struct srv_runner *rn)
 
 void srv_runner_stop(struct srv_runner *rn)
 {
-    if (!rn || !rn->thread_started)
+    if (!rn)
         return;
     (void)pthread_mutex_lock(&rn->lock);
     rn->stopping = true;
+    (void)pthread_cond_broadcast(&rn->done); /* lanes still waiting for the pools */
     (void)pthread_mutex_unlock(&rn->lock);
-    wake(rn);
-    (void)pthread_join(rn->thread, NULL);
-    rn->thread_started = false;
+    for (unsigned i = 0; i < rn->n_lanes; i++)
+        if (rn->lanes[i].thread_started)
+            wake(&rn->lanes[i]);
+    for (unsigned i = 0; i < rn->n_lanes; i++)
+        if (rn->lanes[i].thread_started) {
+            (void)pthread_join(rn->lanes[i].thread, NULL);
+            rn->lanes[i].thread_started = false;
+        }
 }
 
 void srv_runner_free(struct srv_runner *rn)
@@ -1074,8 +1168,7 @@ void srv_runner_free(struct srv_runner *rn)
     if (!rn)
         return;
     srv_runner_stop(rn);
-    (void)close(rn->efd);
-    (void)close(rn->ep);
+    lanes_close(rn);
     (void)pthread_mutex_destroy(&rn->lock);
     (void)pthread_cond_destroy(&rn->done);
     free(rn->events_dir);

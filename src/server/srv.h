@@ -107,6 +107,7 @@ struct srv_config {
     unsigned max_connections_per_ip; /* 0: no per-address limit */
     unsigned connection_timeout;  /* seconds a connection may stay idle */
     unsigned pool_size;           /* parked sandboxes (aj_pool_new); 0: every run cold */
+    unsigned runner_threads;      /* threads that start runs and own their handles; 0: one per CPU, at most 8 */
     struct srv_interp interp;     /* "interpreters": every tenant's unless it has its own */
     unsigned max_runs_per_minute; /* per tenant, a token bucket of that size; 0: no rate limit */
     unsigned retention_days;      /* records of ended runs kept; 0: forever */
@@ -139,6 +140,8 @@ struct srv_config {
 /* Parse path: 0, or -1 with one line FILE:LINE:COL: KEY: what in msg. */
 int srv_config_load(const char *path, struct srv_config *cfg, char *msg, size_t msg_size);
 void srv_config_clear(struct srv_config *cfg);
+/* runner_threads, or its default for this machine's CPUs (0 in the config). */
+unsigned srv_config_runner_threads(const struct srv_config *cfg);
 
 /* ---- tenants (tenant.c) ------------------------------------------------------------- */
 
@@ -244,6 +247,7 @@ struct srv_run {
     bool kill_requested;
     struct srv_run *next;  /* the runner's list of live runs */
     struct srv_run *qnext; /* the runner's queue of runs to start */
+    unsigned lane;         /* the runner thread (runner.c) that starts it and owns its handle */
 
     /* The runner thread's own while the run is live; read by others
      * (under the lock) once state is SRV_DONE. */

@@ -271,6 +271,7 @@ def test_tmp_size_without_memory_limit_keeps_64M(tmp_path):
 MEMFD_SCRIPT = r"""
 import os, fcntl, errno, json
 out = {}
+print(os.getpid(), flush=True)
 try:
     fd = os.memfd_create("x")
 except OSError as e:
@@ -302,6 +303,9 @@ def test_plain_memfd_create_is_sealed_not_refused():
         pytest.skip("not applicable: no vm.memfd_noexec (Linux before 6.3): memfd_create without MFD_NOEXEC_SEAL stays EPERM")
     r = run_aj([], [PY, "-c", MEMFD_SCRIPT])
     assert r.returncode == 0, r
+    # init sets the sysctl itself: no helper process took a pid of the
+    # sandbox's namespace, the payload is pid 2 (init's first child).
+    assert r.stdout.splitlines()[0] == "2", r.stdout
     inside = json.loads(r.stdout.strip().splitlines()[-1])
     if not IS_ROOT:
         # Only the host's root can write the pid namespace's sysctl: a
@@ -314,7 +318,8 @@ def test_plain_memfd_create_is_sealed_not_refused():
         if f.read().strip() != "0":
             must_skip("vm.memfd_noexec is not 0 on the host: no executable memfd for the control")
     p = subprocess.run([PY, "-c", MEMFD_SCRIPT], capture_output=True, text=True, timeout=30)
-    assert json.loads(p.stdout) == {"create": "ok", "exec_sealed": False, "fexecve": "ok", "mfd_exec": "ok"}, p
+    assert json.loads(p.stdout.splitlines()[-1]) == {"create": "ok", "exec_sealed": False, "fexecve": "ok",
+                                                     "mfd_exec": "ok"}, p
     # The host's own value is untouched by the run.
     with open("/proc/sys/vm/memfd_noexec") as f:
         assert f.read().strip() == "0"

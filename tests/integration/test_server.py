@@ -348,6 +348,8 @@ def test_unix_socket(server, tmp):
     ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db",\n "tenants": {"a": {"token_sha256": "%s", "x": 1}}}'
      % sha("t"), ":2:104: tenants.a.x: unknown key"),
     ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db", \n "tenants": {}', ":2:14: "),
+    ('{"listen": "127.0.0.1:0", "store": "/tmp/x.db", "runner_threads": 65,\n'
+     ' "tenants": {"a": {"token_sha256": "%s"}}}' % sha("t"), ":1:49: runner_threads: must be between 0 and 64"),
     ('{"store": "/tmp/x.db", "tenants": {"a\\nb": {"token_sha256": "%s"}}}' % sha("t"),
      ":1:24: tenants.a?b: a tenant name"),  # the key's escape is not matched: "tenants" it is
 ])
@@ -366,6 +368,51 @@ def test_good_config_starts(server):
     """Positive control of the config errors: the minimal form of the issue."""
     s = server()
     assert s.metrics()["agentjail_runs_started_total"] == 0
+
+
+def runner_threads_of(pid):
+    names = []
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return sorted(n for n in names if n.startswith("aj-runner-"))
+
+
+def test_runner_threads_start_and_kill_each_their_own_runs(server):
+    """runner_threads lanes (runner.c): runs in flight together go to
+    different threads, each starting its runs and owning their handles;
+    a DELETE reaches the thread that owns the run. Cold runs (no pool), so
+    each lane clones its sandboxes itself."""
+    s = server(extra={"runner_threads": 3, "pool_size": 0, "max_runs": 6},
+               tenants={"a": {"max_runs": 6}})
+    assert runner_threads_of(s.proc.pid) == ["aj-runner-0", "aj-runner-1", "aj-runner-2"]
+    assert s.metrics()["agentjail_runner_threads"] == 3
+    tag = new_tag()
+    ids = []
+    for _ in range(6):
+        status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+        assert status == 202, j
+        ids.append(j["id"])
+    assert wait_for(lambda: len(pids_with(tag)) == 6, 20), "not every run started"
+    # Each sandbox's init is a child of the server, cloned by the thread
+    # that started the run: three threads did.
+    for rid in ids:
+        status, _, j = s.request("DELETE", "/v1/runs/" + rid)
+        assert status == 200 and j["status"] == "signaled", j
+    assert not pids_with(tag)
+    # Positive control: the lanes still run what comes next.
+    status, _, j = s.run({"language": "sh", "code": "echo after"})
+    assert status == 200 and j["stdout"] == "after\n", j
+    m = s.metrics()
+    assert m['agentjail_runs_finished_total{status="signaled"}'] == 6 and m["agentjail_runs_running"] == 0, m
+    assert s.stop() == 0, s.err()
+    # The default: one per CPU (at most 8).
+    s2 = server(extra={"pool_size": 0})
+    want = min(max(os.cpu_count() or 1, 1), 8)
+    assert len(runner_threads_of(s2.proc.pid)) == want and s2.metrics()["agentjail_runner_threads"] == want
 
 
 def test_sigkilled_server_leaves_its_runs_lost_not_vanished(server):

@@ -52,6 +52,14 @@ int aj_hostpath_write_replace(const char *path, const char *what, const void *da
  * first directory on the way (dirfd itself included) that is one of set,
  * or -1. */
 ssize_t aj_hostpath_find_ancestor(int dirfd, const struct aj_devino *set, size_t n);
+/* The same, remembering across calls (one pass over many paths, the set
+ * unchanged) the directories found to have no ancestor in the set: a
+ * later walk that reaches one stops there. */
+struct aj_devino_memo {
+    size_t n;
+    struct aj_devino id[64];
+};
+ssize_t aj_hostpath_find_ancestor_memo(int dirfd, const struct aj_devino *set, size_t n, struct aj_devino_memo *memo);
 
 /* The supervisor's private state directory, created 0700 if missing and
  * refused if it is not a directory of ours that only we can write.

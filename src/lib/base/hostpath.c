@@ -267,10 +267,19 @@ int aj_hostpath_write_replace(const char *path, const char *what, const void *da
     return 0;
 }
 
-ssize_t aj_hostpath_find_ancestor(int dirfd, const struct aj_devino *set, size_t n)
+static bool memo_has(const struct aj_devino_memo *m, const struct aj_devino *id)
+{
+    for (size_t i = 0; m && i < m->n; i++)
+        if (m->id[i].dev == id->dev && m->id[i].ino == id->ino)
+            return true;
+    return false;
+}
+
+ssize_t aj_hostpath_find_ancestor_memo(int dirfd, const struct aj_devino *set, size_t n, struct aj_devino_memo *memo)
 {
     _cleanup_close_ int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
-    struct aj_devino id, up;
+    struct aj_devino id, up, seen[64];
+    size_t n_seen = 0;
 
     if (cur < 0 || n == 0)
         return -1;
@@ -281,6 +290,10 @@ ssize_t aj_hostpath_find_ancestor(int dirfd, const struct aj_devino *set, size_t
         for (size_t i = 0; i < n; i++)
             if (aj_devino_same(&id, &set[i]))
                 return (ssize_t)i;
+        if (memo_has(memo, &id))
+            break; /* walked before, nothing of the set above it */
+        if (n_seen < AJ_ARRAY_SIZE(seen))
+            seen[n_seen++] = id;
         parent = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (parent < 0)
             return -1;
@@ -289,10 +302,20 @@ ssize_t aj_hostpath_find_ancestor(int dirfd, const struct aj_devino *set, size_t
         if (aj_devino_of(cur, &up) < 0)
             return -1;
         if (up.dev == id.dev && up.ino == id.ino)
-            return -1; /* "/" is its own parent */
+            break; /* "/" is its own parent */
         id = up;
     }
+    /* Nothing of the set from here up: remembered (a full memo keeps what
+     * it has; a walk cut short at 4096 levels remembers what it saw). */
+    for (size_t i = 0; memo && i < n_seen; i++)
+        if (memo->n < AJ_ARRAY_SIZE(memo->id) && !memo_has(memo, &seen[i]))
+            memo->id[memo->n++] = seen[i];
     return -1;
+}
+
+ssize_t aj_hostpath_find_ancestor(int dirfd, const struct aj_devino *set, size_t n)
+{
+    return aj_hostpath_find_ancestor_memo(dirfd, set, n, NULL);
 }
 
 /* ---- state directory ------------------------------------------------------- */

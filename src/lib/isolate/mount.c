@@ -133,8 +133,13 @@ bool aj_mount_is_host_etc(const char *path)
     return false;
 }
 
+/* /etc is listed once for every pattern (it used to be read again for
+ * each: four listings of ~200 names per sandbox). */
 static int plan_add_host_etc(struct aj_mount_plan *plan, struct aj_error *err)
 {
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    bool listed = false;
     int r = 0;
 
     for (size_t i = 0; r == 0 && i < AJ_ARRAY_SIZE(etc_allowed); i++) {
@@ -145,17 +150,41 @@ static int plan_add_host_etc(struct aj_mount_plan *plan, struct aj_error *err)
             r = plan_add_system(plan, path, err);
             continue;
         }
-        DIR *d = opendir("/etc");
-        struct dirent *de;
-        if (!d)
-            return 0;
-        while (r == 0 && (de = readdir(d)))
-            if (de->d_name[0] != '.' && fnmatch(name, de->d_name, 0) == 0) {
-                snprintf(path, sizeof(path), "/etc/%s", de->d_name);
+        if (!listed) {
+            DIR *d = opendir("/etc");
+            struct dirent *de;
+            listed = true;
+            while (d && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                    continue;
+                if (n == cap) {
+                    char **nn = realloc(names, (cap ? cap * 2 : 256) * sizeof(*names));
+                    if (!nn) {
+                        r = aj_err(err, ENOMEM, "list /etc");
+                        break;
+                    }
+                    names = nn;
+                    cap = cap ? cap * 2 : 256;
+                }
+                names[n] = strdup(de->d_name);
+                if (!names[n]) {
+                    r = aj_err(err, ENOMEM, "list /etc");
+                    break;
+                }
+                n++;
+            }
+            if (d)
+                closedir(d);
+        }
+        for (size_t j = 0; r == 0 && j < n; j++)
+            if (fnmatch(name, names[j], 0) == 0) {
+                snprintf(path, sizeof(path), "/etc/%s", names[j]);
                 r = plan_add_system(plan, path, err);
             }
-        closedir(d);
     }
+    for (size_t j = 0; j < n; j++)
+        free(names[j]);
+    free(names);
     return r;
 }
 
@@ -431,6 +460,54 @@ static int attach(int srcfd, int rootfd, const char *dst, bool is_file, struct a
     if (dfd < 0)
         return aj_err_prefix(err, dfd, "mount point %s", dst);
     if (aj_sys_move_mount(srcfd, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        return aj_err(err, errno, "attach %s", dst);
+    return 0;
+}
+
+/* The directory the previous bind's mount point was made in, kept for the
+ * next bind in the same directory: the host /etc view attaches ~40
+ * entries side by side, and each walked from the new root again (a
+ * mkdirat and an openat2 per component). The final component is made and
+ * opened as attach does (beneath the kept directory, no symlink). Kept only
+ * while nothing else is mounted: a mount at a direct child of the kept
+ * directory cannot cover it, any other mount (a tmpfs entry) drops it. */
+struct mp_dir {
+    char path[4096];
+    int fd;
+};
+
+static void mp_dir_drop(struct mp_dir *d)
+{
+    if (d->fd >= 0)
+        (void)close(d->fd);
+    d->fd = -1;
+}
+
+static int attach_in(struct mp_dir *d, int srcfd, int rootfd, const char *dst, bool is_file, struct aj_error *err)
+{
+    const char *slash = strrchr(dst, '/');
+    size_t plen = slash ? (size_t)(slash - dst) : 0;
+    const char *name = slash ? slash + 1 : dst;
+    _cleanup_close_ int mp = -1;
+
+    if (!*name || plen >= sizeof(d->path)) {
+        mp_dir_drop(d);
+        return attach(srcfd, rootfd, dst, is_file, err);
+    }
+    if (d->fd < 0 || strlen(d->path) != plen || memcmp(d->path, dst, plen) != 0) {
+        int fd;
+        mp_dir_drop(d);
+        memcpy(d->path, dst, plen);
+        d->path[plen] = '\0';
+        fd = aj_mkdir_beneath(rootfd, d->path, false, err);
+        if (fd < 0)
+            return aj_err_prefix(err, fd, "mount point %s", dst);
+        d->fd = fd;
+    }
+    mp = aj_mkdir_beneath(d->fd, name, is_file, err);
+    if (mp < 0)
+        return aj_err_prefix(err, mp, "mount point %s", dst);
+    if (aj_sys_move_mount(srcfd, "", mp, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
         return aj_err(err, errno, "attach %s", dst);
     return 0;
 }
@@ -769,10 +846,23 @@ static const struct {
     {0x62656570, "configfs"},   {0x65735543, "fusectl"},    {0x42494e4d, "binfmt_misc"},
 };
 
-static int check_bind_source(int fd, const char *path, struct aj_error *err)
+/* The host's root and /dev, looked up once per resolve (or clone_sources)
+ * instead of once per source: the host /etc view alone has ~40. */
+struct host_ids {
+    bool root_ok, dev_ok;
+    struct stat root, dev;
+};
+
+static void host_ids_get(struct host_ids *h)
+{
+    h->root_ok = stat("/", &h->root) == 0;
+    h->dev_ok = stat("/dev", &h->dev) == 0;
+}
+
+static int check_bind_source(int fd, const char *path, const struct host_ids *h, struct aj_error *err)
 {
     struct statfs sfs;
-    struct stat st, root, dev;
+    struct stat st;
 
     if (fstatfs(fd, &sfs) < 0 || fstat(fd, &st) < 0)
         return aj_err(err, errno, "bind source %s", path);
@@ -783,15 +873,18 @@ static int check_bind_source(int fd, const char *path, struct aj_error *err)
     if (S_ISBLK(st.st_mode) || S_ISCHR(st.st_mode))
         return aj_err(err, 0, "bind source %s is a device node; refused", path);
     /* The host's root, or its /dev (devtmpfs looks like any tmpfs). */
-    if (stat("/", &root) == 0 && st.st_dev == root.st_dev && st.st_ino == root.st_ino)
+    if (h->root_ok && st.st_dev == h->root.st_dev && st.st_ino == h->root.st_ino)
         return aj_err(err, 0, "bind source %s is the host's root directory; refused", path);
-    if (stat("/dev", &dev) == 0 && st.st_dev == dev.st_dev)
+    if (h->dev_ok && st.st_dev == h->dev.st_dev)
         return aj_err(err, 0, "bind source %s is in the host's /dev; refused", path);
     return 0;
 }
 
 static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
 {
+    struct host_ids host;
+
+    host_ids_get(&host);
     for (size_t i = 0; i < plan->n; i++) {
         const struct aj_mnt_entry *e = &plan->entries[i];
         uint64_t attrs = AJ_MOUNT_ATTR_NOSUID;
@@ -809,7 +902,7 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
              * workspace's id-mapped tree, with nosuid and nodev): this
              * process's copy of the fd is attached as it is. */
             plan->src_fds[i] = e->idmap_fd;
-            r = check_bind_source(e->idmap_fd, e->src, err);
+            r = check_bind_source(e->idmap_fd, e->src, &host, err);
             if (r < 0)
                 return r;
             continue;
@@ -860,7 +953,7 @@ static int clone_sources(const struct aj_mount_plan *plan, struct aj_error *err)
             if (fstat(fd, &st) < 0 || !S_ISCHR(st.st_mode))
                 return aj_err(err, EINVAL, "%s is not a character device", e->src);
         } else {
-            r = check_bind_source(fd, e->src, err);
+            r = check_bind_source(fd, e->src, &host, err);
             if (r < 0)
                 return r;
         }
@@ -964,7 +1057,10 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
                           uint32_t run_uid_base, uint32_t run_uid_count, struct aj_error *err)
 {
     struct clean_dirs clean = {0};
+    struct aj_devino_memo outside_reg = {0}; /* directories with no writable bind source at or above them */
+    struct host_ids host;
 
+    host_ids_get(&host);
     for (size_t i = 0; i < plan->n; i++) {
         struct aj_mnt_entry *e = &plan->entries[i];
         _cleanup_close_ int fd = -1, dirfd = -1;
@@ -1003,7 +1099,7 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
             return aj_err(err, errno, "bind source %s", e->src);
         if (e->kind == AJ_MNT_DEV)
             continue;
-        r = check_bind_source(fd, e->src, err);
+        r = check_bind_source(fd, e->src, &host, err);
         if (r < 0)
             return r; /* a setup error (125), as when the sandbox side finds it */
         if (e->rw && e->hostfd < 0) {
@@ -1023,7 +1119,7 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
             return dirfd;
         }
         if (reg) {
-            ssize_t k = aj_hostpath_find_ancestor(dirfd, reg->id, reg->n);
+            ssize_t k = aj_hostpath_find_ancestor_memo(dirfd, reg->id, reg->n, &outside_reg);
             if (k >= 0)
                 return refuse(err, 0,
                               "%s %s lies inside %s, which a sandbox run was given to write (--bind-rw; the "
@@ -1121,6 +1217,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
 {
     _cleanup_close_ int rootfd = -1;
     struct aj_mount_attr ro = {.attr_set = AJ_MOUNT_ATTR_RDONLY};
+    struct mp_dir mpd = {.fd = -1};
     int r;
 
     for (size_t i = 0; i < plan->n; i++)
@@ -1157,7 +1254,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
                 r = aj_err(err, errno, "stat %s", e->src);
                 goto out;
             }
-            r = attach(plan->src_fds[i], rootfd, e->dst + 1, !S_ISDIR(st.st_mode), err);
+            r = attach_in(&mpd, plan->src_fds[i], rootfd, e->dst + 1, !S_ISDIR(st.st_mode), err);
             break;
         case AJ_MNT_SYMLINK:
             parent = split_parent(rootfd, e->dst + 1, name, sizeof(name), err);
@@ -1177,6 +1274,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
             r = aj_write_file_at(parent, name, e->content, e->content_len, O_CREAT | O_EXCL, 0644, err);
             break;
         case AJ_MNT_TMPFS:
+            mp_dir_drop(&mpd);
             r = mount_tmpfs_at(rootfd, e->dst + 1, e->size, e->mode ? e->mode : "1777", e->noexec, err);
             break;
         case AJ_MNT_DEV:
@@ -1185,6 +1283,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
         if (r < 0)
             goto out;
     }
+    mp_dir_drop(&mpd);
     r = setup_proc(rootfd, err);
     if (r < 0)
         goto out;
@@ -1218,6 +1317,7 @@ int aj_mount_child_setup(const struct aj_mount_plan *plan, const struct aj_polic
     }
     r = 0;
 out:
+    mp_dir_drop(&mpd);
     for (size_t i = 0; i < plan->n; i++)
         if (plan->src_fds[i] >= 0) {
             (void)close(plan->src_fds[i]);

@@ -249,6 +249,27 @@ static bool memfd_noexec_sealed(void)
     return n > 0 && buf[0] == '2';
 }
 
+/* init: vm.memfd_noexec=2 in its own pid namespace (6.3+, root mode):
+ * every memfd_create there without MFD_NOEXEC_SEAL gets it from the
+ * kernel, and MFD_EXEC is refused. The kernel takes the writer's pid
+ * namespace and wants CAP_SYS_ADMIN in its user namespace (init has it,
+ * and keeps it until aj_userns_child_become) and /proc/sys lets only the
+ * host's root write: init still has the supervisor's credentials, host
+ * uid 0, until it becomes the inside user. So init writes it itself
+ * before that, with no helper process; the supervisor forked two for it
+ * before (a fork of a server costs page-table copies and copy-on-write
+ * faults). Best effort: the payload reads the value back and keeps the
+ * strict filter if it is not 2. */
+static void seal_memfds(void)
+{
+    int fd = open("/proc/sys/vm/memfd_noexec", O_WRONLY | O_CLOEXEC);
+
+    if (fd >= 0) {
+        (void)!write(fd, "2\n", 2);
+        (void)close(fd);
+    }
+}
+
 /* Every layer of the payload, in order, through the seccomp filter (its
  * listener handed over). adopted: a template's child (see
  * aj_child_adopted_payload), which keeps its interpreter's signal
@@ -520,42 +541,6 @@ static int close_all_but(int keep, int keep2)
     return 0;
 }
 
-/* Into the network namespace the supervisor's helper made (see
- * spawn_netns_helper). The kernel checks it is owned by our user
- * namespace: joining any other (the host's) needs privilege we lack. */
-static int join_helper_netns(struct aj_child_ctx *c, struct aj_error *err)
-{
-    struct aj_sync_msg m;
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {.iov_base = &m, .iov_len = sizeof(m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-    int fd = -1, r;
-    ssize_t n;
-
-    do
-        n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    if (n > 0) /* the control buffer is ours to read only after a message */
-        (void)aj_proto_collect_fds(&mh, &fd, 1);
-    if (n != (ssize_t)sizeof(m) || m.type != AJ_MSG_NETNS || fd < 0) {
-        if (fd >= 0)
-            (void)close(fd);
-        int e = n == (ssize_t)sizeof(m) && m.type == AJ_MSG_NETNS && m.err.errnum ? m.err.errnum : EPROTO;
-        if (e == EPERM)
-            return aj_err(err, e, "create the network namespace: this host refuses them (a seccomp filter or a "
-                          "sysctl); --allow-degraded runs without any namespace");
-        return aj_err(err, e, "create the network namespace");
-    }
-    r = setns(fd, CLONE_NEWNET);
-    (void)close(fd);
-    if (r < 0)
-        return aj_err(err, errno, "join the network namespace");
-    return 0;
-}
-
 /* init: block until the supervisor confirms the decoys are armed. -1 if
  * the supervisor is gone (or sent anything else: the protocol is ours). */
 static int wait_armed(int sock)
@@ -692,6 +677,8 @@ void aj_child_init_main(struct aj_child_ctx *c)
     /* Into the run's v1 cgroups before anything else happens here. */
     if (aj_cgroup_child_join(c->cg_join, c->n_cg_join, &err) < 0)
         child_fail(c, &err, 125);
+    if (c->bpf_memfd.len) /* while the supervisor writes the id maps */
+        seal_memfds();
     do
         n = read(c->sock, &go, sizeof(go));
     while (n < 0 && errno == EINTR);
@@ -741,8 +728,6 @@ void aj_child_init_main(struct aj_child_ctx *c)
     if (aj_mount_child_setup(&c->plan, pol, &err) < 0)
         child_fail(c, &err, 125);
     c->layers |= AJ_LAYER_BIT(AJ_LAYER_ROOTFS);
-    if (c->netns_late && join_helper_netns(c, &err) < 0)
-        child_fail(c, &err, 125);
     if (aj_netns_child_setup(pol, &err) < 0)
         child_fail(c, &err, 125);
     /* Before the nesting limits: fsmount makes an anonymous mount
@@ -869,49 +854,15 @@ void aj_child_degraded_main(struct aj_child_ctx *c)
 
 /* ---- helpers the supervisor clones ---------------------------------------------- */
 
-void aj_child_netns_helper_main(int userns_fd, int sock, int relay_sock, uint16_t port)
+int aj_child_netns_listen_main(void *arg)
 {
+    const struct aj_child_netns_listen *a = arg;
     struct aj_sync_msg m = {.type = AJ_MSG_NETNS};
-    int fd = -1;
 
-    if (setns(userns_fd, CLONE_NEWUSER) < 0 || unshare(CLONE_NEWNET) < 0 ||
-        (fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
+    if ((a->userns_fd >= 0 && setns(a->userns_fd, CLONE_NEWUSER) < 0) || setns(a->netns_fd, CLONE_NEWNET) < 0) {
         m.err.errnum = errno;
-        (void)aj_write_all(sock, &m, sizeof(m));
+        (void)aj_write_all(a->relay_sock, &m, sizeof(m));
         _exit(1);
     }
-    /* Before init has the namespace: the relay listens before any payload
-     * exists. A failure is the supervisor's to report (it waits for this
-     * socket); init still gets its namespace. */
-    if (relay_sock >= 0)
-        (void)aj_egress_child_listen(relay_sock, port);
-    _exit(aj_proto_send_fds(sock, &m, &fd, 1) < 0 ? 1 : 0);
-}
-
-/* The writer takes the namespace's last pid (clone3 set_tid, which the
- * host's root may choose), not the next one: the payload stays pid 2
- * (set_tid does not move the namespace's pid cursor). */
-void aj_child_memfd_noexec_main(int pidns_fd, long pid_max)
-{
-    pid_t writer, tid = (pid_t)(pid_max - 1);
-    struct aj_clone_args args = {
-        .exit_signal = SIGCHLD,
-        .set_tid = (uint64_t)(uintptr_t)&tid,
-        .set_tid_size = 1,
-    };
-    int st;
-
-    if (setns(pidns_fd, CLONE_NEWPID) < 0)
-        _exit(1);
-    writer = (pid_t)syscall(__NR_clone3, &args, sizeof(args));
-    if (writer == 0) {
-        int w = open("/proc/sys/vm/memfd_noexec", O_WRONLY | O_CLOEXEC);
-        _exit(w >= 0 && write(w, "2\n", 2) == 2 ? 0 : 1);
-    }
-    if (writer < 0)
-        _exit(1);
-    while (waitpid(writer, &st, 0) < 0)
-        if (errno != EINTR)
-            _exit(1);
-    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+    _exit(aj_egress_child_listen(a->relay_sock, a->port) < 0 ? 1 : 0);
 }

@@ -29,7 +29,7 @@ struct aj_child_ctx {
     struct aj_mount_plan plan;
     struct aj_bpf bpf;
     /* The filter for a pid namespace with vm.memfd_noexec=2 (root mode,
-     * Linux 6.3+; see set_memfd_noexec): len 0 where it cannot be set. */
+     * Linux 6.3+; init sets it, seal_memfds in child.c): len 0 where it cannot be set. */
     struct aj_bpf bpf_memfd;
     int sock;             /* sandbox end of the sync socket */
     int out_fd, err_fd;   /* captured stdout/stderr write ends, or -1 */
@@ -44,7 +44,6 @@ struct aj_child_ctx {
      * forking the payload, and only reaps; the payload is a process of the
      * template that enters those namespaces (aj_child_adopted_payload). */
     bool adopt;
-    bool netns_late;      /* the network namespace comes from the helper (AJ_MSG_NETNS) */
     int cg_join[AJ_CG_MAX_JOIN]; /* v1 "tasks" files to write "0" to, first thing */
     size_t n_cg_join;
     int landlock_abi;
@@ -81,11 +80,12 @@ __attribute__((noreturn)) void aj_child_init_main(struct aj_child_ctx *c);
 void aj_child_adopted_payload(struct aj_child_ctx *c);
 /* A degraded run's only sandbox process: the payload itself. */
 __attribute__((noreturn)) void aj_child_degraded_main(struct aj_child_ctx *c);
-/* The netns helper (see sandbox.c, spawn_netns_helper): join the user
- * namespace userns_fd, make a network namespace, send it down sock; with
- * relay_sock (network "proxy"), first make the relay's listening socket on
- * 127.0.0.1:port in it and send that down relay_sock. */
-__attribute__((noreturn)) void aj_child_netns_helper_main(int userns_fd, int sock, int relay_sock, uint16_t port);
-/* The vm.memfd_noexec helper (see sandbox.c, set_memfd_noexec): join the
- * pid namespace pidns_fd and have a child write the sysctl there. */
-__attribute__((noreturn)) void aj_child_memfd_noexec_main(int pidns_fd, long pid_max);
+/* The network namespace helper (see sandbox.c, spawn_netns_helper): with
+ * userns_fd >= 0 join that user namespace, join netns_fd, make the relay's
+ * listening socket on 127.0.0.1:port there and send it down relay_sock (or
+ * the error). May share the supervisor's memory: system calls only. */
+struct aj_child_netns_listen {
+    int userns_fd, netns_fd, relay_sock;
+    uint16_t port;
+};
+int aj_child_netns_listen_main(void *arg);

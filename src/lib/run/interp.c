@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "aj_util.h"
@@ -325,11 +324,6 @@ int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **r
         r = aj_err(err, EOPNOTSUPP, "the sandbox has no cgroup of its own (a template's child must join one)");
     if (r == 0 && sb->c.decoys.n > 0)
         r = aj_pool_arm_decoys(sb, err);
-    if (r == 0 && sb->netns_helper > 0) {
-        while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
-            ;
-        sb->netns_helper = 0;
-    }
     if (r == 0)
         r = wait_adopt(sb, err);
     if (r < 0) {

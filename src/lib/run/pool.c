@@ -201,13 +201,6 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
         pool_discard(sb);
         return NULL;
     }
-    /* Off any run's path here: a parked sandbox keeps no zombie helper,
-     * and its AJ_MSG_NETNS is queued before any RUN can be. */
-    if (sb->netns_helper > 0) {
-        while (waitpid(sb->netns_helper, NULL, 0) < 0 && errno == EINTR)
-            ;
-        sb->netns_helper = 0;
-    }
     if (sb->c.interp && aj_interp_wait_parked(sb, &pool->cancel, err) < 0) {
         pool_discard(sb);
         return NULL;

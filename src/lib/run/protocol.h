@@ -21,7 +21,7 @@ enum aj_msg_type {
     AJ_MSG_DECOYS,   /* init → supervisor: decoy files (+ socket); wstatus = number of files */
     AJ_MSG_LISTENER, /* payload → supervisor: the seccomp notification fd */
     AJ_MSG_RUN,      /* pool → parked payload: its command (struct aj_run_msg) */
-    AJ_MSG_NETNS,    /* netns helper → init: the new network namespace (fd), or err */
+    AJ_MSG_NETNS,    /* netns helper → the relay's starter: its listening socket (fd), or err */
     AJ_MSG_ARMED,    /* supervisor → init: the decoys are leased (wstatus: how many failed) */
     AJ_MSG_PTY,      /* init → supervisor: the master of the payload's own pty */
     AJ_MSG_INTERP,   /* warm interpreter's payload → supervisor: our end of its request channel (fd) */

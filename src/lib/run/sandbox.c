@@ -15,7 +15,7 @@
  *     prep_command      argv and environment (parked: at launch)
  *     prep_stdio        0, 1, 2 as the request names them, the relay
  *     launch_init       sync socket, clone3 into the cgroup (or degraded)
- *     release_init      v2 attach, vm.memfd_noexec, id maps, GO, netns helper
+ *     release_init      v2 attach, relay socket (netns helper), id maps, GO
  *   sb_launch         pooled only: the parked payload gets its command
  *   sb_go             the event loop armed; the handle is the caller's
  *   (aj_sandbox_process: loop.c until init is gone; sb_after_init for a
@@ -506,7 +506,6 @@ void sb_init(struct aj_sandbox *sb, const struct aj_policy *pol)
     sb->null_fd = -1;
     sb->stdin_own = -1;
     sb->caller_pipe[0] = sb->caller_pipe[1] = sb->caller_pipe[2] = -1;
-    sb->netns_userns_fd = -1;
     aj_egress_init(&sb->eg);
     sb->st.interp_fd = -1;
     aj_cgroup_init(&sb->cg);
@@ -548,7 +547,6 @@ static int sb_clone_degraded(struct aj_sandbox *sb, int clone_errno, struct aj_r
                       "degraded.without_signal_scope in the policy (--allow-unscoped-signals)",
                       c->landlock_abi);
     c->degraded = sb->st.degraded = true;
-    c->netns_late = false;
     res->degraded = true;
     /* Without a network namespace the filter must refuse sockets. */
     aj_seccomp_clear(&c->bpf);
@@ -595,71 +593,81 @@ static int sb_clone_degraded(struct aj_sandbox *sb, int clone_errno, struct aj_r
     return 0;
 }
 
-/* vm.memfd_noexec=2 in the sandbox's pid namespace (Linux 6.3+): every
- * memfd_create there without MFD_NOEXEC_SEAL gets it from the kernel, and
- * MFD_EXEC is refused. The kernel reads the writer's pid namespace and
- * lets only the host's root write /proc/sys (init, a mapped uid, gets
- * EACCES); so a child of ours joins init's pid namespace (setns affects
- * its children only) and its own child, still the host's root and outside
- * the user namespace, writes the value. Before GO: no payload exists yet.
- * Best effort: the payload reads the value back and keeps the strict
- * filter if it is not 2. Raw clones and async-signal-safe calls only: the
- * supervisor may be multithreaded (see init's payload clone). The
- * helper's body is aj_child_memfd_noexec_main. */
-static void set_memfd_noexec(pid_t init_pid)
+/* Network "proxy": the relay's listening socket on 127.0.0.1:port inside
+ * the sandbox's network namespace, made before GO, so it listens before
+ * any payload exists. Init was cloned into its network namespace
+ * (launch_init); a helper joins it and makes the socket
+ * (aj_child_netns_listen_main). Root mode: the helper shares our memory
+ * (CLONE_VM | CLONE_VFORK, on a stack in this frame, every signal blocked)
+ * and joins the namespace directly: no copy of the supervisor's page
+ * tables, and no copy-on-write faults and TLB shootdowns in the
+ * supervisor's threads afterwards. Rootless: joining the namespace also
+ * needs CAP_SYS_ADMIN in our own user namespace, which only joining init's
+ * user namespace gives, and the kernel refuses that to a process sharing
+ * its memory: a fork then (CLONE_VFORK still: it is waited for). The fds
+ * are opened while init still has our ids: once it switched to the run's
+ * host uid (root mode), opening its namespaces (or setns on its pidfd)
+ * needs CAP_SYS_PTRACE, which a container lacks by default. */
+__attribute__((no_sanitize_address)) static int spawn_netns_helper(struct aj_sandbox *sb, struct aj_error *err)
 {
-    char path[64], buf[32] = "";
-    long pid_max = 0;
-    pid_t helper;
-    int fd, st;
+    struct aj_child_netns_listen a = {
+        .userns_fd = -1,
+        .netns_fd = -1,
+        .relay_sock = aj_egress_helper_sock(&sb->eg),
+        .port = (uint16_t)sb->c.pol->proxy_port,
+    };
+    static const char *const kinds[2] = {"net", "user"};
+    static const int types[2] = {CLONE_NEWNET, CLONE_NEWUSER};
+    int *fds[2] = {&a.netns_fd, &a.userns_fd};
+    _Alignas(16) char stack[16384];
+    sigset_t all, old;
+    int r = 0, e, wst;
+    pid_t pid;
 
-    fd = open("/proc/sys/kernel/pid_max", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        if (read(fd, buf, sizeof(buf) - 1) > 0)
-            pid_max = strtol(buf, NULL, 10);
-        (void)close(fd);
+    for (int i = 0; i < (sb->c.rootless ? 2 : 1); i++) {
+        char path[64];
+        (void)snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)sb->st.pid, kinds[i]);
+        *fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+        if (*fds[i] < 0) {
+            r = aj_err(err, errno, "open %s", path);
+            goto out;
+        }
+        /* Our unreaped child keeps its pid; still, trust only what nsfs
+         * says the fd is. */
+        if (ioctl(*fds[i], NS_GET_NSTYPE) != types[i]) {
+            r = aj_err(err, EINVAL, "%s is not a %s namespace", path, kinds[i]);
+            goto out;
+        }
     }
-    if (pid_max < 300)
-        return;
-    (void)snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)init_pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    helper = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
-    if (helper == 0)
-        aj_child_memfd_noexec_main(fd, pid_max);
-    (void)close(fd);
-    if (helper < 0)
-        return;
-    aj_children_add(helper);
-    while (waitpid(helper, &st, 0) < 0 && errno == EINTR)
-        ;
-    aj_children_del(helper);
-}
-
-/* The sandbox's network namespace, made on another CPU while init builds
- * the root filesystem: creating one costs ~0.3 ms here (loopback device,
- * sysctl tables, proc entries), which clone3 used to pay on the run's
- * path. A raw fork of the supervisor joins init's user namespace (so the
- * new namespace is owned by it, as one made by clone3 would be), unshares,
- * and sends the namespace's fd to init over the sync socket. Init joins it
- * right after its mounts, before anything of the payload exists; until
- * then it runs only our code, in the host's network namespace, where its
- * user namespace gives it no privilege. The helper (aj_child_netns_helper_main)
- * uses system calls only: the supervisor may be multithreaded. */
-static int spawn_netns_helper(struct aj_sandbox *sb, struct aj_error *err)
-{
-    pid_t pid = (pid_t)syscall(__NR_clone, (unsigned long)SIGCHLD, NULL, NULL, NULL, 0UL);
-
-    if (pid < 0)
-        return aj_err(err, errno, "fork the network namespace helper");
-    if (pid == 0)
-        aj_child_netns_helper_main(sb->netns_userns_fd, sb->st.sock, aj_egress_helper_sock(&sb->eg),
-                                   (uint16_t)sb->c.pol->proxy_port);
+    {
+        /* Never ours: the relay's socket must not listen on the host. */
+        struct stat theirs, ours;
+        if (fstat(a.netns_fd, &theirs) < 0 || stat("/proc/thread-self/ns/net", &ours) < 0 ||
+            (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino)) {
+            r = aj_err(err, EINVAL, "the sandbox has no network namespace of its own");
+            goto out;
+        }
+    }
+    (void)sigfillset(&all);
+    (void)pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = clone(aj_child_netns_listen_main, stack + sizeof(stack),
+                (sb->c.rootless ? 0 : CLONE_VM) | CLONE_VFORK | SIGCHLD, &a);
+    e = errno;
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        r = aj_err(err, e, "clone the network namespace helper");
+        goto out;
+    }
+    /* Back here once it has exited: a failure is in its message to the
+     * relay's socket, which aj_egress_start_relay reports. */
     aj_children_add(pid);
-    sb->netns_helper = pid;
-    close_fd(&sb->netns_userns_fd); /* the helper has its copy */
-    return 0;
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR)
+        ;
+    aj_children_del(pid);
+out:
+    close_fd(&a.netns_fd);
+    close_fd(&a.userns_fd);
+    return r;
 }
 
 /* Bind sources are resolved here, once, without following a symlink, and
@@ -840,7 +848,8 @@ static int prep_filters(struct aj_sandbox *sb, struct aj_error *err)
     if (r < 0)
         return r;
     /* vm.memfd_noexec is per pid namespace (6.3+), writable only by the
-     * host's root from inside it: root mode only (set_memfd_noexec). */
+     * host's root from inside it: root mode only (init writes it, see
+     * seal_memfds in child.c). */
     if (!c->rootless && geteuid() == 0 && access("/proc/sys/vm/memfd_noexec", F_OK) == 0) {
         r = aj_seccomp_build_memfd_sealed(pol, true, &c->bpf_memfd, err);
         if (r < 0)
@@ -972,19 +981,15 @@ static int launch_init(struct aj_sandbox *sb, struct aj_result *res, struct aj_e
 {
     struct aj_child_ctx *c = &sb->c;
     struct supervise_state *st = &sb->st;
-    const struct aj_policy *pol = c->pol;
     int r;
 
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sb->socks) < 0)
         return aj_err(err, errno, "socketpair");
     c->sock = sb->socks[1];
 
-    /* See spawn_netns_helper. Not with --allow-degraded: there a host that
-     * refuses network namespaces must make the clone fail, so the run
-     * degrades as a whole instead of failing later in the helper. */
-    c->netns_late = !pol->allow_degraded;
-    st->pid = clone_sandbox(c->netns_late ? NS_FLAGS & ~(uint64_t)CLONE_NEWNET : NS_FLAGS, sb->cg.v2_fd,
-                            &st->pidfd, &sb->in_cgroup);
+    /* The network namespace too: a helper that made it on another CPU
+     * (~0.3 ms here) was a fork of the supervisor, which cost more. */
+    st->pid = clone_sandbox(NS_FLAGS, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup);
     if (st->pid < 0) {
         r = sb_clone_degraded(sb, errno, res, err);
         if (r < 0)
@@ -1040,25 +1045,11 @@ static int release_init(struct aj_sandbox *sb, struct aj_error *err)
         if (r < 0)
             return r;
     }
-    if (c->netns_late) {
-        /* The helper joins init's user namespace through this fd, opened
-         * now: init still has our ids. Once it switched to the run's host
-         * uid (root mode), opening its namespaces (or setns on its pidfd)
-         * needs CAP_SYS_PTRACE, which a container lacks by default: the
-         * helper then failed at random, reported as a host refusing
-         * network namespaces. */
-        char path[64];
-        (void)snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)st->pid);
-        sb->netns_userns_fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (sb->netns_userns_fd < 0)
-            return aj_err(err, errno, "open %s", path);
-        /* Our unreaped child keeps its pid; still, trust only what nsfs
-         * says the fd is. */
-        if (ioctl(sb->netns_userns_fd, NS_GET_NSTYPE) != CLONE_NEWUSER)
-            return aj_err(err, EINVAL, "%s is not a user namespace", path);
+    if (!c->degraded && aj_egress_helper_sock(&sb->eg) >= 0) {
+        r = spawn_netns_helper(sb, err);
+        if (r < 0)
+            return r;
     }
-    if (!c->degraded && c->bpf_memfd.len)
-        set_memfd_noexec(st->pid);
     {
         struct aj_sync_msg go = {.type = AJ_MSG_GO};
         if (!c->degraded) {
@@ -1070,11 +1061,6 @@ static int release_init(struct aj_sandbox *sb, struct aj_error *err)
         r = aj_proto_send_plain(st->sock, &go, sizeof(go));
         if (r < 0)
             return aj_err(err, -r, "release the sandbox");
-    }
-    if (c->netns_late) {
-        r = spawn_netns_helper(sb, err);
-        if (r < 0)
-            return r;
     }
     r = aj_egress_start_relay(&sb->eg, pol, err);
     if (r < 0)
@@ -1247,10 +1233,6 @@ void sb_end(struct aj_sandbox *sb, int r, struct aj_result *res, struct aj_error
     if (st->tio_saved) /* the caller's terminal as it was */
         (void)tcsetattr(st->in_dest, TCSADRAIN, &st->saved_tio);
     st->tio_saved = false;
-    if (sb->netns_helper > 0)
-        kill_and_reap(sb->netns_helper, -1);
-    sb->netns_helper = 0;
-    close_fd(&sb->netns_userns_fd);
     aj_loop_unwatch(st, st->decoy_sock);
     close_fd(&st->decoy_sock);
     for (size_t i = 0; i < AJ_ARRAY_SIZE(st->dconn); i++)

@@ -46,8 +46,6 @@ struct aj_sandbox {
     int null_fd;          /* /dev/null for init's 0-2 (parked) or a stdin that is none or a terminal */
     int stdin_own;        /* our end of a stdin pipe, until the sandbox has its copy */
     int caller_pipe[3];   /* the caller's ends of AJ_STDIO_PIPE streams, until taken or freed */
-    pid_t netns_helper;   /* see spawn_netns_helper; reaped at cleanup */
-    int netns_userns_fd;  /* init's user namespace, opened before it changes ids */
     struct aj_egress eg;  /* network "proxy": the run's egress proxy and relay */
     struct aj_result prepared; /* parked: what preparing found out (ids, layers, versions) */
     struct aj_result res; /* the run's result, complete once ended */
