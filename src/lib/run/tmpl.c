@@ -231,6 +231,27 @@ static unsigned skip_flags(struct aj_error *err, bool *bad)
 }
 
 /* 'P', or 'E' + why, within the bound. */
+/* How the template ended, once it has: its exit status or signal, and
+ * for the set-up's own exit codes (template_child) the step. */
+static int template_ended(struct aj_tmpl *t, struct aj_error *err)
+{
+    static const char *const step[] = {"its set-up", "joining its cgroup", "entering its view",
+                                       "dropping its privileges", "finding python3 on the policy's PATH"};
+    siginfo_t si = {0};
+    struct pollfd p = {.fd = t->pidfd, .events = POLLIN};
+
+    /* Its channel closes as it exits: wait (briefly) for the exit itself. */
+    (void)poll(&p, 1, 1000);
+    if (waitid(P_PIDFD, (id_t)t->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+        return aj_err(err, EPIPE, "the template closed its channel before it was ready");
+    if (si.si_code == CLD_EXITED && si.si_status >= 120 && si.si_status <= 124)
+        return aj_err(err, EPIPE, "the template failed as it started: %s", step[si.si_status - 120]);
+    if (si.si_code == CLD_EXITED)
+        return aj_err(err, EPIPE, "the template exited with status %d before it was ready", si.si_status);
+    return aj_err(err, EPIPE, "the template was killed by signal %d before it was ready", si.si_status);
+}
+
+/* 'P', or 'E' + why, within the bound. */
 static int wait_ready(struct aj_tmpl *t, const bool *cancel, struct aj_error *err)
 {
     uint64_t deadline = aj_now_ms() + TMPL_START_MAX_MS;
@@ -252,19 +273,15 @@ static int wait_ready(struct aj_tmpl *t, const bool *cancel, struct aj_error *er
             return aj_err(err, errno, "poll the template");
         if (r <= 0)
             continue;
+        /* ECONNRESET: the template exited with our policy message unread
+         * (a preload or warm-up that failed before it read it); the kernel
+         * says so once, and what it sent (its 'E') is still queued. */
         do
             n = recv(t->ctl, buf, sizeof(buf) - 1, MSG_DONTWAIT);
-        while (n < 0 && errno == EINTR);
+        while (n < 0 && (errno == EINTR || errno == ECONNRESET));
         if (n < 0 && errno == EAGAIN) {
-            if (p[1].revents) {
-                siginfo_t si = {0};
-                static const char *const step[] = {"its set-up", "joining its cgroup", "entering its view",
-                                                   "dropping its privileges", "finding python3 on the policy's PATH"};
-                (void)waitid(P_PIDFD, (id_t)t->pidfd, &si, WEXITED | WNOHANG | WNOWAIT);
-                if (si.si_code == CLD_EXITED && si.si_status >= 120 && si.si_status <= 124)
-                    return aj_err(err, EPIPE, "the template failed as it started: %s", step[si.si_status - 120]);
-                return aj_err(err, EPIPE, "the template exited as it started");
-            }
+            if (p[1].revents)
+                return template_ended(t, err);
             continue;
         }
         if (n == 1 && buf[0] == 'P')
@@ -273,7 +290,9 @@ static int wait_ready(struct aj_tmpl *t, const bool *cancel, struct aj_error *er
             buf[n] = '\0';
             return aj_err(err, ENOENT, "%s", buf + 1);
         }
-        return aj_err(err, EPIPE, "the template exited before it was ready");
+        if (n <= 0)
+            return template_ended(t, err);
+        return aj_err(err, EPROTO, "the template said something else than ready");
     }
 }
 
