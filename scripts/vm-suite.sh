@@ -139,7 +139,7 @@ if [ "$mode" = full ]; then
   done
   SUITES=(tests/integration/test_kernels.py tests/integration/test_run.py tests/integration/test_limits.py
           tests/integration/test_run_lifecycle.py tests/integration/test_pool.py
-          tests/integration/test_detection.py tests/escape)
+          tests/integration/test_interp.py tests/integration/test_detection.py tests/escape)
 fi
 echo "== pytest as root, delegated scope: ${SUITES[*]}"
 pytest_root root "${SUITES[@]}" || status=1
