@@ -533,14 +533,25 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server, pool_size):
                 pass
         return out
 
-    before = fds()
-    if pool_size:  # the pool refills after the warm-up: measure once it is full again
+    def settled():
+        """The pool full again (its gauge, read live) and the count steady: a refill under
+        way holds a sandbox's fds more, which two equal samples alone did not rule out (CI's
+        ASan pass measured mid-refill once)."""
+        if pool_size:
+            def full():
+                ready = [v for k, v in s.metrics().items() if k.startswith("agentjail_tenant_pool_ready")]
+                return ready and all(v == pool_size for v in ready)
+            assert wait_for(full, 30), s.metrics()
+        now = fds()
         for _ in range(20):
-            time.sleep(0.5)
-            now = fds()
-            if len(now) == len(before):
+            time.sleep(0.25)
+            again = fds()
+            if len(again) == len(now):
                 break
-            before = now
+            now = again
+        return now
+
+    before = settled()
 
     def client(i):
         out = []
@@ -566,6 +577,8 @@ def test_bounded_load_leaves_no_fd_or_process_behind(server, pool_size):
             return len(now) > len(before)
         return set(now.items()) - set(before.items()) or len(now) > len(before)
 
+    if pool_size:
+        settled()
     if not wait_for(lambda: not grown(), 10):
         after = fds()
         pytest.fail("server fds changed: %r" % {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
