@@ -294,6 +294,22 @@ def status_fields(pid):
         return dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
 
 
+def while_parked(argv, go, look, timeout=60, env=None):
+    """Start the aj-pool helper (argv has --wait-file go), call look(pid) once its pool is
+    ready, then let it run: (look's value, its JSON lines, its stderr). Killed on any failure."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stderr.readline() == "ready\n"
+        seen = look(p.pid)
+        go.touch()
+        stdout, stderr = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return seen, [json.loads(l) for l in stdout.splitlines() if l.strip()], stderr
+
+
 def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path, mode):
     go = tmp_path / "go"
     ev = tmp_path / "ev"
@@ -309,11 +325,10 @@ def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path, mode):
         """)
     argv = [AJ_POOL, "--size", "2", "--outdir", outdir, "--events", str(ev), "--wait-file", str(go),
             "--pass", "AJ_T_SECRET"] + INTERP + mode + ["--", "python3", "-c", code]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert p.stderr.readline() == "ready\n"
-        parked = wait_for(lambda: len(parked_pythons(p.pid)) == 2 and parked_pythons(p.pid), 10)
-        assert parked, "no parked interpreters under %d" % p.pid
+
+    def look(helper_pid):
+        parked = wait_for(lambda: len(parked_pythons(helper_pid)) == 2 and parked_pythons(helper_pid), 10)
+        assert parked, "no parked interpreters under %d" % helper_pid
         host_ns = {n: os.readlink("/proc/self/ns/" + n) for n in ("user", "pid", "mnt", "net", "ipc", "uts", "cgroup")}
         for pid in parked:
             st = status_fields(pid)
@@ -329,17 +344,13 @@ def test_parked_interpreter_as_the_host_sees_it(outdir, tmp_path, mode):
             with open("/proc/%d/environ" % pid, "rb") as f:
                 environ = f.read().split(b"\0")
             assert not any(e.startswith(b"AJ_T_SECRET") for e in environ), environ
-        tmpl = template_of(p.pid)
+        tmpl = template_of(helper_pid)
         assert (tmpl is not None) == (mode == []), (tmpl, mode)
         if tmpl is not None:
             check_template(tmpl, host_ns, tmp_path)
-        go.touch()
-        stdout, stderr = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    lines = [json.loads(l) for l in stdout.splitlines() if l.strip()]
+        return parked
+
+    parked, lines, _ = while_parked(argv, go, look, env=env)
     run, summary = lines[0], lines[-1]
     assert run["warm"], run
     # Positive control (ctypes reaches libc) and the refusal, recorded.
@@ -557,19 +568,13 @@ def test_template_killed_is_started_again(tmp_path, outdir):
     go = tmp_path / "go"
     argv = [AJ_POOL, "--size", "1", "--outdir", outdir, "--wait-file", str(go)] + INTERP + [
         "--", "python3", "-c", "print('a')", ":::", "python3", "-c", "print('b')", ":::", "python3", "-c", "print('c')"]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert p.stderr.readline() == "ready\n"
-        first = wait_for(lambda: template_of(p.pid), 10)
-        assert first, "no template under %d" % p.pid
-        os.kill(first, 9)
-        go.touch()
-        stdout, stderr = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    lines = [json.loads(l) for l in stdout.splitlines() if l.strip()]
+    def kill_template(pid):
+        tmpl = wait_for(lambda: template_of(pid), 10)
+        assert tmpl, "no template under %d" % pid
+        os.kill(tmpl, 9)
+        return tmpl
+
+    first, lines, stderr = while_parked(argv, go, kill_template, timeout=120)
     runs, summary = lines[:-1], lines[-1]
     # The parked child outlives its template; the refills come from a new one.
     assert [r["result"]["status"] for r in runs] == ["ok"] * 3, (runs, stderr)
