@@ -56,7 +56,7 @@ def pct(xs, q):
 
 
 class Server:
-    def __init__(self, aj, pool, max_runs, runner_threads=None):
+    def __init__(self, aj, pool, max_runs, runner_threads=None, interp=None):
         self.tmp = tempfile.mkdtemp(prefix="ajbench-srv-")
         cfg = {"listen": "127.0.0.1:0", "store": os.path.join(self.tmp, "state", "runs.db"),
                "tenants": {"bench": {"token_sha256": hashlib.sha256(TOKEN.encode()).hexdigest()}},
@@ -64,6 +64,8 @@ class Server:
                "max_connections": 64}
         if runner_threads is not None:
             cfg["runner_threads"] = runner_threads
+        if interp is not None:
+            cfg["interpreters"] = [{"language": "python", "preload": [], "pool": interp}] if interp else []
         path = os.path.join(self.tmp, "server.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
@@ -93,8 +95,13 @@ class Server:
         c.request("GET", "/metrics")
         text = c.getresponse().read().decode()
         c.close()
-        got = dict(re.findall(r'^agentjail_pool_runs_total\{kind="(\w+)"\} (\d+)', text, re.M))
-        return int(got.get("warm", 0)), int(got.get("cold", 0))
+        # Plain pool and warm interpreters (a python run takes one of those
+        # where the server keeps them).
+        got = {}
+        for metric in ("pool", "interp"):
+            for kind, n in re.findall(r'^agentjail_%s_runs_total\{kind="(\w+)"\} (\d+)' % metric, text, re.M):
+                got[kind] = got.get(kind, 0) + int(n)
+        return got.get("warm", 0), got.get("cold", 0)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -221,6 +228,8 @@ def main():
     p.add_argument("--pool", type=int, default=None, help="the server's pool_size (default: the largest concurrency)")
     p.add_argument("--runner-threads", type=int, default=None,
                    help="the server's runner_threads (default: its own, one per CPU)")
+    p.add_argument("--interpreters", type=int, default=None,
+                   help="the server's warm python interpreters: pool N (0: none; default: the server's default)")
     p.add_argument("--agentjail", default=os.path.join(REPO, "build", "agentjail"))
     p.add_argument("--json", action="store_true", help="print the rows as JSON too")
     a = p.parse_args()
@@ -236,7 +245,7 @@ def main():
                 ("sh", [sh, "-c", "true"], {"argv": ["sh", "-c", "true"]})]
     pool = a.pool if a.pool is not None else max(conc)
     load_before = os.getloadavg()
-    srv = Server(a.agentjail, pool, max(16, max(conc)), a.runner_threads)
+    srv = Server(a.agentjail, pool, max(16, max(conc)), a.runner_threads, a.interpreters)
     rows = []
     pool_seen = [0, 0]  # the server's warm/cold run counts at the last cell's end
     try:

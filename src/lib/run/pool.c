@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,19 @@
  * its sync socket for one command. After a run the sandbox is torn down
  * (its pid namespace dies with init); nothing of it is reused.
  *
- * A filler thread prepares replacements and removes finished runs'
- * cgroups between runs (during one, it would take the CPU the payload
- * needs, unless the pool is empty). It blocks every signal, and its
- * sandbox side never mallocs between clone and exec, as always. Runs may
- * be started from several threads at once (the pool's lists are locked);
- * a handle keeps the pool alive until it ends. */
+ * Filler threads prepare replacements and remove finished runs'
+ * cgroups. While the pool is at least half full they do it between runs
+ * (during one, they would take the CPU the payload needs); below half,
+ * under sustained load, they refill during runs too, several sandboxes at
+ * once (two fillers per CPU, at most POOL_FILLERS_MAX and the pool's size:
+ * much of a sandbox's preparation is waiting on its init and, for
+ * interpreters, on the interpreter's start, so one per CPU left CPUs
+ * idle). They block every signal, and their sandbox side
+ * never mallocs between clone and exec, as always. Runs may be started
+ * from several threads at once (the pool's lists are locked); a handle
+ * keeps the pool alive until it ends. */
 #define AJ_POOL_MAX 64
+#define POOL_FILLERS_MAX 8
 
 struct aj_pool {
     const struct aj_policy *pol;
@@ -40,14 +47,17 @@ struct aj_pool {
     struct aj_sandbox *dying[AJ_POOL_MAX];  /* aj_pool_run's handles, ended early: torn down by the filler */
     unsigned n_dying;
     struct aj_pool_stats stats;
-    pthread_t filler;
-    bool filler_started, stopping;
+    pthread_t fillers[POOL_FILLERS_MAX];
+    unsigned n_fillers;                     /* started */
+    unsigned preparing;                     /* sandboxes the fillers are preparing now */
+    bool stopping;
     bool cancel;                            /* __atomic: aj_pool_free is under way (an interpreter's import stops) */
     unsigned running;                       /* warm runs in flight */
     unsigned refs;                          /* the pool's own (until aj_pool_free), one per live warm run */
-    /* An interpreter pool's template (tmpl.c), touched only by whoever
-     * prepares (aj_pool_new, then the filler); tmpl_pid and tmpl_why are
-     * what aj_pool_template says (under mu). */
+    /* An interpreter pool's template (tmpl.c), touched only under tmpl_mu
+     * by whoever prepares (aj_pool_new, then the fillers); tmpl_pid and
+     * tmpl_why are what aj_pool_template says (under mu). */
+    pthread_mutex_t tmpl_mu;
     struct aj_tmpl *tmpl;
     bool tmpl_off, tmpl_ever;
     unsigned tmpl_restarts;                 /* consecutive failed restarts */
@@ -157,20 +167,35 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
      * its template where it has one (tmpl.c). */
     if (pool->pol->interp_lang != AJ_INTERP_NONE) {
         err->msg[0] = '\0';
+        pthread_mutex_lock(&pool->tmpl_mu);
         tmpl = pool_template(pool, !pool->tmpl_ever, err);
+        pthread_mutex_unlock(&pool->tmpl_mu);
         if (!tmpl && err->msg[0])
             return NULL;
     }
     if (tmpl) {
         r = aj_interp_prepare_adopted(pool->pol, &sb, err);
         if (r == -EOPNOTSUPP) {
+            pthread_mutex_lock(&pool->tmpl_mu);
             tmpl_set_off(pool, err->msg);
+            pthread_mutex_unlock(&pool->tmpl_mu);
             *err = (struct aj_error){0};
             return pool_prepare(pool, err);
         }
         if (r < 0)
             return NULL;
-        r = aj_tmpl_spawn(tmpl, sb, err);
+        /* Another filler may have restarted the template (or given up on
+         * it) meanwhile: ask again, and hold it for the spawn. */
+        pthread_mutex_lock(&pool->tmpl_mu);
+        tmpl = pool_template(pool, false, err);
+        r = tmpl ? aj_tmpl_spawn(tmpl, sb, err) : err->msg[0] ? -EAGAIN : -EOPNOTSUPP;
+        pthread_mutex_unlock(&pool->tmpl_mu);
+        if (r == -EOPNOTSUPP) {
+            /* No template any more: this sandbox was made for one. */
+            pool_discard(sb);
+            *err = (struct aj_error){0};
+            return pool_prepare(pool, err);
+        }
         if (r == 0)
             r = aj_interp_wait_parked(sb, &pool->cancel, err);
         if (r < 0) {
@@ -221,9 +246,10 @@ static void *pool_filler(void *arg)
             pthread_mutex_unlock(&pool->mu);
             aj_sandbox_free(sb);
             pthread_mutex_lock(&pool->mu);
-        } else if (pool->running > 0 && pool->n_ready > 0) {
+        } else if (pool->running > 0 && pool->n_ready > 0 && 2 * (pool->n_ready + pool->preparing) >= pool->size) {
             /* A payload is starting: preparing now would take the CPU it
-             * needs. The run ends, or the pool is empty, and we go on. */
+             * needs. The run ends, or the pool falls below half full
+             * (sustained load: refill during runs), and we go on. */
             pthread_cond_wait(&pool->wake, &pool->mu);
         } else if (pool->n_spent > 0) {
             /* v1 memory groups can take a while to go: never on a run's path. */
@@ -232,12 +258,14 @@ static void *pool_filler(void *arg)
             pthread_mutex_unlock(&pool->mu);
             aj_cgroup_destroy(&cg);
             pthread_mutex_lock(&pool->mu);
-        } else if (pool->n_ready < pool->size) {
+        } else if (pool->n_ready + pool->preparing < pool->size) {
             struct aj_error err = {0};
             struct aj_sandbox *sb;
+            pool->preparing++;
             pthread_mutex_unlock(&pool->mu);
             sb = pool_prepare(pool, &err);
             pthread_mutex_lock(&pool->mu);
+            pool->preparing--;
             pool->stats.prepared += sb != NULL;
             if (sb && pool->n_ready < pool->size && !pool->stopping) {
                 pool->ready[pool->n_ready++] = sb;
@@ -286,6 +314,7 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
     pool->pol = pol;
     pool->size = size;
     pthread_mutex_init(&pool->mu, NULL);
+    pthread_mutex_init(&pool->tmpl_mu, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->parked, NULL);
     for (unsigned i = 0; i < AJ_POOL_MAX; i++)
@@ -302,15 +331,28 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
         pool->ready[pool->n_ready++] = sb;
         pool->stats.prepared++;
     }
+    /* Two fillers per CPU this process may use, at most POOL_FILLERS_MAX
+     * and no more than the pool holds. */
+    cpu_set_t cpus;
+    unsigned want = 2;
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 1)
+        want = 2 * (unsigned)CPU_COUNT(&cpus);
+    if (want > POOL_FILLERS_MAX)
+        want = POOL_FILLERS_MAX;
+    if (want > size)
+        want = size;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    r = pthread_create(&pool->filler, NULL, pool_filler, pool);
+    r = 0;
+    while (pool->n_fillers < want && r == 0) {
+        r = pthread_create(&pool->fillers[pool->n_fillers], NULL, pool_filler, pool);
+        pool->n_fillers += r == 0;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r != 0) {
+    if (pool->n_fillers == 0) {
         aj_pool_free(pool);
         return aj_err(err, r, "start the pool's filler thread");
     }
-    pool->filler_started = true;
     *ret = pool;
     return 0;
 }
@@ -326,6 +368,7 @@ static void pool_unref(struct aj_pool *pool)
         return;
     pthread_cond_destroy(&pool->wake);
     pthread_cond_destroy(&pool->parked);
+    pthread_mutex_destroy(&pool->tmpl_mu);
     pthread_mutex_destroy(&pool->mu);
     free(pool);
 }
@@ -337,11 +380,10 @@ void aj_pool_free(struct aj_pool *pool)
     __atomic_store_n(&pool->cancel, true, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pool->mu);
     pool->stopping = true;
-    pthread_cond_signal(&pool->wake);
+    pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
-    if (pool->filler_started)
-        pthread_join(pool->filler, NULL);
-    pool->filler_started = false;
+    while (pool->n_fillers > 0)
+        pthread_join(pool->fillers[--pool->n_fillers], NULL);
     /* Nothing is queued once stopping is set (aj_pool_free_handle). */
     while (pool->n_dying > 0)
         aj_sandbox_free(pool->dying[--pool->n_dying]);
@@ -366,7 +408,7 @@ void aj_pool_run_finished(struct aj_pool *pool)
 {
     pthread_mutex_lock(&pool->mu);
     pool->running--;
-    pthread_cond_signal(&pool->wake);
+    pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
 }
 
@@ -379,7 +421,7 @@ void aj_pool_run_ended(struct aj_pool *pool, struct aj_cgroup *spent, bool finis
     }
     if (!finished)
         pool->running--;
-    pthread_cond_signal(&pool->wake); /* refill, and remove what the run left */
+    pthread_cond_broadcast(&pool->wake); /* refill, and remove what the run left */
     pthread_mutex_unlock(&pool->mu);
     aj_cgroup_destroy(spent); /* only if the list was full, or the pool is going */
     pool_unref(pool);
@@ -479,7 +521,7 @@ struct aj_sandbox *aj_pool_take_wait(struct aj_pool *pool)
         ts.tv_nsec += TAKE_WAIT_MS * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
-        pthread_cond_signal(&pool->wake); /* the filler, if it waits for a run to end */
+        pthread_cond_broadcast(&pool->wake); /* the filler, if it waits for a run to end */
         while (pool->n_ready == 0 && !pool->stopping && pool->tmpl_pid > 0)
             if (pthread_cond_timedwait(&pool->parked, &pool->mu, &ts) != 0)
                 break;
@@ -509,6 +551,8 @@ struct aj_sandbox *aj_pool_take(struct aj_pool *pool)
          * one (nothing parked) leaves the filler refilling. */
         pool->running++;
         pool->refs++; /* until aj_pool_run_ended */
+        if (2 * (pool->n_ready + pool->preparing) < pool->size)
+            pthread_cond_broadcast(&pool->wake); /* below half: refill now */
     } else {
         pool->stats.cold_runs++;
     }
@@ -650,7 +694,7 @@ void aj_pool_free_handle(struct aj_sandbox *sb)
         pthread_mutex_lock(&pool->mu);
         if (!pool->stopping && pool->n_dying < AJ_POOL_MAX) {
             pool->dying[pool->n_dying++] = sb;
-            pthread_cond_signal(&pool->wake);
+            pthread_cond_broadcast(&pool->wake);
             queued = true;
         }
         pthread_mutex_unlock(&pool->mu);
