@@ -992,6 +992,7 @@ static bool on_interp_word(struct supervise_state *st)
     st->exit_wstatus = (int)w[1] << 8; /* as wait() reports exit(w[1]) */
     st->have_exit = true;
     st->early_end = true;
+    st->word_cs = cs;
     (void)aj_sys_pidfd_send_signal(st->pidfd, SIGKILL);
     aj_egress_expect_end(st->egress); /* its proxy and relay are in the cgroup too */
     aj_cgroup_kill(st->cg);
@@ -1205,7 +1206,9 @@ void aj_loop_begin(struct supervise_state *st, uint64_t start)
     st->watch_cgroup = st->cg && st->cg->created &&
                        (st->cg->limits & (AJ_LAYER_BIT(AJ_LAYER_MEMORY_LIMIT) | AJ_LAYER_BIT(AJ_LAYER_PIDS_LIMIT)) ||
                         st->pol->cpu_time_ms);
-    st->last_cg_check = 0;
+    /* The first check one poll interval in (a run has used nothing yet;
+     * the result reads the counters at the end in any case). */
+    st->last_cg_check = start ? start : aj_now_ms();
     st->phase = AJ_LOOP_SUPERVISE;
 }
 
@@ -1402,8 +1405,8 @@ enum aj_loop_phase aj_loop_round(struct supervise_state *st)
 
 void aj_loop_fill_result(struct supervise_state *st, struct aj_result *res)
 {
-    struct aj_cgroup_stats cs = {0};
-    bool cg_stats = st->cg && st->cg->created && aj_cgroup_read_stats(st->cg, &cs) == 0;
+    struct aj_cgroup_stats cs = st->word_cs;
+    bool cg_stats = st->early_end || (st->cg && st->cg->created && aj_cgroup_read_stats(st->cg, &cs) == 0);
 
     res->layer_set[0] |= st->layers;
     if (st->decoy_unarmed)

@@ -135,6 +135,9 @@ struct supervise_state {
     /* The bootstrap's end word was taken as the payload's exit (see
      * on_interp_word): the sandbox is killed, init not reaped yet. */
     bool early_end;
+    /* The cgroup's counters read at the end word: the run's own (what the
+     * kill and the interpreter's teardown add after it is not). */
+    struct aj_cgroup_stats word_cs;
     /* A template's child (tmpl.c): init is in adopt mode; what it handed
      * over (AJ_MSG_ADOPT: the sync socket's dup first, then the
      * namespaces in adopt_mask) until it goes to the template. The
