@@ -123,6 +123,36 @@ def test_async_run_get_and_delete_kills_it(server):
     assert s.metrics()['agentjail_runs_finished_total{status="signaled"}'] == 1
 
 
+def test_pool_refills_while_long_runs_hold_most_of_it(server):
+    """Three long runs take three sandboxes of a pool of four. Below half full, the pool
+    refills while they run (under sustained load, waiting for runs to end left it empty and
+    every run waiting for its own refill); the runs go on undisturbed."""
+    s = server(extra={"pool_size": 4})
+
+    def ready():
+        return s.metrics().get('agentjail_tenant_pool_ready{tenant="a"}')
+
+    assert wait_for(lambda: ready() == 4, 60), s.metrics()
+    tag = new_tag()
+    ids = []
+    for _ in range(3):
+        status, _, j = s.run({"argv": ["sleep", tag], "wait": False})
+        assert status == 202, j
+        ids.append(j["id"])
+    assert wait_for(lambda: len(pids_with(tag)) == 3, 30), "the runs never started"
+    # They took parked sandboxes (positive control: the pool was drawn down).
+    assert s.metrics()['agentjail_pool_runs_total{kind="warm"}'] >= 3, s.metrics()
+    assert wait_for(lambda: ready() == 4, 60), s.metrics()
+    for rid in ids:
+        status, _, j = s.request("GET", "/v1/runs/" + rid)
+        assert status == 200 and j["status"] == "running", j
+    assert len(pids_with(tag)) == 3
+    for rid in ids:
+        status, _, j = s.request("DELETE", "/v1/runs/" + rid)
+        assert status == 200 and j["status"] == "signaled", j
+    assert not pids_with(tag)
+
+
 def test_escape_attempt_is_refused_and_counted(server):
     s = server()
     code = ("import ctypes, os\n"

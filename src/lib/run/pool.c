@@ -21,9 +21,10 @@
  * (its pid namespace dies with init); nothing of it is reused.
  *
  * Filler threads prepare replacements and remove finished runs'
- * cgroups. While the pool is at least half full they do it between runs
- * (during one, they would take the CPU the payload needs); below half,
- * under sustained load, they refill during runs too, several sandboxes at
+ * cgroups. While the pool is at least half full they wait out a run's
+ * first POOL_DEFER_MS (they would take the CPU its payload needs to
+ * start); below half, under sustained load, they refill during runs too,
+ * several sandboxes at
  * once (two fillers per CPU, at most POOL_FILLERS_MAX and the pool's size:
  * much of a sandbox's preparation is waiting on its init and, for
  * interpreters, on the interpreter's start, so one per CPU left CPUs
@@ -33,6 +34,7 @@
  * keeps the pool alive until it ends. */
 #define AJ_POOL_MAX 64
 #define POOL_FILLERS_MAX 8
+#define POOL_DEFER_MS 50
 
 struct aj_pool {
     const struct aj_policy *pol;
@@ -53,6 +55,7 @@ struct aj_pool {
     bool stopping;
     bool cancel;                            /* __atomic: aj_pool_free is under way (an interpreter's import stops) */
     unsigned running;                       /* warm runs in flight */
+    uint64_t last_take_ms;                  /* aj_now_ms() of the last warm run's start */
     unsigned refs;                          /* the pool's own (until aj_pool_free), one per live warm run */
     /* An interpreter pool's template (tmpl.c), touched only under tmpl_mu
      * by whoever prepares (aj_pool_new, then the fillers); tmpl_pid and
@@ -246,11 +249,18 @@ static void *pool_filler(void *arg)
             pthread_mutex_unlock(&pool->mu);
             aj_sandbox_free(sb);
             pthread_mutex_lock(&pool->mu);
-        } else if (pool->running > 0 && pool->n_ready > 0 && 2 * (pool->n_ready + pool->preparing) >= pool->size) {
+        } else if (pool->running > 0 && pool->n_ready > 0 && 2 * (pool->n_ready + pool->preparing) >= pool->size &&
+                   aj_now_ms() - pool->last_take_ms < POOL_DEFER_MS) {
             /* A payload is starting: preparing now would take the CPU it
-             * needs. The run ends, or the pool falls below half full
-             * (sustained load: refill during runs), and we go on. */
-            pthread_cond_wait(&pool->wake, &pool->mu);
+             * needs. The run ends, its start is over, or the pool falls
+             * below half full (sustained load), and we go on. */
+            struct timespec ts;
+            uint64_t left = pool->last_take_ms + POOL_DEFER_MS - aj_now_ms();
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += (long)(left % 1000) * 1000000L + 1000000L;
+            ts.tv_sec += (time_t)(left / 1000) + ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            (void)pthread_cond_timedwait(&pool->wake, &pool->mu, &ts);
         } else if (pool->n_spent > 0) {
             /* v1 memory groups can take a while to go: never on a run's path. */
             struct aj_cgroup cg = pool->spent[--pool->n_spent];
@@ -550,6 +560,7 @@ struct aj_sandbox *aj_pool_take(struct aj_pool *pool)
         /* A warm run: the filler waits, the payload has both CPUs. A cold
          * one (nothing parked) leaves the filler refilling. */
         pool->running++;
+        pool->last_take_ms = aj_now_ms();
         pool->refs++; /* until aj_pool_run_ended */
         if (2 * (pool->n_ready + pool->preparing) < pool->size)
             pthread_cond_broadcast(&pool->wake); /* below half: refill now */
