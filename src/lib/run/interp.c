@@ -273,32 +273,15 @@ int aj_interp_wait_parked(struct aj_sandbox *sb, const bool *cancel, struct aj_e
 
 /* init hands its namespaces over once the sandbox is complete (after the
  * decoys are leased): bounded, as aj_pool_arm_decoys is. */
+static bool adopted(const struct supervise_state *st)
+{
+    return st->n_adopt_fds > 0;
+}
+
 static int wait_adopt(struct aj_sandbox *sb, struct aj_error *err)
 {
-    struct supervise_state *st = &sb->st;
-    uint64_t deadline = aj_now_ms() + 10000;
-
-    while (st->n_adopt_fds == 0 && !st->have_child_err && st->sock >= 0) {
-        struct pollfd p[2] = {{.fd = st->sock, .events = POLLIN}, {.fd = st->pidfd, .events = POLLIN}};
-        uint64_t now = aj_now_ms();
-        int r;
-        if (now >= deadline)
-            return aj_err(err, ETIMEDOUT, "a template's sandbox did not hand over its namespaces");
-        r = poll(p, 2, (int)(deadline - now));
-        if (r < 0 && errno != EINTR)
-            return aj_err(err, errno, "poll a template's sandbox");
-        if (r > 0)
-            aj_loop_drain_msgs(st);
-        if (r > 0 && !p[0].revents && p[1].revents)
-            break; /* init is gone */
-    }
-    if (st->have_child_err) {
-        *err = st->child_err;
-        return -(err->errnum ? err->errnum : EPIPE);
-    }
-    if (st->n_adopt_fds == 0)
-        return aj_err(err, EPIPE, "a template's sandbox ended before it was complete");
-    return 0;
+    return aj_sb_drain_until(sb, adopted, "a template's sandbox did not hand over its namespaces",
+                             "a template's sandbox ended before it was complete", err);
 }
 
 int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **ret, struct aj_error *err)

@@ -77,33 +77,65 @@ static void pool_discard(struct aj_sandbox *sb)
     sb_discard(sb, 0, NULL, NULL, NULL);
 }
 
-/* Handle the parked sandbox's messages until its decoys are leased (init
- * then goes on to fork the waiting payload). Bounded: init that neither
- * sends them nor fails within 10 s is broken. */
-int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err)
+/* Handle a sandbox's messages, while it is prepared, until done() holds.
+ * Bounded: a sandbox that neither gets there nor fails within 10 s is
+ * broken (timeout_msg); one whose init is gone first, gone_msg. */
+int aj_sb_drain_until(struct aj_sandbox *sb, bool (*done)(const struct supervise_state *st), const char *timeout_msg,
+                      const char *gone_msg, struct aj_error *err)
 {
     struct supervise_state *st = &sb->st;
     uint64_t deadline = aj_now_ms() + 10000;
 
-    while (!st->decoys_armed && st->sock >= 0 && !st->have_child_err) {
-        struct pollfd p = {.fd = st->sock, .events = POLLIN};
+    while (!done(st) && !st->have_child_err && st->sock >= 0) {
+        struct pollfd p[2] = {{.fd = st->sock, .events = POLLIN}, {.fd = st->pidfd, .events = POLLIN}};
         uint64_t now = aj_now_ms();
         int r;
         if (now >= deadline)
-            return aj_err(err, ETIMEDOUT, "a parked sandbox did not hand over its decoys");
-        r = poll(&p, 1, (int)(deadline - now));
+            return aj_err(err, ETIMEDOUT, "%s", timeout_msg);
+        r = poll(p, 2, (int)(deadline - now));
         if (r < 0 && errno != EINTR)
-            return aj_err(err, errno, "poll a parked sandbox");
+            return aj_err(err, errno, "poll a sandbox being prepared");
         if (r > 0)
             aj_loop_drain_msgs(st);
+        if (r > 0 && !p[0].revents && p[1].revents)
+            break; /* init is gone */
     }
     if (st->have_child_err) {
         *err = st->child_err;
         return -(err->errnum ? err->errnum : EPIPE);
     }
-    if (!st->decoys_armed)
-        return aj_err(err, EPIPE, "a parked sandbox failed before its decoys were armed");
+    if (!done(st))
+        return aj_err(err, EPIPE, "%s", gone_msg);
     return 0;
+}
+
+static bool decoys_armed(const struct supervise_state *st)
+{
+    return st->decoys_armed;
+}
+
+/* The parked sandbox's decoys leased (init then goes on to fork the
+ * waiting payload). */
+int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err)
+{
+    return aj_sb_drain_until(sb, decoys_armed, "a parked sandbox did not hand over its decoys",
+                             "a parked sandbox failed before its decoys were armed", err);
+}
+
+static bool have_listener(const struct supervise_state *st)
+{
+    return st->notify.fd >= 0;
+}
+
+/* A parked payload hands over its seccomp listener before it waits for a
+ * command: taken now, so that a parked sandbox holds the same fds whenever
+ * it is looked at (and the run's start has one message less to read). */
+static int pool_wait_listener(struct aj_sandbox *sb, struct aj_error *err)
+{
+    if (!sb->c.bpf.notify || (sb->c.skip & AJ_SKIP_SECCOMP))
+        return 0;
+    return aj_sb_drain_until(sb, have_listener, "a parked sandbox did not hand over its seccomp listener",
+                             "a parked sandbox failed before it handed over its seccomp listener", err);
 }
 
 static void tmpl_set_off(struct aj_pool *pool, const char *why)
@@ -201,6 +233,8 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
         }
         if (r == 0)
             r = aj_interp_wait_parked(sb, &pool->cancel, err);
+        if (r == 0)
+            r = pool_wait_listener(sb, err);
         if (r < 0) {
             pool_discard(sb);
             return NULL;
@@ -229,7 +263,7 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
         pool_discard(sb);
         return NULL;
     }
-    if (sb->c.interp && aj_interp_wait_parked(sb, &pool->cancel, err) < 0) {
+    if ((sb->c.interp && aj_interp_wait_parked(sb, &pool->cancel, err) < 0) || pool_wait_listener(sb, err) < 0) {
         pool_discard(sb);
         return NULL;
     }

@@ -122,6 +122,8 @@ struct aj_sandbox *aj_pool_take(struct aj_pool *pool);
 struct aj_sandbox *aj_pool_take_wait(struct aj_pool *pool);
 const struct aj_policy *aj_pool_policy(const struct aj_pool *pool);
 int aj_pool_arm_decoys(struct aj_sandbox *sb, struct aj_error *err);
+int aj_sb_drain_until(struct aj_sandbox *sb, bool (*done)(const struct supervise_state *st), const char *timeout_msg,
+                      const char *gone_msg, struct aj_error *err);
 void aj_pool_count_cold(struct aj_pool *pool);
 void aj_pool_warm_failed(struct aj_pool *pool, struct aj_cgroup *spent);
 
