@@ -24,14 +24,13 @@
  * cgroups. While the pool is at least half full they wait out a run's
  * first POOL_DEFER_MS (they would take the CPU its payload needs to
  * start); below half, under sustained load, they refill during runs too,
- * several sandboxes at
- * once (two fillers per CPU, at most POOL_FILLERS_MAX and the pool's size:
- * much of a sandbox's preparation is waiting on its init and, for
- * interpreters, on the interpreter's start, so one per CPU left CPUs
- * idle). They block every signal, and their sandbox side
- * never mallocs between clone and exec, as always. Runs may be started
- * from several threads at once (the pool's lists are locked); a handle
- * keeps the pool alive until it ends. */
+ * several sandboxes at once (two fillers per CPU, at most
+ * POOL_FILLERS_MAX and the pool's size: much of a sandbox's preparation
+ * is waiting on its init and, for interpreters, on the interpreter's
+ * start, so one per CPU left CPUs idle). They block every signal, and
+ * their sandbox side never mallocs between clone and exec, as always.
+ * Runs may be started from several threads at once (the pool's lists are
+ * locked); a handle keeps the pool alive until it ends. */
 #define AJ_POOL_MAX 64
 #define POOL_FILLERS_MAX 8
 #define POOL_DEFER_MS 50
@@ -71,6 +70,21 @@ struct aj_pool {
 /* After this many template restarts in a row fail, the pool parks
  * interpreters that import the preload themselves. */
 #define TMPL_MAX_RESTARTS 3
+
+/* ms from now on the clock pthread_cond_timedwait measures by default. */
+static struct timespec deadline_in(uint64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
 
 static void pool_discard(struct aj_sandbox *sb)
 {
@@ -273,6 +287,7 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
 static void *pool_filler(void *arg)
 {
     struct aj_pool *pool = arg;
+    uint64_t now;
 
     pthread_mutex_lock(&pool->mu);
     while (!pool->stopping) {
@@ -284,16 +299,11 @@ static void *pool_filler(void *arg)
             aj_sandbox_free(sb);
             pthread_mutex_lock(&pool->mu);
         } else if (pool->running > 0 && pool->n_ready > 0 && 2 * (pool->n_ready + pool->preparing) >= pool->size &&
-                   aj_now_ms() - pool->last_take_ms < POOL_DEFER_MS) {
+                   (now = aj_now_ms()) - pool->last_take_ms < POOL_DEFER_MS) {
             /* A payload is starting: preparing now would take the CPU it
              * needs. The run ends, its start is over, or the pool falls
              * below half full (sustained load), and we go on. */
-            struct timespec ts;
-            uint64_t left = pool->last_take_ms + POOL_DEFER_MS - aj_now_ms();
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += (long)(left % 1000) * 1000000L + 1000000L;
-            ts.tv_sec += (time_t)(left / 1000) + ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
+            struct timespec ts = deadline_in(pool->last_take_ms + POOL_DEFER_MS - now + 1);
             (void)pthread_cond_timedwait(&pool->wake, &pool->mu, &ts);
         } else if (pool->n_spent > 0) {
             /* v1 memory groups can take a while to go: never on a run's path. */
@@ -320,14 +330,8 @@ static void *pool_filler(void *arg)
                 pthread_mutex_lock(&pool->mu);
             } else {
                 /* Runs go cold meanwhile; try again shortly, not in a spin. */
-                struct timespec ts;
+                struct timespec ts = deadline_in(100);
                 pool->stats.refill_failures++;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 100 * 1000000L;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
                 (void)pthread_cond_timedwait(&pool->wake, &pool->mu, &ts);
             }
         } else {
@@ -561,10 +565,7 @@ struct aj_sandbox *aj_pool_take_wait(struct aj_pool *pool)
     pthread_mutex_lock(&pool->mu);
     wait = pool->tmpl_pid > 0 && pool->n_ready == 0 && !pool->stopping;
     if (wait) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += TAKE_WAIT_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        ts = deadline_in(TAKE_WAIT_MS);
         pthread_cond_broadcast(&pool->wake); /* the filler, if it waits for a run to end */
         while (pool->n_ready == 0 && !pool->stopping && pool->tmpl_pid > 0)
             if (pthread_cond_timedwait(&pool->parked, &pool->mu, &ts) != 0)

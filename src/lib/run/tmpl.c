@@ -230,7 +230,6 @@ static unsigned skip_flags(struct aj_error *err, bool *bad)
     return 0;
 }
 
-/* 'P', or 'E' + why, within the bound. */
 /* How the template ended, once it has: its exit status or signal, and
  * for the set-up's own exit codes (template_child) the step. */
 static int template_ended(struct aj_tmpl *t, struct aj_error *err)
