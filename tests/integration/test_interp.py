@@ -567,7 +567,9 @@ def test_template_killed_is_started_again(tmp_path, outdir):
     root_only("templates are root mode's")
     go = tmp_path / "go"
     argv = [AJ_POOL, "--size", "1", "--outdir", outdir, "--wait-file", str(go)] + INTERP + [
-        "--", "python3", "-c", "print('a')", ":::", "python3", "-c", "print('b')", ":::", "python3", "-c", "print('c')"]
+        "--", "python3", "-c", "import time; time.sleep(1); print('a')", ":::", "python3", "-c", "print('b')", ":::",
+        "python3", "-c", "print('c')"]
+
     def kill_template(pid):
         tmpl = wait_for(lambda: template_of(pid), 10)
         assert tmpl, "no template under %d" % pid
@@ -576,7 +578,8 @@ def test_template_killed_is_started_again(tmp_path, outdir):
 
     first, lines, stderr = while_parked(argv, go, kill_template, timeout=120)
     runs, summary = lines[:-1], lines[-1]
-    # The parked child outlives its template; the refills come from a new one.
+    # The parked child outlives its template, also while the refill behind its run (which
+    # starts the new template) goes on; the refills come from a new one.
     assert [r["result"]["status"] for r in runs] == ["ok"] * 3, (runs, stderr)
     assert [out(outdir, i) for i in range(3)] == ["a\n", "b\n", "c\n"]
     assert sum(r["warm"] for r in runs) >= 2, runs

@@ -34,6 +34,10 @@
 #define AJ_POOL_MAX 64
 #define POOL_FILLERS_MAX 8
 #define POOL_DEFER_MS 50
+/* A template that died stays (its sandbox, which holds the reapers of
+ * the children it forked) while those may still be parked or running:
+ * the last few of them, the oldest freed first. */
+#define TMPL_RETIRED_MAX 4
 
 struct aj_pool {
     const struct aj_policy *pol;
@@ -61,6 +65,8 @@ struct aj_pool {
      * tmpl_why are what aj_pool_template says (under mu). */
     pthread_mutex_t tmpl_mu;
     struct aj_tmpl *tmpl;
+    struct aj_tmpl *retired[TMPL_RETIRED_MAX]; /* dead templates, oldest first (under tmpl_mu) */
+    unsigned n_retired;
     bool tmpl_off, tmpl_ever;
     unsigned tmpl_restarts;                 /* consecutive failed restarts */
     pid_t tmpl_pid;
@@ -179,8 +185,17 @@ static struct aj_tmpl *pool_template(struct aj_pool *pool, bool first, struct aj
         tmpl_set_off(pool, why[0] ? why : "interpreter.template is false");
         return NULL;
     }
-    aj_tmpl_free(pool->tmpl); /* died: a new one */
-    pool->tmpl = NULL;
+    if (pool->tmpl) {
+        /* Died: a new one. Freeing it would end its sandbox, and with it
+         * the reapers of its children still parked or running. */
+        if (pool->n_retired == TMPL_RETIRED_MAX) {
+            aj_tmpl_free(pool->retired[0]);
+            memmove(pool->retired, pool->retired + 1, (TMPL_RETIRED_MAX - 1) * sizeof(pool->retired[0]));
+            pool->n_retired--;
+        }
+        pool->retired[pool->n_retired++] = pool->tmpl;
+        pool->tmpl = NULL;
+    }
     r = aj_tmpl_start(pool->pol, &pool->cancel, &pool->tmpl, &terr);
     if (r == 0) {
         pool->tmpl_restarts = 0;
@@ -439,6 +454,8 @@ void aj_pool_free(struct aj_pool *pool)
         pool_discard(pool->ready[--pool->n_ready]);
     aj_tmpl_free(pool->tmpl);
     pool->tmpl = NULL;
+    while (pool->n_retired > 0)
+        aj_tmpl_free(pool->retired[--pool->n_retired]);
     pthread_mutex_lock(&pool->mu);
     pool->tmpl_pid = 0;
     while (pool->n_spent > 0) {
