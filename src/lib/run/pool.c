@@ -190,7 +190,8 @@ static struct aj_tmpl *pool_template(struct aj_pool *pool, bool first, struct aj
          * the reapers of its children still parked or running. */
         if (pool->n_retired == TMPL_RETIRED_MAX) {
             aj_tmpl_free(pool->retired[0]);
-            memmove(pool->retired, pool->retired + 1, (TMPL_RETIRED_MAX - 1) * sizeof(pool->retired[0]));
+            for (unsigned i = 1; i < TMPL_RETIRED_MAX; i++)
+                pool->retired[i - 1] = pool->retired[i];
             pool->n_retired--;
         }
         pool->retired[pool->n_retired++] = pool->tmpl;
