@@ -110,6 +110,9 @@ int aj_cgroup_open_helper_join_fds(const struct aj_cgroup *cg, int fds[AJ_CG_MAX
 /* Sandbox side, first thing after clone; async-signal-safe. */
 int aj_cgroup_child_join(const int *fds, size_t n, struct aj_error *err);
 int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *ret);
+/* The processes in the run's group (its v2 group, else a v1 one):
+ * how many (those beyond max are counted, not stored), or -errno. */
+int aj_cgroup_procs(const struct aj_cgroup *cg, pid_t *pids, size_t max);
 /* SIGKILL every process in the run's cgroups (cgroup.kill on v2). */
 void aj_cgroup_kill(const struct aj_cgroup *cg);
 /* Kill, wait for empty, remove. Safe on a half-created or zeroed cg. */

@@ -544,6 +544,39 @@ int aj_cgroup_open_helper_join_fds(const struct aj_cgroup *cg, int fds[AJ_CG_MAX
     return 0;
 }
 
+int aj_cgroup_procs(const struct aj_cgroup *cg, pid_t *pids, size_t max)
+{
+    const char *dir = cg->v2_dir[0] ? cg->v2_dir : NULL;
+    char path[sizeof(cg->v2_dir) + 16], buf[4096];
+    size_t n = 0;
+    FILE *f;
+
+    for (int i = 0; !dir && i < AJ_CG_NCTRL; i++)
+        if (cg->v1_dir[i][0])
+            dir = cg->v1_dir[i];
+    if (!cg->created || !dir)
+        return -ENOENT;
+    (void)snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    f = fopen(path, "re");
+    if (!f)
+        return -errno;
+    while (fgets(buf, sizeof(buf), f)) {
+        long v = strtol(buf, NULL, 10);
+        if (v <= 0)
+            continue;
+        if (n < max)
+            pids[n] = (pid_t)v;
+        n++;
+    }
+    if (ferror(f)) {
+        int e = errno ? errno : EIO;
+        (void)fclose(f);
+        return -e;
+    }
+    (void)fclose(f);
+    return n > (size_t)INT32_MAX ? INT32_MAX : (int)n;
+}
+
 int aj_cgroup_read_stats(const struct aj_cgroup *cg, struct aj_cgroup_stats *st)
 {
     uint64_t v;

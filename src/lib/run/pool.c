@@ -34,10 +34,6 @@
 #define AJ_POOL_MAX 64
 #define POOL_FILLERS_MAX 8
 #define POOL_DEFER_MS 50
-/* A template that died stays (its sandbox, which holds the reapers of
- * the children it forked) while those may still be parked or running:
- * the last few of them, the oldest freed first. */
-#define TMPL_RETIRED_MAX 4
 
 struct aj_pool {
     const struct aj_policy *pol;
@@ -65,8 +61,13 @@ struct aj_pool {
      * tmpl_why are what aj_pool_template says (under mu). */
     pthread_mutex_t tmpl_mu;
     struct aj_tmpl *tmpl;
-    struct aj_tmpl *retired[TMPL_RETIRED_MAX]; /* dead templates, oldest first (under tmpl_mu) */
-    unsigned n_retired;
+    /* Templates that died, kept (their sandboxes hold the reapers of the
+     * children they forked) until none of those is left (aj_tmpl_idle):
+     * under tmpl_mu. */
+    struct retired_tmpl {
+        struct aj_tmpl *t;
+    } *retired;
+    unsigned n_retired, cap_retired;
     bool tmpl_off, tmpl_ever;
     unsigned tmpl_restarts;                 /* consecutive failed restarts */
     pid_t tmpl_pid;
@@ -167,6 +168,20 @@ static void tmpl_set_off(struct aj_pool *pool, const char *why)
     pthread_mutex_unlock(&pool->mu);
 }
 
+/* Free the retired templates none of whose children is left. */
+static void retired_prune(struct aj_pool *pool)
+{
+    unsigned k = 0;
+
+    for (unsigned i = 0; i < pool->n_retired; i++) {
+        if (aj_tmpl_idle(pool->retired[i].t))
+            aj_tmpl_free(pool->retired[i].t);
+        else
+            pool->retired[k++] = pool->retired[i];
+    }
+    pool->n_retired = k;
+}
+
 /* The pool's template, started (again) if it is not running; NULL when
  * the pool does not use one (err filled only for a failure to report: the
  * first start, from aj_pool_new, where a preload that does not import
@@ -177,6 +192,7 @@ static struct aj_tmpl *pool_template(struct aj_pool *pool, bool first, struct aj
     char why[sizeof(terr.msg)];
     int r;
 
+    retired_prune(pool);
     if (pool->tmpl_off)
         return NULL;
     if (pool->tmpl && aj_tmpl_alive(pool->tmpl))
@@ -188,13 +204,17 @@ static struct aj_tmpl *pool_template(struct aj_pool *pool, bool first, struct aj
     if (pool->tmpl) {
         /* Died: a new one. Freeing it would end its sandbox, and with it
          * the reapers of its children still parked or running. */
-        if (pool->n_retired == TMPL_RETIRED_MAX) {
-            aj_tmpl_free(pool->retired[0]);
-            for (unsigned i = 1; i < TMPL_RETIRED_MAX; i++)
-                pool->retired[i - 1] = pool->retired[i];
-            pool->n_retired--;
+        if (pool->n_retired == pool->cap_retired) {
+            unsigned cap = pool->cap_retired ? 2 * pool->cap_retired : 4;
+            struct retired_tmpl *more = realloc(pool->retired, cap * sizeof(*more));
+            if (!more) {
+                aj_err(err, ENOMEM, "the pool's retired templates");
+                return NULL;
+            }
+            pool->retired = more;
+            pool->cap_retired = cap;
         }
-        pool->retired[pool->n_retired++] = pool->tmpl;
+        pool->retired[pool->n_retired++].t = pool->tmpl;
         pool->tmpl = NULL;
     }
     r = aj_tmpl_start(pool->pol, &pool->cancel, &pool->tmpl, &terr);
@@ -456,7 +476,8 @@ void aj_pool_free(struct aj_pool *pool)
     aj_tmpl_free(pool->tmpl);
     pool->tmpl = NULL;
     while (pool->n_retired > 0)
-        aj_tmpl_free(pool->retired[--pool->n_retired]);
+        aj_tmpl_free(pool->retired[--pool->n_retired].t);
+    free(pool->retired);
     pthread_mutex_lock(&pool->mu);
     pool->tmpl_pid = 0;
     while (pool->n_spent > 0) {

@@ -444,6 +444,24 @@ bool aj_tmpl_alive(struct aj_tmpl *t)
     return t && t->pidfd >= 0 && poll(&p, 1, 0) == 0;
 }
 
+bool aj_tmpl_idle(struct aj_tmpl *t)
+{
+    pid_t pids[8];
+    int n;
+
+    if (!t || aj_tmpl_alive(t) || !t->home)
+        return false;
+    /* Its children's reapers stay in this group (tmpl_child.c): the
+     * payloads went to their runs' groups, the reapers wait for them. */
+    n = aj_cgroup_procs(&t->home->cg, pids, sizeof(pids) / sizeof(pids[0]));
+    if (n < 0 || n > (int)(sizeof(pids) / sizeof(pids[0])))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (pids[i] != t->home->st.pid && pids[i] != t->pid)
+            return false;
+    return true;
+}
+
 pid_t aj_tmpl_pid(const struct aj_tmpl *t)
 {
     return t ? t->pid : -1;

@@ -56,6 +56,10 @@ bool aj_tmpl_alive(struct aj_tmpl *t);
 /* sb: prepared with c.adopt, its AJ_MSG_ADOPT taken. The template forks a
  * child into it; its progress comes on sb's sync socket. */
 int aj_tmpl_spawn(struct aj_tmpl *t, struct aj_sandbox *sb, struct aj_error *err);
+/* A template that died: whether nothing it forked is left (its sandbox's
+ * group holds no process but that sandbox's init), so that freeing it
+ * ends no run. False while it lives, or when that cannot be read. */
+bool aj_tmpl_idle(struct aj_tmpl *t);
 /* Kill and reap. NULL is fine. */
 void aj_tmpl_free(struct aj_tmpl *t);
 pid_t aj_tmpl_pid(const struct aj_tmpl *t);
