@@ -178,6 +178,15 @@ def comm(pid):
         return None
 
 
+def alive(pid):
+    """The process exists and has not ended (a zombie, not yet reaped, has)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def helper(name):
     return os.path.join(AJ_HELPERS, name)
 

@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import (AJ_BIN, AJ_HELPERS, CG_LIMITS, IS_ROOT, _ours, comm, must_skip, not_foreign, run_aj,
+from conftest import (AJ_BIN, AJ_HELPERS, CG_LIMITS, IS_ROOT, _ours, alive, comm, must_skip, not_foreign, run_aj,
                       root_only, wait_for, write)
 
 REAL = os.environ.get("AJ_EGRESS") or os.path.join(os.path.dirname(AJ_BIN), "agentjail-egress")
@@ -854,16 +854,8 @@ def test_a_parked_sandbox_whose_proxy_died_is_not_handed_out(up, dns, tmp_path):
                   _child_of(int(p), proc.pid)]
         assert len(parked) == 1, parked  # the parked sandbox's own proxy, waiting with it
         os.kill(parked[0], signal.SIGKILL)
-
-        def dead(pid):
-            try:
-                with open("/proc/%d/stat" % pid) as f:
-                    return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-            except OSError:
-                return True
-
         # Dead, not only signalled (under ASan the run could come first).
-        assert wait_for(lambda: dead(parked[0]), 30), "the proxy outlived SIGKILL"
+        assert wait_for(lambda: not alive(parked[0]), 30), "the proxy outlived SIGKILL"
         write(go, "")
         out, err = proc.communicate(timeout=120)
     finally:

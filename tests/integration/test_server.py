@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import AJ_BIN, IS_ROOT, children, comm, new_tag, pids_with, wait_for
+from conftest import AJ_BIN, IS_ROOT, alive, children, comm, new_tag, pids_with, wait_for
 from srvhelp import TOKEN_A, TOKEN_B, Server, serving, sha  # noqa: F401 (test_server_pg and test_mcp take them from here)
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="the server tests run as root (per-run host uids)")
@@ -779,10 +779,6 @@ def test_dead_templates_are_kept_while_their_children_run_then_freed(server):
                       "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}})  # one tenant: one template
     pid = s.proc.pid
 
-    def alive(k):
-        st = status_of(k)
-        return st is not None and st["State"].split()[0] not in "ZX"
-
     def pythons():
         return [k for k in children(pid) if comm(k) == "python3"]
 
@@ -810,9 +806,23 @@ def test_dead_templates_are_kept_while_their_children_run_then_freed(server):
         return j["status"]
 
     def waiting():
-        return [int(p) for p in os.listdir("/proc") if p.isdigit() and (status_of(int(p)) or {}).get(
-            "Name", "").strip() == "python3" and int(status_of(int(p)).get("SigCgt", "0"), 16) & (
-            1 << (signal.SIGUSR1 - 1))]
+        """python3 processes in this server's runs' groups that catch SIGUSR1."""
+        found = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            st = status_of(int(p))
+            if not st or st["Name"].strip() != "python3" or not int(st["SigCgt"], 16) & (1 << (signal.SIGUSR1 - 1)):
+                continue
+            try:
+                with open("/proc/%s/cgroup" % p) as f:
+                    if "/%d." % pid in f.read():
+                        found.append(int(p))
+            except OSError:
+                pass
+        return found
+
+    def groups():
+        """The sandboxes' groups of this server, each once (v1 has one directory per controller)."""
+        return {os.path.basename(d) for d in cgroup_dirs_of(pid)}
 
     assert wait_for(lambda: len(waiting()) == 1, 30), (long_status(), waiting())
     payload = waiting()[0]
@@ -828,6 +838,9 @@ def test_dead_templates_are_kept_while_their_children_run_then_freed(server):
     # Still running, its reaper (a process of the first template's sandbox) with it.
     assert long_status() == "running"
     assert alive(reaper) and int(status_of(payload)["PPid"]) == reaper
+    # (The positive control of the groups' count below: the first template's sandbox and the
+    # long run's are there too, beside the live template's and its parked child's.)
+    assert len(groups()) >= 4, groups()
     os.kill(payload, signal.SIGUSR1)
     assert wait_for(lambda: long_status() not in ("queued", "running"), 60), long_status()
     status, _, j = s.request("GET", "/v1/runs/" + long_id)
@@ -842,6 +855,8 @@ def test_dead_templates_are_kept_while_their_children_run_then_freed(server):
             break
     assert pythons() == [tmpl], [(k, (status_of(k) or {}).get("State")) for k in pythons()]
     assert not alive(reaper)
+    # Their sandboxes too: the groups left are the live template's and its parked child's.
+    assert wait_for(lambda: len(groups()) == 2, 30), groups()
 
 
 def test_warm_interpreters_for_python_runs(server, tmp):
