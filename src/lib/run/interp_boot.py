@@ -224,8 +224,6 @@ def _aj_template_setup(fail):
     lib.aj_tmpl_child_init.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_uint,
                                        ctypes.c_char_p, ctypes.c_size_t]
     lib.aj_tmpl_child_init.restype = ctypes.c_int
-    lib.aj_tmpl_child_enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
-    lib.aj_tmpl_child_enter.restype = ctypes.c_int
     why = ctypes.create_string_buffer(1024)
     if lib.aj_tmpl_child_init(msg[69:], len(msg) - 69, msg[1:65], int.from_bytes(msg[65:69], "little"), why,
                               len(why)) != 0:
@@ -321,6 +319,11 @@ def _aj_template_serve(lib, ctl, hot):
     import os
     import sys
 
+    # The fork is tmpl_child.c's (aj_tmpl_child_spawn), called holding the interpreter's lock
+    # (PYFUNCTYPE), with os.fork's hooks around it: 0 in the payload, the reaper's pid here.
+    spawn = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int),
+                              ctypes.c_int)(("aj_tmpl_child_spawn", lib))
+    api = ctypes.pythonapi
     _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the children's reapers are nobody's to wait for
     ctl.send(b"P")
     while True:
@@ -334,15 +337,16 @@ def _aj_template_serve(lib, ctl, hot):
                 fds += [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(d) - 3, 4)]
         if not data or data[:1] != b"S" or flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
             os._exit(0 if not data else 125)
-        try:
-            pid = os.fork()
-        except OSError:
-            pid = -1  # (the pids limit of the template's sandbox) closing our copies ends that sandbox
+        arr = (ctypes.c_int * len(fds))(*fds)
+        api.PyOS_BeforeFork()
+        pid = spawn(data[1:], len(data) - 1, arr, len(fds))
         if pid == 0:
+            api.PyOS_AfterFork_Child()
             ctl.detach()  # fd 3: closed in the child by tmpl_child.c, never by this object
-            arr = (ctypes.c_int * len(fds))(*fds)
-            lib.aj_tmpl_child_enter(data[1:], len(data) - 1, arr, len(fds))
             break
+        api.PyOS_AfterFork_Parent()
+        # pid -1: fork failed (the pids limit of the template's sandbox); closing our copies ends
+        # that sandbox
         for fd in fds:
             os.close(fd)
     # The payload: every layer applied, fd 3 its request channel. random was reseeded by os.fork;

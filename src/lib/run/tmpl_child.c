@@ -6,16 +6,17 @@
  *   aj_tmpl_child_init   once, in the template: the pool's policy (its
  *                        canonical JSON, checked against the supervisor's
  *                        hash), the seccomp programs, the Landlock ABI;
- *   aj_tmpl_child_enter  in a fork of the template, per parked
- *                        interpreter: enter the sandbox's namespaces
- *                        (setns, user namespace first), fork the payload
- *                        into its pid namespace, and there join the run's
- *                        cgroups and apply every payload layer
- *                        (aj_child_adopted_payload). Returns 0 in the
- *                        payload, which goes on as a parked interpreter;
- *                        the fork that entered stays outside the pid
- *                        namespace as the payload's reaper, reports its
- *                        wait status (AJ_MSG_EXIT) and exits.
+ *   aj_tmpl_child_spawn  in the template, per parked interpreter: fork;
+ *                        the fork enters the sandbox's namespaces (setns,
+ *                        user namespace first), forks the payload into its
+ *                        pid namespace, and there joins the run's cgroups
+ *                        and applies every payload layer
+ *                        (aj_child_adopted_payload). Returns the fork's pid
+ *                        in the template, 0 in the payload, which goes on
+ *                        as a parked interpreter; the fork that entered
+ *                        stays outside the pid namespace as the payload's
+ *                        reaper, reports its wait status (AJ_MSG_EXIT) and
+ *                        exits, never back in Python.
  *
  * The sandbox itself (namespaces, root, cgroups, id maps, decoys) was made
  * by the supervisor's ordinary path, with an init in adopt mode (child.c):
@@ -60,7 +61,7 @@ static int fail(char *errbuf, size_t errlen, const struct aj_error *err)
 
 TMPL_EXPORT int aj_tmpl_child_init(const char *policy_json, size_t len, const char *sha256, unsigned skip,
                                    char *errbuf, size_t errlen);
-TMPL_EXPORT int aj_tmpl_child_enter(const void *data, size_t len, const int *fds, int nfds);
+TMPL_EXPORT int aj_tmpl_child_spawn(const void *data, size_t len, const int *fds, int nfds);
 
 int aj_tmpl_child_init(const char *policy_json, size_t len, const char *sha256, unsigned skip, char *errbuf,
                        size_t errlen)
@@ -123,7 +124,7 @@ static __attribute__((noreturn)) void enter_fail(int sock, int e, const char *wh
     _exit(125);
 }
 
-int aj_tmpl_child_enter(const void *data, size_t len, const int *fds, int nfds)
+static int child_enter(const void *data, size_t len, const int *fds, int nfds)
 {
     static const int nstype[AJ_ADOPT_NS_KINDS] = {CLONE_NEWUSER, CLONE_NEWNS,     CLONE_NEWUTS, CLONE_NEWIPC,
                                                   CLONE_NEWNET,  CLONE_NEWCGROUP, CLONE_NEWPID, CLONE_NEWTIME};
@@ -212,4 +213,23 @@ int aj_tmpl_child_enter(const void *data, size_t len, const int *fds, int nfds)
     }
     aj_proto_send_msg(sock, AJ_MSG_EXIT, st, 0, 0, NULL);
     _exit(0);
+}
+
+/* The fork is made here, not by Python's os.fork: the reaper then runs
+ * only this file's code, and writes (copies) a few pages of the template
+ * instead of the hundred or so that Python's after-fork work and a ctypes
+ * call back into the interpreter touched, each copied again by the
+ * payload forked from it. glibc's fork, as os.fork uses: a preloaded
+ * module's threads (a BLAS pool) may hold malloc's locks, which its fork
+ * handlers take first. The caller holds the interpreter's lock (ctypes
+ * PYFUNCTYPE) and runs Python's fork hooks around this as os.fork does
+ * (PyOS_BeforeFork; PyOS_AfterFork_Parent in the template,
+ * PyOS_AfterFork_Child in the payload). */
+int aj_tmpl_child_spawn(const void *data, size_t len, const int *fds, int nfds)
+{
+    pid_t pid = fork();
+
+    if (pid != 0)
+        return pid < 0 ? -1 : (int)pid;
+    return child_enter(data, len, fds, nfds);
 }
