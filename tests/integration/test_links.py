@@ -271,6 +271,31 @@ def test_bind_made_by_a_sandbox_elsewhere_is_refused(ws, hostdir):
     assert r.returncode == 0 and r.stdout == "x\n", r
 
 
+def test_bind_made_by_a_sandbox_beside_a_clean_one_is_refused(ws, hostdir):
+    # The resolve checks a directory once for all the binds it holds (the /etc view's dozens):
+    # each source in it is still checked itself, whichever comes first.
+    root_only("run uids exist in root mode only")
+    w, target = ws
+    plant(w, "mkdir /ws/made && echo x > /ws/made/f && echo y > /ws/made/g")
+    moved = os.path.join(hostdir, "elsewhere")
+    os.mkdir(moved)
+    with open(os.path.join(moved, "clean"), "w") as f:
+        f.write("c\n")
+    os.rename(os.path.join(w, "made"), os.path.join(moved, "made"))
+    os.rename(os.path.join(moved, "made", "g"), os.path.join(moved, "g"))  # a sandbox's file, in a root dir
+    # Positive control: the clean file of that directory alone binds.
+    r = aj(["--bind-ro", "%s/clean:/c" % moved], ["cat", "/c"])
+    assert r.returncode == 0 and r.stdout == "c\n", r
+    for binds in (["clean", "made"], ["clean", "g"], ["made", "clean"]):
+        args = []
+        for i, name in enumerate(binds):
+            args += ["--bind-ro", "%s/%s:/b%d" % (moved, name, i)]
+        r = aj(args, ["true"])
+        assert r.returncode == 2 and "owned by host uid" in r.stderr, (binds, r)
+        bad = [n for n in binds if n != "clean"][0]
+        assert "%s/%s" % (moved, bad) in r.stderr, (binds, r.stderr)
+
+
 def test_policy_key_is_typed_dumped_and_diffed(hostdir):
     bad = os.path.join(hostdir, "bad.json")
     with open(bad, "w") as f:

@@ -36,6 +36,11 @@ int aj_open_nofollow(const char *path, int flags, mode_t mode);
 int aj_devino_of(int fd, struct aj_devino *ret);
 bool aj_devino_same(const struct aj_devino *a, const struct aj_devino *b);
 
+/* Split path into the directory holding its last component and that
+ * component ("a/b/" names b in a; "b" names b in "."). -EINVAL for "/",
+ * "." or ".." as the name, -ENAMETOOLONG where a part does not fit. */
+int aj_hostpath_split(const char *path, char *dir, size_t dir_size, char *name, size_t name_size);
+
 /* Open the directory holding path's last component (O_PATH, no symlink
  * followed) and copy that component to name. what names the path in
  * errors ("--result"). */

@@ -181,19 +181,16 @@ bool aj_devino_same(const struct aj_devino *a, const struct aj_devino *b)
     return true;
 }
 
-int aj_hostpath_open_parent(const char *path, const char *what, char *name, size_t name_size,
-                            struct aj_error *err)
+int aj_hostpath_split(const char *path, char *dir, size_t dir_size, char *name, size_t name_size)
 {
-    char dir[4096];
     const char *slash;
     size_t dlen;
-    int fd;
 
     if (!path || !*path)
-        return aj_err(err, EINVAL, "%s: empty path", what);
-    if (strlen(path) >= sizeof(dir))
-        return aj_err(err, ENAMETOOLONG, "%s %s", what, path);
-    snprintf(dir, sizeof(dir), "%s", path);
+        return -EINVAL;
+    if (strlen(path) >= dir_size)
+        return -ENAMETOOLONG;
+    snprintf(dir, dir_size, "%s", path);
     /* "a/b/" names b: drop trailing slashes, which keep the name a directory. */
     dlen = strlen(dir);
     while (dlen > 1 && dir[dlen - 1] == '/')
@@ -201,16 +198,34 @@ int aj_hostpath_open_parent(const char *path, const char *what, char *name, size
     slash = strrchr(dir, '/');
     if (!slash) {
         if (strlen(dir) >= name_size)
-            return aj_err(err, ENAMETOOLONG, "%s %s", what, path);
+            return -ENAMETOOLONG;
         snprintf(name, name_size, "%s", dir);
-        snprintf(dir, sizeof(dir), ".");
+        snprintf(dir, dir_size, ".");
     } else {
-        if (strlen(slash + 1) >= name_size || !slash[1])
-            return aj_err(err, EINVAL, "%s %s: not a file name", what, path);
+        if (!slash[1])
+            return -EINVAL; /* "/" */
+        if (strlen(slash + 1) >= name_size)
+            return -ENAMETOOLONG;
         snprintf(name, name_size, "%s", slash + 1);
         dir[slash == dir ? 1 : (size_t)(slash - dir)] = '\0';
     }
     if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return -EINVAL;
+    return 0;
+}
+
+int aj_hostpath_open_parent(const char *path, const char *what, char *name, size_t name_size,
+                            struct aj_error *err)
+{
+    char dir[4096];
+    int fd, r;
+
+    if (!path || !*path)
+        return aj_err(err, EINVAL, "%s: empty path", what);
+    r = aj_hostpath_split(path, dir, sizeof(dir), name, name_size);
+    if (r == -ENAMETOOLONG)
+        return aj_err(err, ENAMETOOLONG, "%s %s", what, path);
+    if (r < 0)
         return aj_err(err, EINVAL, "%s %s: not a file name", what, path);
     fd = aj_open_nofollow(dir, O_PATH | O_DIRECTORY, 0);
     if (fd == -ELOOP)

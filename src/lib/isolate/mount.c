@@ -1053,18 +1053,34 @@ static const char *bind_flag(const struct aj_mnt_entry *e)
     return e->rw ? "--bind-rw" : "--bind-ro";
 }
 
+static int refuse_made_by_sandbox(struct aj_error *err, const struct aj_mnt_entry *e, uid_t owner)
+{
+    return refuse(err, 0,
+                  "%s %s: it (or a directory above it) is owned by host uid %u, one of the uids sandbox runs get: "
+                  "a sandbox made it and could have planted what is there. Bind a path no sandbox made, or, if you "
+                  "trust its contents, set filesystem.allow_bind_inside_writable (--allow-bind-inside-writable)",
+                  bind_flag(e), e->src, (unsigned)owner);
+}
+
 int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *pol, const struct aj_bindreg *reg,
                           uint32_t run_uid_base, uint32_t run_uid_count, struct aj_error *err)
 {
     struct clean_dirs clean = {0};
     struct aj_devino_memo outside_reg = {0}; /* directories with no writable bind source at or above them */
     struct host_ids host;
+    /* The last directory (by path) found in this pass to lie outside every
+     * writable bind and to be no sandbox's, up to the root: the host's /etc
+     * view binds dozens of entries of one directory, and opening and
+     * walking it again for each cost more system calls than the binds
+     * themselves. No sandbox can replace a directory that passed, nor any
+     * above it, in between: none is a writable bind, or a sandbox's. */
+    char clean_dir[4096] = "";
 
     host_ids_get(&host);
     for (size_t i = 0; i < plan->n; i++) {
         struct aj_mnt_entry *e = &plan->entries[i];
         _cleanup_close_ int fd = -1, dirfd = -1;
-        char name[256];
+        char name[256], dir[4096];
         uid_t owner;
         int r;
 
@@ -1111,6 +1127,14 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
         }
         if (pol->allow_bind_inside_writable)
             continue;
+        if (aj_hostpath_split(e->src, dir, sizeof(dir), name, sizeof(name)) < 0)
+            dir[0] = '\0';
+        if (dir[0] && strcmp(dir, clean_dir) == 0) {
+            owner = made_by_sandbox(fd, run_uid_base, run_uid_count, &clean);
+            if (owner != (uid_t)-1)
+                return refuse_made_by_sandbox(err, e, owner);
+            continue;
+        }
         /* Inside a writable bind: its directory, or one above, is one. The
          * source itself may be one (a workspace bound again). */
         dirfd = aj_hostpath_open_parent(e->src, bind_flag(e), name, sizeof(name), err);
@@ -1132,12 +1156,8 @@ int aj_mount_plan_resolve(struct aj_mount_plan *plan, const struct aj_policy *po
         if (owner == (uid_t)-1)
             owner = made_by_sandbox(dirfd, run_uid_base, run_uid_count, &clean);
         if (owner != (uid_t)-1)
-            return refuse(err, 0,
-                          "%s %s: it (or a directory above it) is owned by host uid %u, one of the uids sandbox "
-                          "runs get: a sandbox made it and could have planted what is there. Bind a path no "
-                          "sandbox made, or, if you trust its contents, set filesystem.allow_bind_inside_writable "
-                          "(--allow-bind-inside-writable)",
-                          bind_flag(e), e->src, (unsigned)owner);
+            return refuse_made_by_sandbox(err, e, owner);
+        (void)snprintf(clean_dir, sizeof(clean_dir), "%s", dir);
     }
     return 0;
 }
