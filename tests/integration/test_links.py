@@ -257,13 +257,20 @@ def test_registry_is_a_private_file_of_the_supervisor(ws):
     assert any(int(f[1]) == ino and f[4] == w for f in lines), lines
 
 
-def test_bind_made_by_a_sandbox_elsewhere_is_refused(ws, hostdir):
+def made_elsewhere(ws, hostdir, script):
+    # A directory a sandbox made (script, in /ws/made), moved out of every registered bind into a
+    # directory of root's: the host directory it now lies in.
     root_only("run uids exist in root mode only")
-    w, target = ws
-    plant(w, "mkdir /ws/made && echo x > /ws/made/f")
+    w, _target = ws
+    plant(w, "mkdir /ws/made && " + script)
     moved = os.path.join(hostdir, "elsewhere")
     os.mkdir(moved)
-    os.rename(os.path.join(w, "made"), os.path.join(moved, "made"))  # out of every registered bind
+    os.rename(os.path.join(w, "made"), os.path.join(moved, "made"))
+    return moved
+
+
+def test_bind_made_by_a_sandbox_elsewhere_is_refused(ws, hostdir):
+    moved = made_elsewhere(ws, hostdir, "echo x > /ws/made/f")
     r = aj(["--bind-ro", "%s/made:/data" % moved], ["cat", "/data/f"])
     assert r.returncode == 2 and r.stdout == "", r
     assert "owned by host uid" in r.stderr and "--allow-bind-inside-writable" in r.stderr, r.stderr
@@ -274,14 +281,9 @@ def test_bind_made_by_a_sandbox_elsewhere_is_refused(ws, hostdir):
 def test_bind_made_by_a_sandbox_beside_a_clean_one_is_refused(ws, hostdir):
     # The resolve checks a directory once for all the binds it holds (the /etc view's dozens):
     # each source in it is still checked itself, whichever comes first.
-    root_only("run uids exist in root mode only")
-    w, target = ws
-    plant(w, "mkdir /ws/made && echo x > /ws/made/f && echo y > /ws/made/g")
-    moved = os.path.join(hostdir, "elsewhere")
-    os.mkdir(moved)
+    moved = made_elsewhere(ws, hostdir, "echo x > /ws/made/f && echo y > /ws/made/g")
     with open(os.path.join(moved, "clean"), "w") as f:
         f.write("c\n")
-    os.rename(os.path.join(w, "made"), os.path.join(moved, "made"))
     os.rename(os.path.join(moved, "made", "g"), os.path.join(moved, "g"))  # a sandbox's file, in a root dir
     # Positive control: the clean file of that directory alone binds.
     r = aj(["--bind-ro", "%s/clean:/c" % moved], ["cat", "/c"])
