@@ -349,7 +349,7 @@ def _aj_template_serve(lib, ctl, hot):
         # that sandbox
         for fd in fds:
             os.close(fd)
-    # The payload: every layer applied, fd 3 its request channel. random was reseeded by os.fork;
+    # The payload: every layer applied, fd 3 its request channel. random was reseeded by PyOS_AfterFork_Child;
     # numpy's global generator would repeat the template's sequence in every child.
     if hot:
         # The pages a run is likely to write (_aj_template_profile), written now: MADV_POPULATE_WRITE
