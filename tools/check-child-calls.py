@@ -271,7 +271,7 @@ def main(argv):
         return self_test(argv[2])
     # The raw clones' code: the sandbox side, and the egress proxy's and
     # relay's (egress_child.c).
-    root = "child.c.o,egress_child.c.o"
+    root = "child.c.o,egress_child.c.o,zygote_child.c.o"
     args = argv[1:]
     if len(args) >= 2 and args[0] == "--root":
         root, args = args[1], args[2:]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import AJ_HELPERS, children, IS_ROOT, must_skip, new_tag, pids_with, root_only, run_aj, wait_for
+from conftest import AJ_HELPERS, children, comm, IS_ROOT, must_skip, new_tag, pids_with, root_only, run_aj, wait_for
 
 AJ_POOL = os.path.join(AJ_HELPERS, "aj-pool")
 
@@ -287,9 +287,12 @@ def test_parked_sandboxes_killed_from_outside(outdir, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr.readline().strip() == "ready"
-        # Three inits, each with its payload parked under it.
-        assert wait_for(lambda: len(children(proc.pid)) == 3 and all(children(i) for i in children(proc.pid)), 10)
-        inits = children(proc.pid)
+        # Three inits, each with its payload parked under it (the pool's
+        # zygotes, which clone them, are children of the caller too).
+        def inits_of(pid):
+            return [c for c in children(pid) if comm(c) == "agentjail-init"]
+        assert wait_for(lambda: len(inits_of(proc.pid)) == 3 and all(children(i) for i in inits_of(proc.pid)), 10)
+        inits = inits_of(proc.pid)
         os.kill(children(inits[0])[0], 9)  # a parked payload
         os.kill(inits[1], 9)                # a sandbox's init
         go.touch()

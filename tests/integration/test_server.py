@@ -164,6 +164,112 @@ def test_pool_refills_while_long_runs_hold_most_of_it(server):
     delete_runs(s, tag, ids)
 
 
+def writable_memory(pid):
+    """The bytes of pid's writable mappings (heap, stacks, anonymous,
+    data): where a copy of a request would be. Only pages present
+    (pagemap), and no mapping over 1 GiB (a sanitizer's shadow)."""
+    import struct
+    page = os.sysconf("SC_PAGE_SIZE")
+    out = []
+    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", buffering=0) as mem, \
+            open("/proc/%d/pagemap" % pid, "rb", buffering=0) as pagemap:
+        for line in maps:
+            f = line.split()
+            if f[1][:2] != "rw" or (len(f) > 5 and f[5] in ("[vvar]", "[vvar_vclock]", "[vsyscall]")):
+                continue
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            if hi - lo > 1 << 30:
+                continue
+            pagemap.seek(lo // page * 8)
+            bits = struct.unpack("%dQ" % ((hi - lo) // page), pagemap.read((hi - lo) // page * 8))
+            for i, v in enumerate(bits):
+                if not v >> 63:
+                    continue  # not present: never written, nothing of anyone's
+                try:
+                    mem.seek(lo + i * page)
+                    out.append(mem.read(page))
+                except OSError:
+                    pass  # a guard page, a region that went away
+    return b"".join(out)
+
+
+def pool_inits(server_pid):
+    return {p for p in children(server_pid) if comm(p) == "agentjail-init"}
+
+
+def test_a_refilled_sandboxs_init_holds_no_earlier_request(server):
+    """A pool's sandboxes get their init from the pool's zygotes, forked
+    before the server took a request: a sandbox prepared while a run is in
+    flight holds nothing of it (init used to be a fork of the server at that
+    moment: the request's code, another tenant's, in its memory). The
+    control: the server's own memory holds the run's code meanwhile."""
+    s = server(extra={"pool_size": 4})
+
+    def ready(tenant="a"):
+        return s.metrics().get('agentjail_tenant_pool_ready{tenant="%s"}' % tenant)
+
+    # Every pool made (each holds a copy of the server's memory of then).
+    assert wait_for(lambda: ready("a") == 4 and ready("b") == 4, 60), s.metrics()
+    before = pool_inits(s.proc.pid)
+    tag, ids = start_sleeps(s, 3)  # below half full: the pool refills while they run
+    marker = tag.encode()  # the requests' argv: in no memory before them
+    assert s.metrics()['agentjail_pool_runs_total{kind="warm"}'] >= 3, s.metrics()
+    assert wait_for(lambda: ready() == 4, 60), s.metrics()
+    running = {int(open("/proc/%d/stat" % p).read().rsplit(")", 1)[1].split()[1]) for p in pids_with(tag)}
+    fresh = pool_inits(s.proc.pid) - before - running
+    assert fresh, (before, running, pool_inits(s.proc.pid))  # the refill's
+    assert marker in writable_memory(s.proc.pid), "the control: the server holds the requests"
+    for pid in fresh:
+        assert marker not in writable_memory(pid), "init %d holds a copy of a request" % pid
+    delete_runs(s, tag, ids)
+
+
+def test_a_sandbox_too_large_for_a_zygote_message_is_cloned_by_the_server(server, tmp):
+    """What init needs of a sandbox goes to the pool's zygote in one message
+    of at most 192 KiB. A policy whose environment alone is larger (an
+    interpreter's parked sandbox has it before any request; without a
+    template, whose own channel takes less) is cloned by the server itself,
+    as before there were zygotes: its warm runs are the same (the control:
+    every variable arrives whole)."""
+    pol = os.path.join(tmp, "big-env.json")
+    big = {"V%03d" % i: "%03d" % i + "x" * 1200 for i in range(200)}
+    with open(pol, "w") as f:
+        json.dump({"version": 1, "interpreter": {"template": False}, "environment": {"set": big}}, f)
+    s = server(extra={"policy": pol, "pool_size": 0,
+                      "interpreters": [{"language": "python", "preload": [], "pool": 2}]})
+    code = "import os; print(sum(1 for k in os.environ if k[0] == 'V'), len(os.environ['V199']), os.environ['V007'][:3])"
+    for _ in range(3):
+        status, _, j = s.run({"language": "python", "code": code})
+        assert status == 200 and j["stdout"] == "200 1203 007\n", j
+    m = s.metrics()
+    assert m.get('agentjail_interp_runs_total{kind="warm"}', 0) >= 1, (m, s.err())
+
+
+def test_zygotes_killed_from_outside_cost_only_speed(server):
+    """The pools' zygotes can die (an admin's kill, the OOM killer): runs go
+    on, their sandboxes' inits cloned by the server again, and the dead
+    zygotes are reaped, not left as zombies."""
+    s = server(extra={"pool_size": 2})
+
+    def ready(tenant):
+        return s.metrics().get('agentjail_tenant_pool_ready{tenant="%s"}' % tenant)
+
+    def zygotes():
+        return [p for p in children(s.proc.pid) if comm(p) == "aj-zygote"]
+
+    assert wait_for(lambda: ready("a") == 2 and ready("b") == 2, 60), s.metrics()
+    assert zygotes()  # the control: the pools have them
+    for pid in zygotes():
+        os.kill(pid, signal.SIGKILL)
+    for i in range(6):
+        for tenant in ("a", "b"):
+            status, _, j = s.run({"argv": ["echo", tenant, str(i)]}, tenant=tenant)
+            assert status == 200 and j["status"] == "ok" and j["stdout"] == "%s %d\n" % (tenant, i), j
+    assert wait_for(lambda: not zygotes(), 30), [(p, comm(p)) for p in zygotes()]
+    m = s.metrics()
+    assert m['agentjail_pool_runs_total{kind="warm"}'] >= 2, m
+
+
 def test_escape_attempt_is_refused_and_counted(server):
     s = server()
     code = ("import ctypes, os\n"

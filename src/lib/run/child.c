@@ -484,9 +484,9 @@ static int arm_death_signal(int sock)
  * the server process had). Its own memory, so no privilege is needed;
  * arg_start/arg_end/env_start/env_end are fields 48 to 51 of stat. The
  * payload gets copies (c->argv, c->envp), never this memory. */
-static void scrub_cmdline(void)
+void aj_child_scrub_cmdline(const char *name)
 {
-    static const char name[] = "agentjail-init";
+    size_t name_size = strlen(name) + 1;
     char buf[1024];
     const char *p;
     unsigned long start = 0, end = 0, env_start = 0, env_end = 0;
@@ -511,14 +511,14 @@ static void scrub_cmdline(void)
             env_end = strtoul(p + 1, NULL, 10);
     }
     /* comm too (/proc/1/comm, ps): a name, not the host binary's. */
-    (void)prctl(PR_SET_NAME, "agentjail-init", 0, 0, 0);
+    (void)prctl(PR_SET_NAME, name, 0, 0, 0);
     if (env_start && env_end > env_start && env_end - env_start <= (8UL << 20))
         memset((void *)env_start, 0, env_end - env_start);
     if (start == 0 || end <= start || end - start > (1UL << 20))
         return;
     memset((void *)start, 0, end - start);
-    if (end - start > sizeof(name))
-        memcpy((void *)start, name, sizeof(name));
+    if (end - start > name_size)
+        memcpy((void *)start, name, name_size);
 }
 
 /* Close every fd but 0-2, keep and keep2 (-1: none): init must not hold
@@ -775,7 +775,7 @@ void aj_child_init_main(struct aj_child_ctx *c)
     }
     c->layers |= AJ_LAYER_BIT(AJ_LAYER_KEYRING);
     /* Before the payload exists (c->argv is a copy, not this memory). */
-    scrub_cmdline();
+    aj_child_scrub_cmdline("agentjail-init");
     if (close_all_but(c->sock, c->pty_slave) < 0) {
         aj_err(&err, errno, "close inherited fds");
         child_fail(c, &err, 125);

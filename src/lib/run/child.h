@@ -78,6 +78,10 @@ __attribute__((noreturn)) void aj_child_init_main(struct aj_child_ctx *c);
  * interpreter's signal handlers and closes, not just marks close-on-exec,
  * every other fd: no exec follows. */
 void aj_child_adopted_payload(struct aj_child_ctx *c);
+/* Blank this process's command line and environment (what
+ * /proc/PID/cmdline and /proc/PID/environ show: the host command line,
+ * the caller's environment) and name it name, there and in comm. */
+void aj_child_scrub_cmdline(const char *name);
 /* A degraded run's only sandbox process: the payload itself. */
 __attribute__((noreturn)) void aj_child_degraded_main(struct aj_child_ctx *c);
 /* The network namespace helper (see sandbox.c, spawn_netns_helper): with

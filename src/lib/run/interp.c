@@ -284,7 +284,8 @@ static int wait_adopt(struct aj_sandbox *sb, struct aj_error *err)
                              "a template's sandbox ended before it was complete", err);
 }
 
-int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **ret, struct aj_error *err)
+int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_zygote *zyg, struct aj_sandbox **ret,
+                              struct aj_error *err)
 {
     struct aj_sandbox *sb = malloc(sizeof(*sb));
     int r;
@@ -293,6 +294,7 @@ int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **r
     if (!sb)
         return aj_err(err, ENOMEM, "sandbox");
     sb_init(sb, pol);
+    sb->zyg = zyg;
     result_reset(&sb->prepared);
     r = sb_begin(sb, pol, NULL, &sb->prepared, err);
     if (r == 0)

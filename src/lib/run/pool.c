@@ -71,6 +71,9 @@ struct aj_pool {
     bool tmpl_off, tmpl_ever;
     unsigned tmpl_restarts;                 /* consecutive failed restarts */
     pid_t tmpl_pid;
+    /* Clones the inits of the pool's sandboxes (zygote.h); NULL: the
+     * fillers clone them (out of memory when the pool was made). */
+    struct aj_zygote *zyg;
     char tmpl_why[sizeof(((struct aj_error *)0)->msg) + 64];
 };
 
@@ -241,8 +244,12 @@ static struct aj_tmpl *pool_template(struct aj_pool *pool, bool first, struct aj
     return NULL;
 }
 
-/* One parked sandbox, or NULL with err filled. */
-static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *err)
+/* One parked sandbox, or NULL with err filled. zyg: the pool's zygote
+ * clones its init (a filler's call): the zygote, and the inits it clones
+ * (CLONE_PARENT), have the thread that started it as their parent, whose
+ * end is their death signal; a filler lives as long as the pool, the
+ * thread that called aj_pool_new may not. */
+static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_zygote *zyg, struct aj_error *err)
 {
     struct aj_tmpl *tmpl = NULL;
     struct aj_sandbox *sb;
@@ -259,13 +266,13 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
             return NULL;
     }
     if (tmpl) {
-        r = aj_interp_prepare_adopted(pool->pol, &sb, err);
+        r = aj_interp_prepare_adopted(pool->pol, zyg, &sb, err);
         if (r == -EOPNOTSUPP) {
             pthread_mutex_lock(&pool->tmpl_mu);
             tmpl_set_off(pool, err->msg);
             pthread_mutex_unlock(&pool->tmpl_mu);
             *err = (struct aj_error){0};
-            return pool_prepare(pool, err);
+            return pool_prepare(pool, zyg, err);
         }
         if (r < 0)
             return NULL;
@@ -279,7 +286,7 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
             /* No template any more: this sandbox was made for one. */
             pool_discard(sb);
             *err = (struct aj_error){0};
-            return pool_prepare(pool, err);
+            return pool_prepare(pool, zyg, err);
         }
         if (r == 0)
             r = aj_interp_wait_parked(sb, &pool->cancel, err);
@@ -297,6 +304,7 @@ static struct aj_sandbox *pool_prepare(struct aj_pool *pool, struct aj_error *er
         return NULL;
     }
     sb_init(sb, pool->pol);
+    sb->zyg = zyg;
     result_reset(&sb->prepared);
     r = sb_begin(sb, pool->pol, NULL, &sb->prepared, err);
     if (r == 0 && pool->pol->interp_lang != AJ_INTERP_NONE)
@@ -325,6 +333,10 @@ static void *pool_filler(void *arg)
     struct aj_pool *pool = arg;
     uint64_t now;
 
+    /* This filler's zygote (zygote.h): a failure to start one only costs
+     * speed, its sandboxes' inits are cloned here then. */
+    if (pool->zyg)
+        (void)aj_zygote_start_one(pool->zyg);
     pthread_mutex_lock(&pool->mu);
     while (!pool->stopping) {
         if (pool->n_dying > 0) {
@@ -353,7 +365,7 @@ static void *pool_filler(void *arg)
             struct aj_sandbox *sb;
             pool->preparing++;
             pthread_mutex_unlock(&pool->mu);
-            sb = pool_prepare(pool, &err);
+            sb = pool_prepare(pool, pool->zyg, &err);
             pthread_mutex_lock(&pool->mu);
             pool->preparing--;
             pool->stats.prepared += sb != NULL;
@@ -407,7 +419,7 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
     /* The first sandboxes in the caller's thread: if one cannot be
      * prepared here, the caller hears why now. */
     for (unsigned i = 0; i < size; i++) {
-        struct aj_sandbox *sb = pool_prepare(pool, err);
+        struct aj_sandbox *sb = pool_prepare(pool, NULL, err);
         if (!sb) {
             aj_pool_free(pool);
             return -(err->errnum ? err->errnum : EINVAL);
@@ -425,6 +437,11 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
         want = POOL_FILLERS_MAX;
     if (want > size)
         want = size;
+    /* A zygote per filler, started by it before this returns: it then
+     * holds nothing of any request the caller takes later. */
+    pool->zyg = aj_zygote_new(want);
+    if (pool->zyg)
+        aj_zygote_set_policy(pool->zyg, &pool->ready[0]->req.eff);
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     r = 0;
@@ -437,6 +454,8 @@ int aj_pool_new(const struct aj_policy *pol, unsigned size, struct aj_pool **ret
         aj_pool_free(pool);
         return aj_err(err, r, "start the pool's filler thread");
     }
+    if (pool->zyg)
+        aj_zygote_wait_started(pool->zyg, pool->n_fillers);
     *ret = pool;
     return 0;
 }
@@ -468,6 +487,8 @@ void aj_pool_free(struct aj_pool *pool)
     pthread_mutex_unlock(&pool->mu);
     while (pool->n_fillers > 0)
         pthread_join(pool->fillers[--pool->n_fillers], NULL);
+    aj_zygote_free(pool->zyg); /* no more sandboxes to prepare */
+    pool->zyg = NULL;
     /* Nothing is queued once stopping is set (aj_pool_free_handle). */
     while (pool->n_dying > 0)
         aj_sandbox_free(pool->dying[--pool->n_dying]);

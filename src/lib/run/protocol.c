@@ -44,15 +44,18 @@ void aj_proto_send_msg(int sock, uint32_t type, int wstatus, uint64_t layers, in
 int aj_proto_send_with_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
     union {
-        char buf[CMSG_SPACE(sizeof(int) * AJ_MAX_MSG_FDS)];
+        char buf[CMSG_SPACE(sizeof(int) * AJ_MAX_SEND_FDS)];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     struct cmsghdr *cm;
+    ssize_t n;
 
-    if (nfds < 1 || nfds > AJ_MAX_MSG_FDS)
+    if (nfds < 0 || nfds > AJ_MAX_SEND_FDS)
         return -EINVAL;
+    if (nfds == 0)
+        return aj_proto_send_plain(sock, buf, len);
     memset(&u, 0, sizeof(u));
     mh.msg_control = u.buf;
     mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
@@ -61,9 +64,12 @@ int aj_proto_send_with_fds(int sock, const void *buf, size_t len, const int *fds
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
     memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)len)
+    do
+        n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
         return -errno;
-    return 0;
+    return n == (ssize_t)len ? 0 : -EIO;
 }
 
 int aj_proto_send_fds(int sock, const struct aj_sync_msg *m, const int *fds, int nfds)

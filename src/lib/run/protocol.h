@@ -59,6 +59,8 @@ struct aj_run_msg {
 
 /* fds one message can carry: the decoy socket and its files at most. */
 #define AJ_MAX_MSG_FDS (1 + AJ_DECOY_MAX_FILES + 1)
+/* fds aj_proto_send_with_fds sends at most (a zygote's request: zygote.h). */
+#define AJ_MAX_SEND_FDS 64
 
 struct aj_sync_msg {
     uint32_t type;
@@ -77,7 +79,8 @@ int aj_proto_collect_fds(struct msghdr *mh, int *fds, int max);
 void aj_proto_send_msg(int sock, uint32_t type, int wstatus, uint64_t layers, int abi,
                        const struct aj_error *err);
 
-/* One message with 1..AJ_MAX_MSG_FDS fds. Returns 0 or -errno. */
+/* One message with 0..AJ_MAX_SEND_FDS fds, MSG_NOSIGNAL, retried on
+ * EINTR. Returns 0 or -errno. */
 int aj_proto_send_with_fds(int sock, const void *buf, size_t len, const int *fds, int nfds);
 int aj_proto_send_fds(int sock, const struct aj_sync_msg *m, const int *fds, int nfds);
 

@@ -60,6 +60,7 @@
 #include "aj_util.h"
 #include "children.h"
 #include "protocol.h"
+#include "zygote.h"
 
 #define NS_FLAGS                                                                                   \
     (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |     \
@@ -136,7 +137,7 @@ oom:
 }
 
 /* argv as the caller gave it usually lives in the process's argument
- * area, which init blanks (scrub_cmdline): the payload gets a copy. */
+ * area, which init blanks (aj_child_scrub_cmdline): the payload gets a copy. */
 static char **copy_argv(char *const argv[])
 {
     size_t n = 0;
@@ -167,44 +168,6 @@ void sb_free_envp(char **envp)
     for (size_t i = 0; envp && envp[i]; i++)
         free(envp[i]);
     free(envp);
-}
-
-/* clone3 with CLONE_PIDFD, and CLONE_INTO_CGROUP when a v2 group is given:
- * the sandbox is confined from its first instruction. */
-static pid_t clone_sandbox(uint64_t flags, int cgroup_fd, int *ret_pidfd, bool *ret_in_cgroup)
-{
-    struct aj_clone_args args = {
-        .flags = flags | CLONE_PIDFD,
-        .pidfd = (uint64_t)(uintptr_t)ret_pidfd,
-        .exit_signal = SIGCHLD,
-    };
-    long pid;
-
-    *ret_in_cgroup = false;
-    if (cgroup_fd >= 0) {
-        args.flags |= CLONE_INTO_CGROUP;
-        args.cgroup = (uint64_t)cgroup_fd;
-    }
-    pid = syscall(__NR_clone3, &args, sizeof(args));
-    if (pid >= 0) {
-        *ret_in_cgroup = cgroup_fd >= 0;
-        return (pid_t)pid;
-    }
-    /* CLONE_INTO_CGROUP: EINVAL/EOPNOTSUPP before 5.7 or for a v1 host;
-     * the supervisor moves the child itself before releasing it. */
-    if (cgroup_fd >= 0 && errno != ENOSYS && errno != EPERM && errno != ENOSPC) {
-        args.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
-        args.cgroup = 0;
-        pid = syscall(__NR_clone3, &args, sizeof(args));
-        if (pid >= 0)
-            return (pid_t)pid;
-    }
-    /* clone3: ENOSYS before 5.3, and under filters (Docker's) that answer
-     * ENOSYS so libc falls back: use clone(), where CLONE_PIDFD (5.2)
-     * returns the pidfd through the parent_tid argument. */
-    if (errno == ENOSYS)
-        pid = syscall(__NR_clone, (unsigned long)(flags | CLONE_PIDFD | SIGCHLD), NULL, ret_pidfd, NULL, 0);
-    return (pid_t)pid;
 }
 
 static void kill_and_reap(pid_t pid, int pidfd)
@@ -587,7 +550,7 @@ static int sb_clone_degraded(struct aj_sandbox *sb, int clone_errno, struct aj_r
         return aj_err(err, errno, "PR_SET_CHILD_SUBREAPER");
     sb->subreaper_set = !was;
     sb->prior.n = list_children(sb->prior.pids, AJ_MAX_PRIOR_CHILDREN);
-    sb->st.pid = clone_sandbox(0, sb->cg.v2_fd, &sb->st.pidfd, &sb->in_cgroup);
+    sb->st.pid = aj_clone_sandbox(0, sb->cg.v2_fd, &sb->st.pidfd, &sb->in_cgroup);
     if (sb->st.pid < 0)
         return aj_err(err, errno, "fork");
     return 0;
@@ -989,7 +952,13 @@ static int launch_init(struct aj_sandbox *sb, struct aj_result *res, struct aj_e
 
     /* The network namespace too: a helper that made it on another CPU
      * (~0.3 ms here) was a fork of the supervisor, which cost more. */
-    st->pid = clone_sandbox(NS_FLAGS, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup);
+    {
+        bool by_zygote = false;
+        if (sb->zyg) /* a pool's: cloned by its zygote (zygote.h) */
+            st->pid = aj_zygote_clone(sb->zyg, c, NS_FLAGS, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup, &by_zygote);
+        if (!by_zygote)
+            st->pid = aj_clone_sandbox(NS_FLAGS, sb->cg.v2_fd, &st->pidfd, &sb->in_cgroup);
+    }
     if (st->pid < 0) {
         r = sb_clone_degraded(sb, errno, res, err);
         if (r < 0)

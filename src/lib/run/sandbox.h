@@ -19,6 +19,7 @@
 #include "egress.h"
 #include "loop.h"
 #include "request.h"
+#include "zygote.h"
 
 /* Degraded runs have no pid namespace: the supervisor is a subreaper and,
  * when the payload ends, kills what was reparented to it from the run. */
@@ -60,6 +61,7 @@ struct aj_sandbox {
     bool subreaper_set;   /* we made this process a subreaper: undo at the end */
     bool degraded_held;   /* this is the process's one degraded run */
     struct aj_pool *pool; /* launched from this pool (which it keeps alive), or NULL */
+    struct aj_zygote *zyg; /* prepared by a pool whose zygote clones its init (zygote.h), or NULL */
     uint64_t start;
 };
 
@@ -139,7 +141,8 @@ char **aj_interp_boot_argv(const struct aj_policy *pol, bool template);
 /* A sandbox prepared as a parked interpreter's, with init in adopt mode,
  * up to its namespaces (AJ_MSG_ADOPT): for a template's child, or for the
  * template itself (tmpl.c). -EOPNOTSUPP: no cgroup of its own. */
-int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_sandbox **ret, struct aj_error *err);
+int aj_interp_prepare_adopted(const struct aj_policy *pol, struct aj_zygote *zyg, struct aj_sandbox **ret,
+                              struct aj_error *err);
 /* After sb_prepare (and the decoys armed): handle the sandbox until the
  * bootstrap has imported the preload and waits (bounded; ECANCELED as
  * soon as *cancel, read atomically, is true: the pool is being freed). */

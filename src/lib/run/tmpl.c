@@ -364,7 +364,7 @@ int aj_tmpl_start(const struct aj_policy *pol, const bool *cancel, struct aj_tmp
         return aj_err(err, ENOMEM, "template");
     t->pid = -1;
     t->pidfd = t->ctl = -1;
-    r = aj_interp_prepare_adopted(pol, &t->home, err);
+    r = aj_interp_prepare_adopted(pol, NULL, &t->home, err);
     if (r < 0) {
         free(t);
         return r == -EOPNOTSUPP ? r : aj_err_prefix(err, r, "the template's sandbox");
