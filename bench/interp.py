@@ -108,6 +108,13 @@ def main():
         import pandas  # noqa: F401
     except ImportError:
         sys.exit("bench/interp.py: python3-pandas is not installed (scripts/deps.sh test)")
+    # The helper looks for agentjail-interp.so beside itself (build/bench/), where the build does
+    # not put it: without it a pool has no template, and every "template" line would measure one
+    # import per interpreter instead.
+    so = os.path.join(ROOT, "build", "agentjail-interp.so")
+    if not os.environ.get("AGENTJAIL_INTERP_SO") and os.path.exists(so):
+        os.environ["AGENTJAIL_INTERP_SO"] = so
+    print("interpreter library: %s" % os.environ.get("AGENTJAIL_INTERP_SO", "(beside the helper)"))
     print("load average before: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 
     one = bench(a.bin, ["--gap-ms", "50"] + PY + ["latency", str(a.runs), "/usr/bin/python3", "-c", "print(1)"])
