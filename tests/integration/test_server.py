@@ -224,7 +224,7 @@ def test_a_refilled_sandboxs_init_holds_no_earlier_request(server):
     delete_runs(s, tag, ids)
 
 
-def test_a_sandbox_too_large_for_a_zygote_message_is_cloned_by_the_server(server, tmp):
+def test_a_policy_too_large_for_a_zygote_message_still_runs_warm(server, tmp):
     """What init needs of a sandbox goes to the pool's zygote in one message
     of at most 192 KiB. A policy whose environment alone is larger (an
     interpreter's parked sandbox has it before any request; without a

@@ -397,13 +397,22 @@ pid_t aj_zygote_clone(struct aj_zygote *z, const struct aj_child_ctx *c, uint64_
     r = aj_proto_send_with_fds(s->sock, w.buf, w.len, l.fds, (int)l.n);
     if (r == -EMSGSIZE || r == -ENOBUFS || r == -ENOMEM)
         goto out; /* this request, not the zygote: the caller clones init itself */
-    if (r == 0)
-        r = recv_reply(s->sock, &rep, ret_pidfd);
     if (r < 0) {
-        /* A zygote that is gone (or talks nonsense) gets no more requests.
-         * One that died between its clone and its reply leaves that init
-         * waiting for GO on a socket the caller then closes: it exits. */
+        /* Nothing was delivered (a datagram goes whole or not at all): the
+         * zygote is gone, and the caller clones init itself. */
         stop(s);
+        goto out;
+    }
+    r = recv_reply(s->sock, &rep, ret_pidfd);
+    if (r < 0) {
+        /* The request was delivered: the zygote may have cloned an init on
+         * this sandbox's sync socket before it went. Another init on that
+         * socket would share it with this one, so this sandbox fails
+         * (EPIPE); its socket closed, an init cloned meanwhile reads EOF
+         * where it waits for GO, and exits. */
+        stop(s);
+        *ret_used = true;
+        e = EPIPE;
         goto out;
     }
     if (rep.err == EPROTO || rep.err == EMSGSIZE)

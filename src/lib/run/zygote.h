@@ -23,8 +23,9 @@
  * the copy of the pool's policy it was forked with, and is used only for
  * a sandbox whose policy is bytewise that copy (the pointers in it lead
  * to the pool's policy, which does not change while the pool lives).
- * Anything else (another policy, a message too large, a zygote that died)
- * and the supervisor clones init itself, as without a zygote.
+ * Anything else (another policy, a message too large, a zygote found dead)
+ * and the supervisor clones init itself, as without a zygote; a zygote
+ * that dies with a request of ours in it fails that sandbox (EPIPE).
  *
  * The zygote is a raw clone of a process that may have other threads: it
  * runs under child.c's rules (no malloc, no locks, no stdio), checked by
