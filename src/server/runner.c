@@ -708,10 +708,6 @@ static void *runner_main(void *arg)
     struct lane *ln = arg;
     struct srv_runner *rn = ln->rn;
     struct epoll_event evs[64];
-    char name[16];
-
-    (void)snprintf(name, sizeof(name), "aj-runner-%u", ln->idx);
-    (void)pthread_setname_np(pthread_self(), name);
 
     /* Made here, not by the main thread: the parked sandboxes' death
      * signal follows the thread that made the pool, which must outlive
@@ -836,6 +832,11 @@ int srv_runner_new(const struct srv_config *cfg, const struct aj_policy *pol, st
             goto fail;
         }
         rn->lanes[i].thread_started = true;
+        /* Named here, not by the thread itself: the name is in /proc
+         * before the server says it is ready. */
+        char name[32]; /* "aj-runner-7": lanes are at most 64 */
+        (void)snprintf(name, sizeof(name), "aj-runner-%u", i);
+        (void)pthread_setname_np(rn->lanes[i].thread, name);
     }
     *ret = rn;
     return 0;
