@@ -124,8 +124,8 @@ static int hexval(char c)
     return -1;
 }
 
-/* "interpreters": [{"language": "python", "preload": [MODULE...], "pool": N}]. The
- * module names are checked when the policy is built (tenant.c). */
+/* "interpreters": [{"language": "python", "preload": [MODULE...], "warmup": CODE, "pool": N}].
+ * The module names and the code's size are checked when the policy is built (tenant.c). */
 static int load_interpreters(struct cfg_loader *L, const char *path, json_t *v, struct srv_interp *out)
 {
     char p[400];
@@ -133,7 +133,8 @@ static int load_interpreters(struct cfg_loader *L, const char *path, json_t *v, 
     json_t *e;
 
     if (!json_is_array(v))
-        return cfg_fail(L, path, "must be an array of {\"language\": \"python\", \"preload\": [...], \"pool\": N}");
+        return cfg_fail(L, path, "must be an array of {\"language\": \"python\", \"preload\": [...], "
+                        "\"warmup\": CODE, \"pool\": N}");
     out->set = true;
     json_array_foreach(v, i, e) {
         const char *key;
@@ -142,7 +143,7 @@ static int load_interpreters(struct cfg_loader *L, const char *path, json_t *v, 
         bool lang = false;
         (void)snprintf(p, sizeof(p), "%s[%zu]", path, i);
         if (!json_is_object(e))
-            return cfg_fail(L, p, "must be an object {\"language\", \"preload\", \"pool\"}");
+            return cfg_fail(L, p, "must be an object {\"language\", \"preload\", \"warmup\", \"pool\"}");
         if (out->python)
             return cfg_fail(L, p, "python is given twice (one entry per language)");
         out->pool = 2;
@@ -168,12 +169,21 @@ static int load_interpreters(struct cfg_loader *L, const char *path, json_t *v, 
                     if (!out->preload[out->n_preload++])
                         return cfg_fail(L, p, "out of memory");
                 }
+            } else if (strcmp(key, "warmup") == 0) {
+                if (!json_is_string(m) || !json_string_length(m))
+                    return cfg_fail(L, p, "must be Python code (a non-empty string)");
+                if (strlen(json_string_value(m)) != json_string_length(m))
+                    return cfg_fail(L, p, "must not contain a NUL character");
+                free(out->warmup);
+                out->warmup = strdup(json_string_value(m));
+                if (!out->warmup)
+                    return cfg_fail(L, p, "out of memory");
             } else if (strcmp(key, "pool") == 0) {
                 if (get_uint(L, p, m, 0, 64, &u) < 0)
                     return -1;
                 out->pool = (unsigned)u;
             } else {
-                return cfg_fail(L, p, "unknown key (known: language, preload, pool)");
+                return cfg_fail(L, p, "unknown key (known: language, preload, warmup, pool)");
             }
         }
         if (!lang) {
@@ -190,6 +200,7 @@ static void interp_clear(struct srv_interp *in)
     for (size_t i = 0; i < in->n_preload; i++)
         free(in->preload[i]);
     free(in->preload);
+    free(in->warmup);
     *in = (struct srv_interp){0};
 }
 

@@ -29,6 +29,7 @@ struct srv_interp {
     bool python;        /* an entry for python */
     char **preload;     /* module names */
     size_t n_preload;
+    char *warmup;       /* code each runs before it parks (interpreter.warmup); NULL: the policy's */
     unsigned pool;      /* parked interpreters */
 };
 

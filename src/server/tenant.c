@@ -403,7 +403,15 @@ int srv_tenants_build(struct srv_config *cfg, char *key, size_t key_size, char *
                         fail(key, key_size, msg, msg_size, k, err.msg);
                         goto out;
                     }
+                /* The entry's warm-up replaces the tenant policy's own. */
+                if (in->warmup && aj_policy_set(t->pol_interp, "interpreter.warmup", in->warmup, &err) < 0) {
+                    (void)snprintf(k + strlen(k), sizeof(k) - strlen(k), "[0].warmup");
+                    fail(key, key_size, msg, msg_size, k, err.msg);
+                    goto out;
+                }
                 if (aj_policy_validate(t->pol_interp, &err) < 0) {
+                    if (in->warmup && strstr(err.msg, "interpreter.warmup"))
+                        (void)snprintf(k + strlen(k), sizeof(k) - strlen(k), "[0].warmup");
                     fail(key, key_size, msg, msg_size, k, err.msg);
                     goto out;
                 }

@@ -1000,6 +1000,46 @@ def test_warm_interpreters_for_python_runs(server, tmp):
         assert p.returncode == 2 and where in p.stderr, (interp, p.stderr)
 
 
+def test_the_interpreters_warm_up_cell_runs_before_they_park(server, tmp):
+    """"interpreters": [{"warmup": CODE}]: each parked interpreter ran the
+    cell after the preload (what it changed in a module, every run sees:
+    docs/interpreters.md); it replaces the tenant policy's own. The control:
+    tenant b's entry without one."""
+    cell = "import json\njson.aj_warmed = getattr(json, 'aj_warmed', 0) + 41\n"
+    own = os.path.join(tmp, "own-warmup.json")
+    with open(own, "w") as f:
+        json.dump({"version": 1, "interpreter": {"language": "python",
+                                                 "warmup": "import json\njson.aj_warmed = 7\n"}}, f)
+    entry = {"language": "python", "preload": ["json"], "pool": 1}
+    TOKEN_C, TOKEN_D = "token-of-tenant-c", "token-of-tenant-d"
+    s = server(extra={"pool_size": 0, "interpreters": [dict(entry, warmup=cell)],
+                      "tenants": {"a": {"token_sha256": sha(TOKEN_A)},
+                                  "b": {"token_sha256": sha(TOKEN_B), "interpreters": [entry]},
+                                  "c": {"token_sha256": sha(TOKEN_C), "policy": own, "interpreters": [entry]},
+                                  "d": {"token_sha256": sha(TOKEN_D), "policy": own}}})
+    code = "import json; print(getattr(json, 'aj_warmed', None), 'cell' in globals())"
+    for t in "abcd":
+        assert wait_for(lambda: s.metrics().get('agentjail_tenant_interp_ready{tenant="%s"}' % t) == 1, 60), \
+            s.metrics()
+    # a: the server's entry's cell; b: an entry without one (the control); c: its policy's own;
+    # d: its policy's, replaced by the server entry's.
+    for token, want in ((TOKEN_A, "41"), (TOKEN_B, "None"), (TOKEN_C, "7"), (TOKEN_D, "41")):
+        status, _, j = s.run({"language": "python", "code": code}, token=token)
+        assert status == 200 and j["stdout"] == want + " False\n", (want, j)
+    m = s.metrics()
+    assert m['agentjail_interp_runs_total{kind="warm"}'] == 4, m
+    # Bad entries stop the server with the key named.
+    for warmup, why in [(5, "must be Python code"), ("", "must be Python code"),
+                        ("x" * (64 * 1024 + 1), "at most 65536 bytes")]:
+        path = os.path.join(tmp, "bad-warmup.json")
+        with open(path, "w") as f:
+            json.dump({"store": os.path.join(tmp, "x.db"),
+                       "interpreters": [{"language": "python", "warmup": warmup}],
+                       "tenants": {"a": {"token_sha256": sha(TOKEN_A)}}}, f)
+        p = subprocess.run([AJ_BIN, "serve", "--config", path], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and "interpreters[0].warmup" in p.stderr and why in p.stderr, (warmup, p.stderr)
+
+
 def test_readyz_waits_for_the_warm_interpreters(server):
     """/readyz is 503 while the warm pools are being filled (pandas takes a
     while to import), then 200; the same server answers /healthz at once."""
