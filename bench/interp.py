@@ -14,7 +14,9 @@ again (agents think between tool calls; sustained load is the throughput line).
              warm p50 vs SNIPPET exec'd in this running interpreter  goal <= 1.5x
              (and, for scale, vs the snippet's first exec in a fresh interpreter that
              imported pandas: what any single-use interpreter pays; and the minima;
-             and the same with interpreter.warmup set to a warm-up cell, WARMUP)
+             and the same with interpreter.warmup set to a warm-up cell, WARMUP; and the snippet's
+             first exec in a plain fork of an interpreter that ran WARMUP: a template's child
+             without the sandbox; and what reading a present page costs in a fresh fork)
   throughput 2 clients, each with a pool of 2, back to back           goal >= 5x bare
              (and the CPU time each run costs: refill, run, teardown against bare)
   memory     PSS of one parked pandas interpreter's sandbox, and of 8
@@ -68,6 +70,19 @@ w = pd.DataFrame({"a": np.arange(50) % 3, "b": np.linspace(0, 1, 50)})
 repr(w.groupby("a")["b"].agg(["min", "max", "size"]))
 """
 
+# A broader warm-up cell: the reductions and printing a data-analysis agent's snippets use most,
+# on other data (docs/interpreters.md shows it as an example).
+BROAD = """import pandas as pd, numpy as np
+w = pd.DataFrame({"g": np.arange(60) % 4, "x": np.linspace(0, 1, 60), "n": np.arange(60)})
+for how in ("sum", "mean", "count", "min", "max", "size", "std", "median", "nunique"):
+    w.groupby("g")["x"].agg(how)
+str(w.groupby("g").agg(["sum", "mean", "count"]))
+str(w.groupby("g")["x"].agg(["sum", "mean", "count"]))
+str(w.describe())
+str(w.sort_values("x").head())
+str(w["g"].value_counts())
+"""
+
 FIRST = """import contextlib, gc, io, sys, time
 import pandas
 if len(sys.argv) > 2:
@@ -92,6 +107,70 @@ def first_floor(runs, warmup=()):
                            text=True, timeout=600)
         times.append(int(p.stdout))
     return statistics.median(times)
+
+
+FORKED = """import contextlib, gc, io, os, sys, time
+import pandas
+if len(sys.argv) > 2:
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(sys.argv[2], "<warmup>", "exec"), {"__name__": "__warmup__"})
+gc.collect()
+gc.freeze()
+r, w = os.pipe()
+if os.fork() == 0:
+    time.sleep(0.05)  # parked
+    code = compile(sys.argv[1], "<snippet>", "exec")
+    t0 = time.perf_counter_ns()
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(code, {"__name__": "__main__"})
+    os.write(w, str(time.perf_counter_ns() - t0).encode())
+    os._exit(0)
+os.close(w)
+print(int(os.read(r, 64)))
+os.wait()
+"""
+
+
+def forked_floor(runs, warmup=()):
+    """SNIPPET's first exec in a plain fork of an interpreter that imported pandas (and ran the
+    warm-up cell): what a template's child pays with no sandbox, no request and no result around
+    it. The lower bound of a warm run with a template."""
+    times = []
+    for _ in range(runs):
+        p = subprocess.run(["/usr/bin/python3", "-c", FORKED, SNIPPET] + list(warmup), capture_output=True,
+                           text=True, timeout=600)
+        times.append(int(p.stdout))
+    return statistics.median(times)
+
+
+TOUCH = """import mmap, os, time
+n = 64 << 20
+m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(0, n, 4096):
+    m[i] = 1
+def read():
+    t, s = time.perf_counter_ns(), 0
+    for i in range(0, n, 4096):
+        s += m[i]
+    return (time.perf_counter_ns() - t) / (n // 4096)
+again = min(read() for _ in range(3))
+r, w = os.pipe()
+if os.fork() == 0:
+    os.write(w, ("%f %f" % (read(), read())).encode())
+    os._exit(0)
+os.close(w)
+print(again, os.read(r, 100).decode())
+os.wait()
+"""
+
+
+def page_touch():
+    """ns per page to read one byte of each page of 64 MiB that is present (written before the
+    fork): in the process that wrote it, and in a fresh fork, first and second pass. A fork
+    copies the page table, so the child takes no page fault; what its first pass costs beyond
+    the second is the machine's (a hypervisor's shadow page tables, say)."""
+    p = subprocess.run(["/usr/bin/python3", "-c", TOUCH], capture_output=True, text=True, timeout=600)
+    return [float(x) for x in p.stdout.split()]
 
 
 def ms(ns):
@@ -135,6 +214,12 @@ def main():
     print("  the snippet's first exec in a fresh interpreter with pandas imported: %s (%.1fx the floor); "
           "the warm run is %.1fx that; after one warm-up cell of other pandas code: %s (%.1fx the floor)" % (
               ms(f1), f1 / f, w / f1, ms(f2), f2 / f))
+    ff = forked_floor(max(3, a.runs // 3), [WARMUP])
+    print("  the snippet's first exec in a plain fork of an interpreter that imported pandas and ran the "
+          "warm-up cell (no sandbox, no request): %s (%.1fx the floor)" % (ms(ff), ff / f))
+    pt = page_touch()
+    print("  reading a present page: %.2f us in the process that wrote it; in a fresh fork %.2f us the first "
+          "time, %.2f us the second" % (pt[0] / 1e3, pt[1] / 1e3, pt[2] / 1e3))
     wu = bench(a.bin, ["--gap-ms", "50"] + PANDAS + ["--set", "interpreter.warmup=" + WARMUP] +
                ["latency", str(a.runs), "/usr/bin/python3", "-c", SNIPPET])
     ww = wu["warm"]["median_ns"]
@@ -142,6 +227,14 @@ def main():
           "(minima %.1fx), cold fallbacks %d" % (
               ms(ww), ms(wu["warm"]["p95_ns"]), ms(wu["warm"]["min_ns"]), ms(wu["bare"]["median_ns"]),
               ww / wu["bare"]["median_ns"], ww / f, wu["warm"]["min_ns"] / f, wu["cold_fallbacks"]))
+
+    br = bench(a.bin, ["--gap-ms", "50"] + PANDAS + ["--set", "interpreter.warmup=" + BROAD] +
+               ["latency", str(a.runs), "/usr/bin/python3", "-c", SNIPPET])
+    fb = first_floor(max(3, a.runs // 3), [BROAD])
+    bw = br["warm"]["median_ns"]
+    print("  with a broader warm-up cell (BROAD): warm p50 %s (min %s): %.1fx the floor (minima %.1fx); the "
+          "snippet's first exec after it in a fresh interpreter %s (%.1fx the floor)" % (
+              ms(bw), ms(br["warm"]["min_ns"]), bw / f, br["warm"]["min_ns"] / f, ms(fb), fb / f))
 
     tp = bench(a.bin, PANDAS + ["throughput", str(a.seconds), "2", "/usr/bin/python3", "-c", SNIPPET])
     print("pandas snippet, 2 clients, %d s: warm %.2f/s, bare %.2f/s: %.2fx (goal >= 5x); failed warm %d bare %d" % (
