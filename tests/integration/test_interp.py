@@ -545,6 +545,20 @@ def test_template_is_used_or_says_why(outdir):
     assert "interpreter.template" in summary["template_why"], summary
 
 
+def test_a_policy_larger_than_a_socket_buffer_still_gets_a_template(outdir):
+    """The template is handed the pool's policy in one message. A policy of
+    300 KB (its environment), more than a socket buffer holds by default,
+    still makes one; every variable reaches the run whole."""
+    root_only("templates are root mode's")
+    big = []
+    for i in range(3):
+        big += ["--set", "environment.set=BIG%d=%d%s" % (i, i, "x" * 100000)]
+    code = "import os; print(sorted((k, len(v), v[0]) for k, v in os.environ.items() if k.startswith('BIG')))"
+    runs, summary, proc = pool([["python3", "-c", code]], outdir, extra=INTERP + big)
+    assert runs[0]["warm"] and summary["template"] > 0 and summary["template_why"] == "", (summary, proc.stderr)
+    assert out(outdir, 0) == "[('BIG0', 100001, '0'), ('BIG1', 100001, '1'), ('BIG2', 100001, '2')]\n", runs
+
+
 def test_template_children_do_not_share_random_state(outdir):
     root_only("templates are root mode's")
     if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], capture_output=True).returncode != 0:

@@ -227,8 +227,8 @@ def test_a_refilled_sandboxs_init_holds_no_earlier_request(server):
 def test_a_policy_too_large_for_a_zygote_message_still_runs_warm(server, tmp):
     """What init needs of a sandbox goes to the pool's zygote in one message
     of at most 192 KiB. A policy whose environment alone is larger (an
-    interpreter's parked sandbox has it before any request; without a
-    template, whose own channel takes less) is cloned by the server itself,
+    interpreter's parked sandbox has it before any request; here without a
+    template) is cloned by the server itself,
     as before there were zygotes: its warm runs are the same (the control:
     every variable arrives whole)."""
     pol = os.path.join(tmp, "big-env.json")

@@ -208,9 +208,22 @@ static int send_policy(int ctl, const struct aj_policy *pol, unsigned skip, stru
     for (int i = 0; i < 4; i++)
         msg[65 + i] = (char)((skip >> (8 * i)) & 0xff);
     memcpy(msg + 69, json, len + 1); /* the NUL is not sent */
+    /* One datagram: a policy can be larger than the socket's default
+     * buffer (212992 bytes on most systems, less the overhead), up to the
+     * 1 MiB a policy file may be plus its canonical form's growth. Root
+     * mode (the only one with templates) may force the size; else the
+     * ordinary call gets up to twice net.core.wmem_max. */
+    if (69 + len > 65536) {
+        int want = (int)(69 + len + 65536);
+        if (setsockopt(ctl, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want)) < 0)
+            (void)setsockopt(ctl, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
+    }
     r = aj_proto_send_plain(ctl, msg, 69 + len);
     free(msg);
     free(json);
+    if (r == -EMSGSIZE)
+        return aj_err(err, EMSGSIZE, "hand the policy to the template: %zu bytes are more than this socket takes "
+                      "(net.core.wmem_max); set interpreter.template to false for this policy", len);
     return r < 0 ? aj_err(err, -r, "hand the policy to the template") : 0;
 }
 
