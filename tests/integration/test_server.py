@@ -1005,7 +1005,7 @@ def test_the_interpreters_warm_up_cell_runs_before_they_park(server, tmp):
     cell after the preload (what it changed in a module, every run sees:
     docs/interpreters.md); it replaces the tenant policy's own. The control:
     tenant b's entry without one."""
-    cell = "import json\njson.aj_warmed = getattr(json, 'aj_warmed', 0) + 41\n"
+    cell = "import json\njson.aj_warmed = getattr(json, 'aj_warmed', 0) + 41\naj_cell_name = 1\n"
     own = os.path.join(tmp, "own-warmup.json")
     with open(own, "w") as f:
         json.dump({"version": 1, "interpreter": {"language": "python",
@@ -1017,7 +1017,7 @@ def test_the_interpreters_warm_up_cell_runs_before_they_park(server, tmp):
                                   "b": {"token_sha256": sha(TOKEN_B), "interpreters": [entry]},
                                   "c": {"token_sha256": sha(TOKEN_C), "policy": own, "interpreters": [entry]},
                                   "d": {"token_sha256": sha(TOKEN_D), "policy": own}}})
-    code = "import json; print(getattr(json, 'aj_warmed', None), 'cell' in globals())"
+    code = "import json; print(getattr(json, 'aj_warmed', None), 'aj_cell_name' in globals())"
     for t in "abcd":
         assert wait_for(lambda: s.metrics().get('agentjail_tenant_interp_ready{tenant="%s"}' % t) == 1, 60), \
             s.metrics()

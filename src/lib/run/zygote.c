@@ -3,6 +3,7 @@
 #include "zygote.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -58,6 +59,11 @@ struct aj_zygote *aj_zygote_new(unsigned n)
     return z;
 }
 
+/* How long a zygote may take to say it started (it blanks a few pages). */
+#define ZYGOTE_START_TIMEOUT_MS 10000
+
+static void stop(struct zslot *s);
+
 /* Under s->mu: s's zygote forked now; its policy is z->pol. */
 static int start(struct aj_zygote *z, struct zslot *s)
 {
@@ -83,6 +89,26 @@ static int start(struct aj_zygote *z, struct zslot *s)
     aj_children_add(pid);
     s->pid = pid;
     s->sock = sv[0];
+    /* Its first word: it has blanked its copy of the caller's environment
+     * and command line. A zygote that dies or stalls first is not used. */
+    {
+        struct pollfd pfd = {.fd = sv[0], .events = POLLIN};
+        char c = 0;
+        ssize_t n = -1;
+        int pr;
+        do
+            pr = poll(&pfd, 1, ZYGOTE_START_TIMEOUT_MS);
+        while (pr < 0 && errno == EINTR);
+        if (pr > 0) {
+            do
+                n = recv(sv[0], &c, 1, MSG_DONTWAIT);
+            while (n < 0 && errno == EINTR);
+        }
+        if (n != 1 || c != 'Z') {
+            stop(s);
+            return pr == 0 ? -ETIMEDOUT : -EPROTO;
+        }
+    }
     return 0;
 }
 
