@@ -98,15 +98,21 @@ print(time.perf_counter_ns() - t0)
 """
 
 
-def first_floor(runs, warmup=()):
-    """SNIPPET's first exec in a fresh interpreter that imported pandas (and froze it, as a
-    parked one does): the part of a warm run's time that no single-use interpreter avoids."""
+def first_exec(script, runs, warmup=()):
+    """Median ns of SNIPPET's first exec, as SCRIPT (FIRST or FORKED) prints it, over RUNS fresh
+    python3 processes (WARMUP: the warm-up cell each runs first)."""
     times = []
     for _ in range(runs):
-        p = subprocess.run(["/usr/bin/python3", "-c", FIRST, SNIPPET] + list(warmup), capture_output=True,
+        p = subprocess.run(["/usr/bin/python3", "-c", script, SNIPPET] + list(warmup), capture_output=True,
                            text=True, timeout=600)
         times.append(int(p.stdout))
     return statistics.median(times)
+
+
+def first_floor(runs, warmup=()):
+    """SNIPPET's first exec in a fresh interpreter that imported pandas (and froze it, as a
+    parked one does): the part of a warm run's time that no single-use interpreter avoids."""
+    return first_exec(FIRST, runs, warmup)
 
 
 FORKED = """import contextlib, gc, io, os, sys, time
@@ -135,12 +141,7 @@ def forked_floor(runs, warmup=()):
     """SNIPPET's first exec in a plain fork of an interpreter that imported pandas (and ran the
     warm-up cell): what a template's child pays with no sandbox, no request and no result around
     it. The lower bound of a warm run with a template."""
-    times = []
-    for _ in range(runs):
-        p = subprocess.run(["/usr/bin/python3", "-c", FORKED, SNIPPET] + list(warmup), capture_output=True,
-                           text=True, timeout=600)
-        times.append(int(p.stdout))
-    return statistics.median(times)
+    return first_exec(FORKED, runs, warmup)
 
 
 TOUCH = """import mmap, os, time
