@@ -577,6 +577,58 @@ def test_template_children_do_not_share_random_state(outdir):
     assert out(outdir, 0).split()[2] != out(outdir, 1).split()[2]
 
 
+# What a run finds already its own when it starts: present pages of _decimal's code (a fork
+# copies no page table of a file mapping: a child has only what it touched), and pages of the
+# preloaded module's 4 MiB buffer mapped by it alone (copied from the template).
+PAGES = textwrap.dedent("""\
+    import array, ctypes, os, aj_t_big
+    at = ctypes.addressof((ctypes.c_char * len(aj_t_big.BUF)).from_buffer(aj_t_big.BUF))
+    text = buf = 0
+    fd = os.open('/proc/self/pagemap', os.O_RDONLY)
+    for line in open('/proc/self/maps').read().splitlines():
+        p = line.split()
+        lo, hi = (int(x, 16) for x in p[0].split('-'))
+        if p[1] == 'r-xp' and '/_decimal' in p[-1]:
+            want = 1 << 63
+        elif lo <= at < hi:
+            lo, hi, want = at, at + len(aj_t_big.BUF), 1 << 63 | 1 << 56
+        else:
+            continue
+        n = sum(1 for v in array.array('Q', os.pread(fd, (hi - lo) // 4096 * 8, lo // 4096 * 8)) if v & want == want)
+        if want == 1 << 63:
+            text += n
+        else:
+            buf += n
+    print(text, buf)
+    """)
+
+
+def test_a_parked_child_has_touched_what_its_warm_up_did(outdir, hostdir):
+    """Each child of a template makes the pages its warm-up cell's probe
+    touched its own while it is parked (tmpl_child.c, hot_touch): the pages
+    it wrote are copied, the code it ran is mapped and read. A run of other
+    code finds them so when it starts."""
+    root_only("templates are root mode's")
+    with open(os.path.join(hostdir, "aj_t_big.py"), "w") as f:
+        f.write("BUF = bytearray(b'x' * (4 << 20))\n")
+    base = ["--bind", hostdir + ":/mods", "--set", "environment.set=PYTHONPATH=/mods",
+            "--set", "interpreter.language=python", "--set", "interpreter.preload=decimal",
+            "--set", "interpreter.preload=aj_t_big"]
+    warm = ("import decimal, aj_t_big\nfor i in range(300):\n    str(decimal.Decimal(i).sqrt() / 7)\n"
+            "for i in range(0, len(aj_t_big.BUF), 4096):\n    aj_t_big.BUF[i] = 120\n")
+    runs, summary, proc = pool([["python3", "-c", PAGES]] * 2, outdir,
+                               extra=base + ["--set", "interpreter.warmup=" + warm])
+    assert summary["template"] > 0 and all(r["warm"] for r in runs), (summary, proc.stderr)
+    text, buf = (int(x) for x in out(outdir, 1).split())
+    # The control: the same preload, no warm-up cell. The probe ran `pass`, which runs no
+    # decimal code and writes no byte of the buffer: both are the template's still.
+    runs, summary, proc = pool([["python3", "-c", PAGES]] * 2, outdir, extra=base)
+    assert summary["template"] > 0 and all(r["warm"] for r in runs), (summary, proc.stderr)
+    text0, buf0 = (int(x) for x in out(outdir, 1).split())
+    assert text0 == 0 and text >= 4, (text, text0)
+    assert buf0 <= 2 and buf >= 1000, (buf, buf0)
+
+
 def test_template_killed_is_started_again(tmp_path, outdir):
     root_only("templates are root mode's")
     go = tmp_path / "go"

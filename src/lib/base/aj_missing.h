@@ -74,6 +74,12 @@ struct aj_clone_args {
 };
 
 /* open_tree / move_mount / mount_setattr (5.2, 5.12) */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 #ifndef OPEN_TREE_CLONE
 #define OPEN_TREE_CLONE 1
 #endif

@@ -233,14 +233,19 @@ def _aj_template_setup(fail):
 
 def _aj_template_profile(warmup, ctl):
     # A child of the template writes to pages it shares with it: each first write is a copy (a
-    # fault, ~3 us with its memory charge), a thousand or more for a pandas snippet and its run's
-    # way through this bootstrap, which made a warm run 2-3x slower than in an interpreter of
-    # its own. Which pages: a probe, a child that parks as any does and is sent a request made
-    # here (the warm-up cell as its code, or `pass`; /dev/null for its streams), runs it to the
-    # end and, before its _exit, reports the pages it wrote: those its pagemap shows present and
-    # mapped by it alone (a page shared with the template is not, until written). Each parked
-    # child writes those pages while it waits, off the run's path: they are its own then,
-    # charged to it. Returns (pages, None) in the template, (None, report) in the probe.
+    # fault, ~3 us with its memory charge, 10-20 us under a hypervisor's shadow page tables), a
+    # thousand or more for a pandas snippet and its run's way through this bootstrap, which made a
+    # warm run 2-3x slower than in an interpreter of its own. And the first touch of any page in a
+    # new address space costs there too: ~5 us where the hypervisor builds its page tables then,
+    # and a fault (with its neighbours) for the text of the interpreter and its libraries, whose
+    # page tables a fork does not copy. Which pages: a probe, a child that parks as any does and is
+    # sent a request made here (the warm-up cell as its code, or `pass`; /dev/null for its
+    # streams), runs it to the end and, before its _exit, reports the pages it wrote (those its
+    # pagemap shows present and mapped by it alone: a page shared with the template is not, until
+    # written) and the pages of files mapped read-only that it touched (present: none were at
+    # its fork), these with the address's low bit set. Each parked child writes the first and reads
+    # the second kind first thing after its fork (tmpl_child.c), off the run's path: they are its
+    # own then, charged to it. Returns (pages, None) in the template, (None, report) in the probe.
     import _socket
     import array
     import os
@@ -262,22 +267,29 @@ def _aj_template_profile(warmup, ctl):
                 regions = [line.split() for line in maps]
             fd = os.open("/proc/self/pagemap", os.O_RDONLY)
             for parts in regions:
-                if len(parts) < 5 or parts[1][1] != "w" or parts[1][3] != "p":
+                if len(parts) < 5 or parts[1][0] != "r":
                     continue
-                if len(parts) >= 6 and parts[5].startswith("[") and parts[5] != "[heap]":
+                named = len(parts) >= 6 and parts[5]
+                if named and parts[5].startswith("[") and parts[5] != "[heap]":
+                    continue
+                if parts[1][1] == "w" and parts[1][3] == "p":
+                    tag, want = 0, 1 << 56 | 1 << 63  # written: mapped exclusively, present
+                elif parts[1][1] != "w" and named and parts[5].startswith("/") and parts[4] != "0":
+                    tag, want = 1, 1 << 63  # a file's page, read-only here: present
+                else:
                     continue
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
                 bits = array.array("Q", os.pread(fd, (hi - lo) // page * 8, lo // page * 8))
                 start = None
                 for i, v in enumerate(bits):
-                    mine = (v >> 56) & 1 and (v >> 63) & 1  # mapped exclusively, present
+                    mine = v & want == want
                     if mine and start is None:
                         start = i
                     elif not mine and start is not None:
-                        hot.extend((lo + start * page, (i - start) * page))
+                        hot.extend((lo + start * page | tag, (i - start) * page))
                         start = None
                 if start is not None:
-                    hot.extend((lo + start * page, (len(bits) - start) * page))
+                    hot.extend((lo + start * page | tag, (len(bits) - start) * page))
             os.write(w, hot.tobytes())
 
         return None, report
@@ -324,6 +336,12 @@ def _aj_template_serve(lib, ctl, hot):
     spawn = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int),
                               ctypes.c_int)(("aj_tmpl_child_spawn", lib))
     api = ctypes.pythonapi
+    if hot:
+        # The pages a run is likely to write (_aj_template_profile): each payload writes them
+        # (MADV_POPULATE_WRITE) first thing after its fork, in C, before anything here runs.
+        lib.aj_tmpl_child_hot.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.aj_tmpl_child_hot.restype = None
+        lib.aj_tmpl_child_hot(hot.buffer_info()[0], len(hot) // 2)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the children's reapers are nobody's to wait for
     ctl.send(b"P")
     while True:
@@ -351,21 +369,16 @@ def _aj_template_serve(lib, ctl, hot):
             os.close(fd)
     # The payload: every layer applied, fd 3 its request channel. random was reseeded by PyOS_AfterFork_Child;
     # numpy's global generator would repeat the template's sequence in every child.
-    if hot:
-        # The pages a run is likely to write (_aj_template_profile), written now: MADV_POPULATE_WRITE
-        # (Linux 5.14; ENOMEM where the probe's page is not mapped here: what it allocated itself).
-        # Before 5.14 (EINVAL), a byte is written back with its own value, in the pages mapped
-        # writable here only.
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        mapped = None
+    if hot and lib.aj_tmpl_child_hot_errno() == 22:
+        # Before Linux 5.14 (no MADV_POPULATE_WRITE, EINVAL): the profile's pages to write are
+        # written here, a byte written back with its own value, in the pages mapped writable and
+        # private only. Its files' pages (the address's low bit set) are left to the run.
+        with open("/proc/self/maps") as f:
+            mapped = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f
+                      if line.split()[1][1] == "w" and line.split()[1][3] == "p"]
         for i in range(0, len(hot), 2):
-            if libc.madvise(hot[i], hot[i + 1], 23) == 0 or ctypes.get_errno() != 22:
+            if hot[i] & 1:
                 continue
-            if mapped is None:
-                with open("/proc/self/maps") as f:
-                    mapped = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f
-                              if line.split()[1][1] == "w" and line.split()[1][3] == "p"]
             for lo, hi in mapped:
                 for a in range(max(lo, hot[i]), min(hi, hot[i] + hot[i + 1]), 4096):
                     b = ctypes.c_char.from_address(a)

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -50,6 +51,14 @@
 
 static struct aj_child_ctx tc;
 static bool tc_ready;
+/* The pages a run is likely to touch (the template's profile, interp_boot.py):
+ * (address, length) pairs, in the template's memory; an address with its low
+ * bit set is a file's page to read, the others are pages to write. The
+ * payload does both first thing (hot_touch). hot_errno: 0, or why the
+ * payload could not. */
+static const uint64_t *hot;
+static size_t hot_pairs;
+static int hot_errno = ENODATA;
 static char decoy_path[AJ_DECOY_MAX_FILES][AJ_TMPL_MAX_PATH];
 
 static int fail(char *errbuf, size_t errlen, const struct aj_error *err)
@@ -62,6 +71,60 @@ static int fail(char *errbuf, size_t errlen, const struct aj_error *err)
 TMPL_EXPORT int aj_tmpl_child_init(const char *policy_json, size_t len, const char *sha256, unsigned skip,
                                    char *errbuf, size_t errlen);
 TMPL_EXPORT int aj_tmpl_child_spawn(const void *data, size_t len, const int *fds, int nfds);
+TMPL_EXPORT void aj_tmpl_child_hot(const uint64_t *pairs, size_t n);
+TMPL_EXPORT int aj_tmpl_child_hot_errno(void);
+
+/* The template's profile: N (address, length) pairs, which stay where they
+ * are for the template's life (its array's buffer). */
+void aj_tmpl_child_hot(const uint64_t *pairs, size_t n)
+{
+    hot = pairs;
+    hot_pairs = n;
+}
+
+/* In the payload: 0 once hot_touch went through the profile's pages;
+ * EINVAL where the kernel has no MADV_POPULATE_WRITE (before 5.14: the
+ * caller writes them itself); ENODATA without a profile. */
+int aj_tmpl_child_hot_errno(void)
+{
+    return hot_errno;
+}
+
+/* The profile's pages, made this process's own now, while it is parked,
+ * rather than one fault at a time while a run waits for them. First thing
+ * after the fork, before Python's after-fork work and the layers' set-up,
+ * which would otherwise take many of those faults themselves; in the run's
+ * cgroups already, so that the copies are charged to the run.
+ * - A page to write that the template shares with this process is copied
+ *   (one MADV_POPULATE_WRITE per range: far cheaper than a write fault per
+ *   page where faults are dear, as under a hypervisor's shadow page tables,
+ *   docs/performance.md).
+ * - A file's page to read is mapped (MADV_POPULATE_READ: a fork copies no
+ *   page table of a file mapping).
+ * - Then one byte of each is read: the first access to a page in a new
+ *   address space is what such a hypervisor charges for.
+ * A range that fails (ENOMEM: not mapped here, what the probe mapped
+ * itself; EFAULT; EINVAL: a VM_IO mapping) is skipped; a zero-length call
+ * first tells whether the kernel knows the advice at all (Linux 5.14). */
+static void hot_touch(void)
+{
+    if (!hot || hot_pairs == 0)
+        return;
+    if (madvise((void *)(uintptr_t)(hot[0] & ~(uint64_t)4095), 0, MADV_POPULATE_WRITE) < 0) {
+        hot_errno = errno;
+        return;
+    }
+    for (size_t i = 0; i < hot_pairs; i++) {
+        uint64_t at = hot[2 * i] & ~(uint64_t)1, len = hot[2 * i + 1];
+        int advice = (hot[2 * i] & 1) ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
+
+        if (madvise((void *)(uintptr_t)at, (size_t)len, advice) < 0)
+            continue;
+        for (uint64_t a = at; a < at + len; a += 4096)
+            (void)*(volatile const char *)(uintptr_t)a;
+    }
+    hot_errno = 0;
+}
 
 int aj_tmpl_child_init(const char *policy_json, size_t len, const char *sha256, unsigned skip, char *errbuf,
                        size_t errlen)
@@ -192,6 +255,7 @@ static int child_enter(const void *data, size_t len, const int *fds, int nfds)
         for (uint32_t i = 0; i < hdr.n_cg; i++)
             if (write(fds[k + (int)i], "0", 1) != 1)
                 enter_fail(sock, errno, "join the run's cgroup");
+        hot_touch();
         aj_child_adopted_payload(&c); /* returns with every layer on, or exits */
         return 0;
     }
