@@ -629,6 +629,40 @@ def test_a_parked_child_has_touched_what_its_warm_up_did(outdir, hostdir):
     assert buf0 <= 2 and buf >= 1000, (buf, buf0)
 
 
+# numpy's code pages this process has mapped, and a digest of its modules.
+NUMPY_PAGES = textwrap.dedent("""\
+    import array, hashlib, os, sys
+    text = 0
+    fd = os.open('/proc/self/pagemap', os.O_RDONLY)
+    for line in open('/proc/self/maps').read().splitlines():
+        p = line.split()
+        if p[1] == 'r-xp' and '/_multiarray_umath' in p[-1]:
+            lo, hi = (int(x, 16) for x in p[0].split('-'))
+            text += sum(1 for v in array.array('Q', os.pread(fd, (hi - lo) // 4096 * 8, lo // 4096 * 8)) if v >> 63)
+    print(text, hashlib.sha256(' '.join(sorted(sys.modules)).encode()).hexdigest()[:16])
+    """)
+
+
+def test_without_a_warm_up_cell_the_probe_exercises_the_preload(outdir):
+    """Without a warm-up cell, the probe's code exercises the preloaded
+    modules it knows (numpy here): each parked child has touched numpy's
+    code before a run. The probe is thrown away: the run sees the same
+    modules as with a warm-up cell of `pass`, which turns the exercise off."""
+    root_only("templates are root mode's")
+    if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], capture_output=True).returncode != 0:
+        must_skip("python3-numpy is not installed (scripts/deps.sh test)")
+    base = ["--set", "interpreter.language=python", "--set", "interpreter.preload=numpy"]
+    got = {}
+    for label, extra in (("exercise", []), ("pass", ["--set", "interpreter.warmup=pass"])):
+        runs, summary, proc = pool([["python3", "-c", NUMPY_PAGES]] * 2, outdir, extra=base + extra)
+        assert summary["template"] > 0 and all(r["warm"] for r in runs), (summary, proc.stderr)
+        got[label] = out(outdir, 1).split()
+    text, mods = int(got["exercise"][0]), got["exercise"][1]
+    text0, mods0 = int(got["pass"][0]), got["pass"][1]
+    assert text > text0 + 32, (text, text0)
+    assert mods == mods0, (got, "the exercise reached the run")
+
+
 def test_template_killed_is_started_again(tmp_path, outdir):
     root_only("templates are root mode's")
     go = tmp_path / "go"

@@ -49,10 +49,12 @@ def _aj(report, exit_status, finish, template_setup, template_profile, template_
 
     warmup = None
     template = sys.argv[1:2] == ["-t"]
+    preload = []
     for name in sys.argv[2 if template else 1:]:
         if name.startswith("-w"):
             warmup = name[2:]
             continue
+        preload.append(name)
         try:
             __import__(name)
         except BaseException as e:  # noqa: B036 (SystemExit from a module too)
@@ -97,8 +99,8 @@ def _aj(report, exit_status, finish, template_setup, template_profile, template_
     gc.freeze()
     probe = None
     if template:
-        hot, probe = template_profile(warmup, ctl)
-    del warmup
+        hot, probe = template_profile(warmup, preload, ctl)
+    del warmup, preload
 
     for f in (sys.stdout, sys.stderr):
         try:
@@ -231,7 +233,7 @@ def _aj_template_setup(fail):
     return lib, ctl
 
 
-def _aj_template_profile(warmup, ctl):
+def _aj_template_profile(warmup, preload, ctl):
     # A child of the template writes to pages it shares with it: each first write is a copy (a
     # fault, ~3 us with its memory charge, 10-20 us under a hypervisor's shadow page tables), a
     # thousand or more for a pandas snippet and its run's way through this bootstrap, which made a
@@ -245,11 +247,47 @@ def _aj_template_profile(warmup, ctl):
     # written) and the pages of files mapped read-only that it touched (present: none were at
     # its fork), these with the address's low bit set. Each parked child writes the first and reads
     # the second kind first thing after its fork (tmpl_child.c), off the run's path: they are its
-    # own then, charged to it. Returns (pages, None) in the template, (None, report) in the probe.
+    # own then, charged to it. Without a warm-up cell, the probe's code exercises the preloaded
+    # modules it knows (numpy, pandas: the operations a data-analysis snippet makes most), each
+    # in a try of its own; it runs in the probe alone, which is thrown away: a run sees no
+    # difference but its speed. Returns (pages, None) in the template, (None, report) in the probe.
     import _socket
     import array
     import os
     import sys
+
+    def exercise():
+        # The probe's code when the policy has no warm-up cell: for each
+        # preloaded module named here, common work on small data, output included (the probe's
+        # streams are /dev/null); `pass` when none is.
+        cells = {
+            "numpy": (
+                "import numpy as np\n"
+                "a = np.arange(600, dtype=float).reshape(60, 10)\n"
+                "print(a.sum(axis=0), a.mean(), a.std(), a.min(), a.max(), a[:3] @ a[:3].T)\n"
+                "print(np.sort(a[::-1], axis=None)[:4], np.unique(a.astype(int) % 7, return_counts=True))\n"
+                "print(np.linspace(0, 1, 5), np.where(a > 300, 1, 0).sum(), np.cumsum(a[0]), a.T.shape)\n"),
+            "pandas": (
+                "import pandas as pd, numpy as np\n"
+                "w = pd.DataFrame({'g': np.arange(60) % 4, 'x': np.linspace(0, 1, 60), 'n': np.arange(60),\n"
+                "                  's': ['a', 'b', 'c'] * 20})\n"
+                "for how in ('sum', 'mean', 'count', 'min', 'max', 'size', 'std', 'median', 'nunique'):\n"
+                "    w.groupby('g')['x'].agg(how)\n"
+                "print(w[['g', 'x', 'n']].groupby('g').agg(['sum', 'mean', 'count']))\n"
+                "print(w.groupby('g')['x'].agg(['sum', 'mean', 'count']))\n"
+                "print(w.groupby(['g', 's'])['n'].sum().unstack())\n"
+                "print(w.describe(), w.head(), w.dtypes, w['s'].value_counts())\n"
+                "print(w.sort_values('x', ascending=False).reset_index(drop=True).iloc[:3])\n"
+                "m = w[w['x'] > 0.5].merge(w[['n', 's']], on='n', suffixes=('', '_r'))\n"
+                "print(m.pivot_table(index='g', columns='s', values='x'), m.to_string()[:80])\n"),
+        }
+        code = ""
+        for name in preload:
+            cell = cells.get(name)
+            if cell is not None:
+                body = "".join("    " + line + "\n" for line in cell.splitlines())
+                code += "try:\n" + body + "except Exception:\n    pass\n"
+        return code or "pass"
 
     a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     r, w = os.pipe()
@@ -296,7 +334,7 @@ def _aj_template_profile(warmup, ctl):
     os.close(w)
     b.close()
     try:
-        code = warmup if warmup is not None else "pass"
+        code = warmup if warmup is not None else exercise()
         env = [k + b"=" + v for k, v in os.environb.items()]
         body = b"\0".join([b"/", b"3", b"python3", b"-c", os.fsencode(code), str(len(env)).encode()] + env) + b"\0"
         null = os.open("/dev/null", os.O_RDWR)
