@@ -73,13 +73,15 @@ struct aj_clone_args {
     __aligned_u64 cgroup;
 };
 
-/* open_tree / move_mount / mount_setattr (5.2, 5.12) */
+/* madvise: prefault page tables (5.14) */
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+
+/* open_tree / move_mount / mount_setattr (5.2, 5.12) */
 #ifndef OPEN_TREE_CLONE
 #define OPEN_TREE_CLONE 1
 #endif

@@ -241,8 +241,8 @@ def _aj_template_profile(warmup, preload, ctl):
     # new address space costs there too: ~5 us where the hypervisor builds its page tables then,
     # and a fault (with its neighbours) for the text of the interpreter and its libraries, whose
     # page tables a fork does not copy. Which pages: a probe, a child that parks as any does and is
-    # sent a request made here (the warm-up cell as its code, or `pass`; /dev/null for its
-    # streams), runs it to the end and, before its _exit, reports the pages it wrote (those its
+    # sent a request made here (the warm-up cell as its code, or the exercise below; /dev/null for
+    # its streams), runs it to the end and, before its _exit, reports the pages it wrote (those its
     # pagemap shows present and mapped by it alone: a page shared with the template is not, until
     # written) and the pages of files mapped read-only that it touched (present: none were at
     # its fork), these with the address's low bit set. Each parked child writes the first and reads

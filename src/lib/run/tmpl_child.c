@@ -108,9 +108,11 @@ int aj_tmpl_child_hot_errno(void)
  * first tells whether the kernel knows the advice at all (Linux 5.14). */
 static void hot_touch(void)
 {
+    uint64_t page = (uint64_t)getpagesize();
+
     if (!hot || hot_pairs == 0)
         return;
-    if (madvise((void *)(uintptr_t)(hot[0] & ~(uint64_t)4095), 0, MADV_POPULATE_WRITE) < 0) {
+    if (madvise((void *)(uintptr_t)(hot[0] & ~(page - 1)), 0, MADV_POPULATE_WRITE) < 0) {
         hot_errno = errno;
         return;
     }
@@ -120,7 +122,7 @@ static void hot_touch(void)
 
         if (madvise((void *)(uintptr_t)at, (size_t)len, advice) < 0)
             continue;
-        for (uint64_t a = at; a < at + len; a += 4096)
+        for (uint64_t a = at; a < at + len; a += page)
             (void)*(volatile const char *)(uintptr_t)a;
     }
     hot_errno = 0;
