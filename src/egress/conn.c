@@ -43,6 +43,13 @@
 #define HEAD_TIMEOUT_S 30       /* slow clients: the head must arrive in this */
 #define WRITE_TIMEOUT_S 60      /* a peer that stops reading */
 #define CONNECT_TIMEOUT_S 10    /* TCP (and for brokered hosts TLS) to the upstream */
+/* After a refusal, what the client still sends is read and dropped (up to
+ * LINGER_MAX bytes, LINGER_IDLE_S apart) before the socket closes: closed
+ * with unread data, it would answer the client with a reset, which can
+ * reach the client before it has read the refusal (a client still sending
+ * a 100 KB head gets EPIPE instead of the 431). */
+#define LINGER_MAX (4 * 1024 * 1024)
+#define LINGER_IDLE_S 2
 
 enum cstate { ST_HEAD, ST_RESOLVE, ST_DIAL, ST_BODY, ST_TUNNEL, ST_CLOSING };
 
@@ -60,6 +67,9 @@ struct conn {
     bool dialled;      /* a net_allowed event is owed at close */
     bool msg_done;     /* the request message (with its body) is complete */
     bool cli_eof, up_eof, cli_shut, up_shut;
+    bool linger;       /* an error response: read the client's rest before closing (conn_done) */
+    bool lingering;    /* the response is out, the write side shut: dropping what still comes */
+    size_t lingered;
     bool dead;
     struct event *free_ev, *deadline;
     struct timespec t0;
@@ -206,6 +216,26 @@ static bool out_empty(struct bufferevent *b)
     return !u || evbuffer_get_length(bufferevent_get_output(u)) == 0;
 }
 
+/* A closing connection's output is all out: close it, or, after an error
+ * response, first shut the client's write side and drop what the client
+ * still sends (LINGER_MAX), until it closes or goes quiet. */
+static void conn_done(struct conn *c)
+{
+    struct timeval idle = {LINGER_IDLE_S, 0};
+
+    if (!c->linger || c->lingering || !c->cli || c->cli_eof || c->cli_fd < 0) {
+        conn_close(c);
+        return;
+    }
+    c->lingering = true;
+    if (shutdown(c->cli_fd, SHUT_WR) < 0) {
+        conn_close(c);
+        return;
+    }
+    bufferevent_set_timeouts(c->cli, &idle, NULL);
+    bufferevent_enable(c->cli, EV_READ);
+}
+
 /* Stop reading; close once what is queued has been written. */
 static void conn_finish(struct conn *c)
 {
@@ -215,7 +245,7 @@ static void conn_finish(struct conn *c)
     if (c->up)
         bufferevent_disable(c->up, EV_READ);
     if (out_empty(c->cli) && out_empty(c->up))
-        conn_close(c);
+        conn_done(c);
 }
 
 static void sanitise(char *s)
@@ -241,6 +271,7 @@ static void respond(struct conn *c, int code, const char *status, const char *re
                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
                         code, status, r, strlen(r) + 1, r);
     bufferevent_enable(c->cli, EV_WRITE);
+    c->linger = true;
     conn_finish(c);
 }
 
@@ -1081,7 +1112,10 @@ static void cli_read(struct bufferevent *bev, void *arg)
         bufferevent_disable(bev, EV_READ);
         return;
     case ST_CLOSING:
+        c->lingered += evbuffer_get_length(in);
         evbuffer_drain(in, evbuffer_get_length(in));
+        if (c->lingered > LINGER_MAX)
+            conn_close(c);
         return;
     }
 }
@@ -1122,8 +1156,8 @@ static void cli_write(struct bufferevent *bev, void *arg)
     if (c->dead)
         return;
     if (c->state == ST_CLOSING) {
-        if (out_empty(c->cli) && out_empty(c->up))
-            conn_close(c);
+        if (!c->lingering && out_empty(c->cli) && out_empty(c->up))
+            conn_done(c);
         return;
     }
     if ((c->state == ST_BODY) && c->up_eof && out_empty(c->cli)) {
@@ -1142,8 +1176,8 @@ static void up_write(struct bufferevent *bev, void *arg)
     if (c->dead)
         return;
     if (c->state == ST_CLOSING) {
-        if (out_empty(c->cli) && out_empty(c->up))
-            conn_close(c);
+        if (!c->lingering && out_empty(c->cli) && out_empty(c->up))
+            conn_done(c);
         return;
     }
     if (!c->cli_eof && (c->state == ST_TUNNEL || (c->state == ST_BODY && !c->msg_done)))
@@ -1158,8 +1192,12 @@ static void under_out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *in
     struct conn *c = arg;
     if (c->dead || info->n_deleted == 0 || evbuffer_get_length(buf) != 0 || !out_empty(c->cli))
         return;
-    if ((c->state == ST_CLOSING && out_empty(c->up)) || (c->state == ST_BODY && c->up_eof))
+    if (c->state == ST_CLOSING && out_empty(c->up)) {
+        if (!c->lingering)
+            conn_done(c);
+    } else if (c->state == ST_BODY && c->up_eof) {
         conn_close(c);
+    }
 }
 
 static void start_tls_accept(struct conn *c)
@@ -1284,6 +1322,10 @@ static void cli_event(struct bufferevent *bev, short what, void *arg)
         return;
     if (what & BEV_EVENT_CONNECTED)
         return; /* the TLS handshake with the client is done */
+    if (c->lingering) {
+        conn_close(c); /* the client closed, went quiet or failed after its refusal */
+        return;
+    }
     if (what & BEV_EVENT_TIMEOUT) {
         if (c->state == ST_HEAD && (what & BEV_EVENT_READING)) {
             if (evbuffer_get_length(bufferevent_get_input(c->cli)) > 0)

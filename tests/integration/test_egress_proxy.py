@@ -628,6 +628,41 @@ def test_malformed_huge_slow_abrupt(env, proxy):
     assert fd_count(p.pid()) <= fds0
 
 
+def test_a_client_still_sending_reads_its_refusal(env, proxy):
+    """A refused request whose client is still sending (a 1 MiB head, sent
+    in one go, refused once 64 KiB arrived): the proxy reads and drops the
+    rest before it closes, so the client's send completes and it reads the
+    431 and an orderly end, not a reset. Bounded: a client that keeps
+    sending past 4 MiB is cut off, and the proxy's fds come back."""
+    p = proxy()
+    fds0 = fd_count(p.pid())
+    for size in (100000, 1 << 20, 3 << 20):
+        s = p.connect()
+        out = eghelp.raw_request(s, b"GET http://public.test/ HTTP/1.1\r\nX: " + b"a" * size + b"\r\n\r\n")
+        s.close()
+        assert out.startswith(b"HTTP/1.1 431") and b"exceeds 64 KiB" in out, (size, out[:200])
+    # The bound: a client that never stops is cut off (a reset or EPIPE while it sends).
+    s = p.connect()
+    s.settimeout(20)
+    sent, cut = 0, False
+    try:
+        s.sendall(b"GET http://public.test/ HTTP/1.1\r\nX: ")
+        while sent < (64 << 20):
+            s.sendall(b"a" * 65536)
+            sent += 65536
+    except (BrokenPipeError, ConnectionResetError):
+        cut = True
+    s.close()
+    assert cut and sent < (32 << 20), sent
+    # The control: the proxy still serves, and its fds come back.
+    assert curl(p, "http://public.test/after-refusals")[0] == 200
+    for _ in range(100):
+        if fd_count(p.pid()) <= fds0:
+            break
+        time.sleep(0.05)
+    assert fd_count(p.pid()) <= fds0
+
+
 def test_out_of_fds_recovers(env, proxy):
     """RLIMIT_NOFILE reached: accepting pauses (no spin, no crash) and
     resumes once connections close."""
