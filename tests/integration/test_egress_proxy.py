@@ -554,6 +554,15 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def fds_come_back(p, fds0):
+    """The proxy's fds are back to fds0: closed connections are released once it sees them."""
+    for _ in range(100):
+        if fd_count(p.pid()) <= fds0:
+            break
+        time.sleep(0.05)
+    assert fd_count(p.pid()) <= fds0
+
+
 def test_malformed_huge_slow_abrupt(env, proxy):
     p = proxy()
     fds0 = fd_count(p.pid())
@@ -621,11 +630,7 @@ def test_malformed_huge_slow_abrupt(env, proxy):
     # are released once the proxy sees them: a few retries at most).
     assert p.proc.poll() is None
     assert curl(p, "http://public.test/after-abuse")[0] == 200
-    for _ in range(100):
-        if fd_count(p.pid()) <= fds0:
-            break
-        time.sleep(0.05)
-    assert fd_count(p.pid()) <= fds0
+    fds_come_back(p, fds0)
 
 
 def test_a_client_still_sending_reads_its_refusal(env, proxy):
@@ -656,11 +661,7 @@ def test_a_client_still_sending_reads_its_refusal(env, proxy):
     assert cut and sent < (32 << 20), sent
     # The control: the proxy still serves, and its fds come back.
     assert curl(p, "http://public.test/after-refusals")[0] == 200
-    for _ in range(100):
-        if fd_count(p.pid()) <= fds0:
-            break
-        time.sleep(0.05)
-    assert fd_count(p.pid()) <= fds0
+    fds_come_back(p, fds0)
 
 
 def test_out_of_fds_recovers(env, proxy):
@@ -743,11 +744,7 @@ def test_many_requests_no_growth(env, proxy):
     batch(500, "warm")
     fds0, rss0 = fd_count(p.pid()), rss()
     batch(10000, "many")
-    for _ in range(100):
-        if fd_count(p.pid()) <= fds0:
-            break
-        time.sleep(0.05)
-    assert fd_count(p.pid()) <= fds0
+    fds_come_back(p, fds0)
     assert rss() < rss0 + 8192, (rss0, rss())
 
 
